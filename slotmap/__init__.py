@@ -1,0 +1,37 @@
+"""slotmap: how inference engines map each token's position to a KV-cache slot.
+
+The backend is chosen first, before any Triton kernel is decorated (``slotmap.backend``).
+"""
+
+from slotmap.backend import BACKEND, DEVICE  # noqa: I001 - must run before the kernels import
+from slotmap.kernels import compute_slot_mapping, compute_slot_mapping_direct
+from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, expand_block_table, window_size
+from slotmap.reference import (
+    replay_padding_oracle,
+    replay_padding_torch,
+    slot_mapping_oracle,
+    slot_mapping_torch,
+    slot_mappings_oracle,
+    slot_mappings_torch,
+    token_slot,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BACKEND",
+    "DEVICE",
+    "PAD_SLOT_ID",
+    "PRODUCTION_TILE",
+    "compute_slot_mapping",
+    "compute_slot_mapping_direct",
+    "expand_block_table",
+    "replay_padding_oracle",
+    "replay_padding_torch",
+    "slot_mapping_oracle",
+    "slot_mapping_torch",
+    "slot_mappings_oracle",
+    "slot_mappings_torch",
+    "token_slot",
+    "window_size",
+]

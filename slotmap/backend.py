@@ -1,0 +1,102 @@
+"""Choose the backend once, before any Triton kernel is decorated.
+
+Order: the ``SLOTMAP_BACKEND`` environment variable (``npu``, ``cuda`` or ``cpu``) if set,
+else an Ascend NPU (triton-ascend + torch_npu), else an NVIDIA GPU, else the CPU through
+Triton's interpreter.
+
+``TRITON_INTERPRET`` is read when ``@triton.jit`` runs, so this module must be imported
+before any kernel module: ``slotmap/__init__.py`` imports it first.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+
+BACKENDS = ("npu", "cuda", "cpu")
+ENV_VAR = "SLOTMAP_BACKEND"
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str  # "npu", "cuda" or "cpu"
+    device: str  # the torch device kernels run on
+    reason: str  # why this backend was chosen, in words
+
+    @property
+    def interpreted(self) -> bool:
+        return self.name == "cpu"
+
+
+def _npu_available() -> tuple[bool, str]:
+    # torch_npu cannot be imported without Huawei's CANN toolkit, and a broken install can
+    # raise anything at import: probe defensively and never let it take slotmap down.
+    if importlib.util.find_spec("torch_npu") is None:
+        return False, "torch_npu is not installed"
+    try:
+        importlib.import_module("torch_npu")
+        import torch
+
+        if torch.npu.is_available():  # type: ignore[attr-defined]
+            return True, "torch_npu sees an Ascend NPU"
+        return False, "torch_npu is installed but sees no NPU"
+    except Exception as exc:  # noqa: BLE001 - any failure means "no NPU"
+        return False, f"torch_npu failed to import ({type(exc).__name__}: {exc})"
+
+
+def _cuda_available() -> tuple[bool, str]:
+    import torch
+
+    if torch.cuda.is_available():
+        return True, f"torch sees {torch.cuda.get_device_name(0)}"
+    return False, "torch sees no CUDA device"
+
+
+def _choose() -> Backend:
+    forced = os.environ.get(ENV_VAR, "").strip().lower()
+    if forced:
+        if forced not in BACKENDS:
+            raise ValueError(f"{ENV_VAR}={forced!r}: expected one of {', '.join(BACKENDS)}")
+        reason = f"{ENV_VAR}={forced}"
+        if forced == "npu":
+            ok, why = _npu_available()
+            if not ok:
+                raise RuntimeError(f"{reason}, but {why}")
+            importlib.import_module("torch_npu")
+        elif forced == "cuda":
+            ok, why = _cuda_available()
+            if not ok:
+                raise RuntimeError(f"{reason}, but {why}")
+        return Backend(forced, forced, reason)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return Backend("cpu", "cpu", "TRITON_INTERPRET=1 is set")
+    ok, why = _npu_available()
+    if ok:
+        return Backend("npu", "npu", why)
+    ok_cuda, why_cuda = _cuda_available()
+    if ok_cuda:
+        return Backend("cuda", "cuda", why_cuda)
+    return Backend("cpu", "cpu", f"no accelerator ({why}; {why_cuda})")
+
+
+def _activate(backend: Backend) -> None:
+    if backend.interpreted:
+        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            # Kernels decorated before this point would compile for a GPU that is not here.
+            print(
+                "slotmap: warning: triton was imported before slotmap chose the CPU "
+                "interpreter; import slotmap first",
+                file=sys.stderr,
+            )
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+BACKEND: Backend = _choose()
+_activate(BACKEND)
+DEVICE: str = BACKEND.device
+
+_where = "Triton interpreter on the CPU" if BACKEND.interpreted else f"Triton on {DEVICE}"
+print(f"slotmap: backend {BACKEND.name} ({_where}; {BACKEND.reason})")

@@ -1,0 +1,160 @@
+"""The production slot-mapping kernel (the bounded-window gather) and its launcher.
+
+Same parameter names and order as vLLM's and vllm-ascend's ``_compute_slot_mapping_kernel``
+(SPEC.md section 3), so that the production code reads familiar after the course. Our only
+additions come after the production parameters, with defaults.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from slotmap.kernels.common import (
+    DEFAULT_GATHER_AS_FLOAT,
+    _block_and_offset,
+    _fill_pad,
+    _gather_from_window,
+    check_int32_extent,
+    check_launch_device,
+    check_tile,
+)
+from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, window_size
+from slotmap.validate import check_slot_mapping_inputs
+
+
+@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens"])
+def _compute_slot_mapping_kernel(
+    num_tokens,  # int: real tokens in the batch (= query_start_loc[num_reqs])
+    max_num_tokens,  # int: length of slot_mapping (the graph-captured batch size)
+    query_start_loc_ptr,  # [num_reqs + 1], int32: request q owns tokens [qsl[q], qsl[q+1])
+    positions_ptr,  # [>= num_tokens], int64: each token's position in its request
+    block_table_ptr,  # [max_num_reqs, block_table_stride], int32: logical -> physical block
+    block_table_stride,  # int: entries per block-table row
+    block_size,  # int: tokens per (attention) block
+    slot_mapping_ptr,  # [max_num_tokens], int32: output slot of every token
+    KV_CACHE_BLOCK_SIZE: tl.constexpr,  # tokens per physical KV-cache block
+    BLOCKS_PER_KV_BLOCK: tl.constexpr,  # KV_CACHE_BLOCK_SIZE // block_size (hybrid blocks)
+    TOTAL_CP_WORLD_SIZE: tl.constexpr,  # context-parallel ranks (1: no CP)
+    TOTAL_CP_RANK: tl.constexpr,  # this rank
+    CP_KV_CACHE_INTERLEAVE_SIZE: tl.constexpr,  # tokens per CP segment
+    PAD_ID: tl.constexpr,  # "no slot" (-1)
+    TILE_BLOCK_SIZE: tl.constexpr,  # tokens per tile (a tile, not a KV block; 1024)
+    BLOCK_TABLE_WINDOW_SIZE: tl.constexpr,  # next_pow2(cdiv(TILE, block_size) + 1)
+    IS_CIRCULAR: tl.constexpr = False,  # ring-buffer cache: one block per row
+    GATHER_AS_FLOAT: tl.constexpr = False,  # gather the window as exact float32 halves (NPU)
+):
+    # slot = block_table[q, pos // block_size] * block_size + pos % block_size
+    # e.g. block_size 4, row [7, 2]: positions 0..5 -> slots 28 29 30 31 8 9
+    req_idx = tl.program_id(0)
+
+    # The last program only pads [num_tokens, max_num_tokens) with PAD_ID.
+    if req_idx == tl.num_programs(0) - 1:
+        _fill_pad(slot_mapping_ptr, num_tokens, max_num_tokens, 1, PAD_ID, TILE_BLOCK_SIZE)
+        return
+
+    start_idx = tl.load(query_start_loc_ptr + req_idx)
+    end_idx = tl.load(query_start_loc_ptr + req_idx + 1)
+    # Inside [0, num_tokens) even with unvalidated input: never write outside the output.
+    start_idx = tl.maximum(start_idx, 0)
+    end_idx = tl.minimum(end_idx, num_tokens)
+    block_table_row_ptr = block_table_ptr + req_idx * block_table_stride
+
+    # One tile of TILE_BLOCK_SIZE tokens at a time; lanes past the request's end are masked.
+    for tile_start in range(start_idx, end_idx, TILE_BLOCK_SIZE):
+        offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
+        mask = offsets < end_idx
+        pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
+        block_indices, slot_offsets, has_slot = _block_and_offset(
+            pos,
+            block_size,
+            KV_CACHE_BLOCK_SIZE,
+            BLOCKS_PER_KV_BLOCK,
+            TOTAL_CP_WORLD_SIZE,
+            TOTAL_CP_RANK,
+            CP_KV_CACHE_INTERLEAVE_SIZE,
+            IS_CIRCULAR,
+        )
+        valid = mask & has_slot
+        block_numbers, _ = _gather_from_window(
+            block_table_row_ptr,
+            block_table_stride,
+            block_indices,
+            valid,
+            BLOCK_TABLE_WINDOW_SIZE,
+            GATHER_AS_FLOAT,
+        )
+        slot_ids = block_numbers * block_size + slot_offsets
+        slot_ids = tl.where(has_slot, slot_ids, PAD_ID)
+        tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
+
+
+def compute_slot_mapping(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    block_size: int,
+    *,
+    num_tokens: int | None = None,
+    max_num_tokens: int | None = None,
+    kv_cache_block_size: int | None = None,
+    cp_world_size: int = 1,
+    cp_rank: int = 0,
+    cp_interleave: int = 1,
+    circular: bool = False,
+    pad_id: int = PAD_SLOT_ID,
+    out: Tensor | None = None,
+    validate: bool = True,
+    tile_size: int = PRODUCTION_TILE,
+    gather_as_float: bool | None = None,
+) -> Tensor:
+    """Slot of every batch token, with the production bounded-window kernel.
+
+    query_start_loc: [num_reqs + 1] int32; positions: [>= num_tokens] int64;
+    block_table: [max_num_reqs, max_num_blocks_per_req] int32 (attention-block numbers; see
+    ``slotmap.expand_block_table`` for hybrid blocks). Returns [max_num_tokens] int32, or
+    writes ``out`` (int32 or int64, e.g. a persistent buffer for graph capture).
+
+    ``num_tokens`` defaults to ``query_start_loc[-1]`` (one device sync); ``max_num_tokens``
+    to ``num_tokens``. ``validate=False`` skips the checks that read tensor contents (pass
+    ``num_tokens`` too, and no sync remains). ``tile_size`` is TILE_BLOCK_SIZE;
+    ``gather_as_float`` None means the backend's default (True on the NPU).
+    Same arguments and result as ``slotmap.slot_mapping_oracle``.
+    """
+    check_tile(tile_size)
+    kv_cache_block_size = kv_cache_block_size or block_size
+    num_tokens, max_num_tokens = check_slot_mapping_inputs(
+        query_start_loc, positions, block_table, block_size,
+        num_tokens=num_tokens, max_num_tokens=max_num_tokens,
+        kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
+        cp_interleave=cp_interleave, circular=circular, out=out, full=validate,
+        tile_size=tile_size,
+    )  # fmt: skip
+    check_launch_device(positions)
+    check_int32_extent("block_table", block_table)
+    if out is None:
+        out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
+    num_reqs = query_start_loc.numel() - 1
+    _compute_slot_mapping_kernel[(num_reqs + 1,)](
+        num_tokens,
+        max_num_tokens,
+        query_start_loc,
+        positions,
+        block_table,
+        block_table.stride(0),
+        block_size,
+        out,
+        KV_CACHE_BLOCK_SIZE=kv_cache_block_size,
+        BLOCKS_PER_KV_BLOCK=kv_cache_block_size // block_size,
+        TOTAL_CP_WORLD_SIZE=cp_world_size,
+        TOTAL_CP_RANK=cp_rank,
+        CP_KV_CACHE_INTERLEAVE_SIZE=cp_interleave,
+        PAD_ID=pad_id,
+        TILE_BLOCK_SIZE=tile_size,
+        BLOCK_TABLE_WINDOW_SIZE=window_size(tile_size, block_size),
+        IS_CIRCULAR=circular,
+        GATHER_AS_FLOAT=DEFAULT_GATHER_AS_FLOAT if gather_as_float is None else gather_as_float,
+    )
+    return out

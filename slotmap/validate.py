@@ -1,0 +1,382 @@
+"""Input validation shared by every launcher and reference (SPEC.md section 5).
+
+Each check raises ``ValueError`` naming the offending request, token and value. The checks
+that read tensor contents cost a device synchronisation, so launchers run them only with
+``validate=True`` (the default); ``validate=False`` keeps just the shape checks that the
+kernels rely on never to write outside their output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from slotmap.layout import INT32_MAX, INT32_MIN, cdiv, window_size
+
+OUT_DTYPES = (torch.int32, torch.int64)
+
+
+def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def check_tensor(
+    name: str, tensor: Tensor, dtypes: Sequence[torch.dtype], ndim: int, device: torch.device
+) -> None:
+    """Type, rank, device and contiguity of one input tensor."""
+    if not isinstance(tensor, Tensor):
+        _fail(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype not in dtypes:
+        wanted = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
+        _fail(f"{name} must be {wanted}, got {str(tensor.dtype).removeprefix('torch.')}")
+    if tensor.dim() != ndim:
+        _fail(f"{name} must have {ndim} dimension(s), got shape {tuple(tensor.shape)}")
+    if tensor.device != device:
+        _fail(f"{name} is on {tensor.device} but positions are on {device}: use one device")
+    if not tensor.is_contiguous():
+        _fail(f"{name} must be contiguous (stride {tuple(tensor.stride())}): call .contiguous()")
+
+
+def check_config(
+    block_size: int,
+    kv_cache_block_size: int,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    circular: bool,
+) -> None:
+    """The integer configuration of one KV-cache group."""
+    if block_size < 1:
+        _fail(f"block_size must be >= 1, got {block_size}")
+    if kv_cache_block_size < 1 or kv_cache_block_size % block_size != 0:
+        _fail(
+            f"kv_cache_block_size {kv_cache_block_size} must be a positive multiple of "
+            f"block_size {block_size} (one physical block holds whole attention blocks)"
+        )
+    if cp_world_size < 1:
+        _fail(f"cp_world_size must be >= 1, got {cp_world_size}")
+    if not 0 <= cp_rank < cp_world_size:
+        _fail(f"cp_rank {cp_rank} is not a rank of a world of {cp_world_size}")
+    if cp_interleave < 1:
+        _fail(f"cp_interleave must be >= 1, got {cp_interleave}")
+    if cp_world_size > 1 and kv_cache_block_size % cp_interleave != 0:
+        _fail(
+            f"kv_cache_block_size {kv_cache_block_size} is not a multiple of cp_interleave "
+            f"{cp_interleave}: two positions of one rank would share a slot"
+        )
+    if circular and cp_world_size > 1:
+        _fail(f"a circular cache cannot be split across {cp_world_size} context-parallel ranks")
+
+
+def resolve_counts(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    num_tokens: int | None,
+    max_num_tokens: int | None,
+    full: bool,
+) -> tuple[int, int]:
+    """Check query_start_loc and return (num_tokens, max_num_tokens)."""
+    device = positions.device
+    check_tensor("positions", positions, (torch.int64,), 1, device)
+    check_tensor("query_start_loc", query_start_loc, (torch.int32,), 1, device)
+    if query_start_loc.numel() < 1:
+        _fail("query_start_loc needs num_reqs + 1 >= 1 entries, got 0")
+    if num_tokens is None or full:
+        last = int(query_start_loc[-1])
+        if num_tokens is not None and num_tokens != last:
+            _fail(f"num_tokens is {num_tokens} but query_start_loc ends at {last}")
+        num_tokens = last
+    if max_num_tokens is None:
+        max_num_tokens = num_tokens
+    if num_tokens < 0:
+        _fail(f"num_tokens must be >= 0, got {num_tokens}")
+    if num_tokens > max_num_tokens:
+        _fail(f"num_tokens {num_tokens} exceeds max_num_tokens {max_num_tokens}")
+    if positions.numel() < num_tokens:
+        _fail(f"too few positions: {positions.numel()} for {num_tokens} tokens")
+    if not full:
+        return num_tokens, max_num_tokens
+    starts = query_start_loc.to(torch.int64)
+    first = int(starts[0])
+    if first != 0:
+        _fail(f"query_start_loc[0] must be 0, got {first}: tokens before it belong to no request")
+    drops = (starts[1:] < starts[:-1]).nonzero()
+    if drops.numel():
+        q = int(drops[0, 0])
+        _fail(
+            f"request {q}: query_start_loc is not monotone "
+            f"(query_start_loc[{q}] = {int(starts[q])} > query_start_loc[{q + 1}] = "
+            f"{int(starts[q + 1])})"
+        )
+    return num_tokens, max_num_tokens
+
+
+def check_out(out: Tensor | None, shape: tuple[int, ...], device: torch.device) -> None:
+    """A caller's persistent output buffer must hold the whole output."""
+    if out is None:
+        return
+    check_tensor("out", out, OUT_DTYPES, len(shape), device)
+    if tuple(out.shape) != shape:
+        _fail(f"out has shape {tuple(out.shape)}, expected {shape}")
+
+
+def check_tokens(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    block_size: int,
+    num_tokens: int,
+    *,
+    kv_cache_block_size: int,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    circular: bool,
+    tile_size: int | None,
+    rows: Tensor | None = None,
+    group: int | None = None,
+) -> None:
+    """Per-token checks: positions, block indices, slots and the window precondition.
+
+    ``rows`` maps request -> block-table row (``idx_mapping``); ``group`` only names the group
+    in messages. ``tile_size`` None skips the window precondition (kernels without a window).
+    """
+    from slotmap.reference import block_and_offset_torch, request_of_tokens
+
+    where = f"group {group}, " if group is not None else ""
+    request = request_of_tokens(query_start_loc, num_tokens)
+    pos = positions[:num_tokens]
+
+    def name(token: int) -> str:
+        return f"{where}request {int(request[token])}, token {token}"
+
+    def first(mask: Tensor) -> int | None:
+        hits = mask.nonzero()
+        return int(hits[0, 0]) if hits.numel() else None
+
+    if (t := first((pos > INT32_MAX) | (pos < INT32_MIN))) is not None:
+        _fail(f"{name(t)}: position {int(pos[t])} does not fit in int32")
+    if not circular and (t := first(pos < 0)) is not None:
+        _fail(
+            f"{name(t)}: position {int(pos[t])} is negative "
+            "(only a circular cache pads negative positions)"
+        )
+    block, offset, has_slot = block_and_offset_torch(
+        pos, block_size, kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size,
+        cp_rank=cp_rank, cp_interleave=cp_interleave, circular=circular,
+    )  # fmt: skip
+    row_length = block_table.shape[1]
+    if (t := first(has_slot & (block >= row_length))) is not None:
+        _fail(
+            f"{name(t)}: position {int(pos[t])} needs logical block {int(block[t])}, "
+            f"outside the block-table row of {row_length} entries"
+        )
+    table_row = request if rows is None else rows[request]
+    physical = block_table[table_row, block].to(torch.int64)
+    if (t := first(has_slot & (physical < 0))) is not None:
+        _fail(
+            f"{name(t)}: block table entry [{int(table_row[t])}, {int(block[t])}] holds "
+            f"physical block {int(physical[t])}, which is negative"
+        )
+    slots = physical * block_size + offset
+    if (t := first(has_slot & (slots > INT32_MAX))) is not None:
+        _fail(
+            f"{name(t)}: slot {int(slots[t])} (physical block {int(physical[t])} * block_size "
+            f"{block_size} + {int(offset[t])}) overflows int32"
+        )
+    if tile_size is not None:
+        check_window(query_start_loc, request, block, has_slot, block_size, tile_size, where)
+
+
+def check_window(
+    query_start_loc: Tensor,
+    request: Tensor,
+    block: Tensor,
+    has_slot: Tensor,
+    block_size: int,
+    tile_size: int,
+    where: str = "",
+) -> None:
+    """The window precondition: in each tile, max(block) - min(block) < window size."""
+    num_tokens = request.numel()
+    if num_tokens == 0:
+        return
+    window = window_size(tile_size, block_size)
+    starts = query_start_loc.to(torch.int64)
+    lengths = starts[1:] - starts[:-1]
+    tiles_before = torch.cumsum(torch.clamp(lengths + tile_size - 1, min=0) // tile_size, 0)
+    tiles_before = torch.cat([tiles_before.new_zeros(1), tiles_before[:-1]])
+    token = torch.arange(num_tokens, device=request.device)
+    tile = tiles_before[request] + (token - starts[request]) // tile_size
+    total = int(tiles_before[-1] + cdiv(int(lengths[-1]), tile_size)) if lengths.numel() else 0
+    low = torch.full((total,), INT32_MAX, dtype=torch.int64, device=request.device)
+    high = torch.full((total,), -1, dtype=torch.int64, device=request.device)
+    low.scatter_reduce_(0, tile, torch.where(has_slot, block, INT32_MAX), "amin")
+    high.scatter_reduce_(0, tile, torch.where(has_slot, block, -1), "amax")
+    bad = (high - low >= window) & (high >= 0)
+    hits = bad.nonzero()
+    if hits.numel():
+        t_bad = int(hits[0, 0])
+        in_tile = (tile == t_bad) & has_slot
+        lo_token = int((in_tile & (block == low[t_bad])).nonzero()[0, 0])
+        hi_token = int((in_tile & (block == high[t_bad])).nonzero()[0, 0])
+        q = int(request[lo_token])
+        _fail(
+            f"{where}request {q}, tokens {lo_token} and {hi_token}: logical blocks "
+            f"{int(low[t_bad])} and {int(high[t_bad])} fall in one tile of {tile_size} tokens "
+            f"but the block-table window holds only {window} entries (window precondition: "
+            "positions inside a tile must be near-contiguous; use the direct kernel)"
+        )
+
+
+def check_slot_mapping_inputs(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    block_size: int,
+    *,
+    num_tokens: int | None,
+    max_num_tokens: int | None,
+    kv_cache_block_size: int,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    circular: bool,
+    out: Tensor | None,
+    full: bool,
+    tile_size: int | None = None,
+) -> tuple[int, int]:
+    """All checks of one group's slot mapping; returns (num_tokens, max_num_tokens)."""
+    check_config(block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular)
+    num_tokens, max_num_tokens = resolve_counts(
+        query_start_loc, positions, num_tokens, max_num_tokens, full
+    )
+    check_tensor("block_table", block_table, (torch.int32,), 2, positions.device)
+    num_reqs = query_start_loc.numel() - 1
+    if num_reqs > block_table.shape[0]:
+        _fail(f"{num_reqs} requests but the block table has only {block_table.shape[0]} rows")
+    if block_table.shape[1] < 1:
+        _fail("the block table has rows of 0 entries")
+    check_out(out, (max_num_tokens,), positions.device)
+    if full:
+        check_tokens(
+            query_start_loc, positions, block_table, block_size, num_tokens,
+            kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size,
+            cp_rank=cp_rank, cp_interleave=cp_interleave, circular=circular, tile_size=tile_size,
+        )  # fmt: skip
+    return num_tokens, max_num_tokens
+
+
+def check_slot_mappings_inputs(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_tables: Sequence[Tensor],
+    block_sizes: Sequence[int],
+    *,
+    circular: Sequence[bool],
+    idx_mapping: Tensor | None,
+    num_tokens: int | None,
+    max_num_tokens: int | None,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    out: Tensor | None,
+    full: bool,
+    tile_size: int | None = None,
+) -> tuple[int, int]:
+    """All checks of a multi-group slot mapping; returns (num_tokens, max_num_tokens)."""
+    groups = len(block_tables)
+    if groups < 1:
+        _fail("at least one KV-cache group is needed")
+    if len(block_sizes) != groups or len(circular) != groups:
+        _fail(
+            f"{groups} block tables but {len(block_sizes)} block sizes and "
+            f"{len(circular)} circular flags"
+        )
+    for g in range(groups):
+        try:
+            check_config(
+                block_sizes[g], block_sizes[g], cp_world_size, cp_rank, cp_interleave, circular[g]
+            )
+        except ValueError as exc:
+            raise ValueError(f"group {g}: {exc}") from None
+    num_tokens, max_num_tokens = resolve_counts(
+        query_start_loc, positions, num_tokens, max_num_tokens, full
+    )
+    num_reqs = query_start_loc.numel() - 1
+    for g, table in enumerate(block_tables):
+        check_tensor(f"block_tables[{g}]", table, (torch.int32,), 2, positions.device)
+        if table.shape[1] < 1:
+            _fail(f"block_tables[{g}] has rows of 0 entries")
+    min_rows = min(table.shape[0] for table in block_tables)
+    rows = None
+    if idx_mapping is not None:
+        check_tensor("idx_mapping", idx_mapping, (torch.int32,), 1, positions.device)
+        if idx_mapping.numel() < num_reqs:
+            _fail(f"idx_mapping has {idx_mapping.numel()} entries for {num_reqs} requests")
+        if full:
+            rows = idx_mapping[:num_reqs].to(torch.int64)
+            bad = ((rows < 0) | (rows >= min_rows)).nonzero()
+            if bad.numel():
+                q = int(bad[0, 0])
+                _fail(
+                    f"request {q}: idx_mapping[{q}] = {int(rows[q])} is not a row of every "
+                    f"block table (the smallest has {min_rows} rows)"
+                )
+    elif num_reqs > min_rows:
+        _fail(f"{num_reqs} requests but a block table has only {min_rows} rows")
+    check_out(out, (groups, max_num_tokens), positions.device)
+    if full:
+        for g in range(groups):
+            check_tokens(
+                query_start_loc, positions, block_tables[g], block_sizes[g], num_tokens,
+                kv_cache_block_size=block_sizes[g], cp_world_size=cp_world_size,
+                cp_rank=cp_rank, cp_interleave=cp_interleave, circular=circular[g],
+                tile_size=tile_size, rows=rows, group=g,
+            )  # fmt: skip
+    return num_tokens, max_num_tokens
+
+
+def check_replay_inputs(
+    slot_mappings: Tensor,
+    query_start_loc: Tensor,
+    positions: Tensor,
+    replay_start: Tensor,
+    window: int,
+    prefix_cacheable: Sequence[bool],
+    *,
+    num_tokens: int | None,
+    full: bool,
+) -> int:
+    """Checks of replay padding; returns num_tokens."""
+    num_tokens, _ = resolve_counts(query_start_loc, positions, num_tokens, None, full)
+    check_tensor("slot_mappings", slot_mappings, OUT_DTYPES, 2, positions.device)
+    check_tensor("replay_start", replay_start, (torch.int32,), 1, positions.device)
+    num_reqs = query_start_loc.numel() - 1
+    if replay_start.numel() < num_reqs:
+        _fail(f"replay_start has {replay_start.numel()} entries for {num_reqs} requests")
+    if len(prefix_cacheable) != slot_mappings.shape[0]:
+        _fail(
+            f"{len(prefix_cacheable)} prefix_cacheable flags for {slot_mappings.shape[0]} "
+            "slot-mapping rows"
+        )
+    if slot_mappings.shape[1] < num_tokens:
+        _fail(f"slot_mappings holds {slot_mappings.shape[1]} tokens, fewer than {num_tokens}")
+    if window < 0:
+        _fail(f"the replay window must be >= 0, got {window}")
+    if full:
+        starts = replay_start[:num_reqs].to(torch.int64)
+        bad = (starts < 0).nonzero()
+        if bad.numel():
+            q = int(bad[0, 0])
+            _fail(f"request {q}: replay_start {int(starts[q])} is negative")
+        if (t := int(starts.max()) if num_reqs else 0) + window > INT32_MAX:
+            _fail(f"replay_start {t} + window {window} does not fit in int32")
+        pos = positions[:num_tokens]
+        hits = ((pos > INT32_MAX) | (pos < INT32_MIN)).nonzero()
+        if hits.numel():
+            t = int(hits[0, 0])
+            _fail(f"token {t}: position {int(pos[t])} does not fit in int32")
+    return num_tokens
