@@ -4,7 +4,13 @@ The backend is chosen first, before any Triton kernel is decorated (``slotmap.ba
 """
 
 from slotmap.backend import BACKEND, DEVICE  # noqa: I001 - must run before the kernels import
-from slotmap.kernels import compute_slot_mapping, compute_slot_mapping_direct
+from slotmap.kernels import (
+    choose_tiling,
+    compute_slot_mapping,
+    compute_slot_mapping_direct,
+    compute_slot_mappings,
+    pad_replayed_slots,
+)
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, expand_block_table, window_size
 from slotmap.reference import (
     replay_padding_oracle,
@@ -23,8 +29,11 @@ __all__ = [
     "DEVICE",
     "PAD_SLOT_ID",
     "PRODUCTION_TILE",
+    "choose_tiling",
     "compute_slot_mapping",
     "compute_slot_mapping_direct",
+    "compute_slot_mappings",
+    "pad_replayed_slots",
     "expand_block_table",
     "replay_padding_oracle",
     "replay_padding_torch",

@@ -1,11 +1,22 @@
 """The Triton kernels and their launchers (one job per file)."""
 
 from slotmap.kernels.direct import _compute_slot_mapping_direct_kernel, compute_slot_mapping_direct
+from slotmap.kernels.fused_groups import (
+    _compute_slot_mappings_kernel,
+    choose_tiling,
+    compute_slot_mappings,
+)
+from slotmap.kernels.replay import _pad_replayed_slots_kernel, pad_replayed_slots
 from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel, compute_slot_mapping
 
 __all__ = [
     "_compute_slot_mapping_direct_kernel",
     "_compute_slot_mapping_kernel",
+    "_compute_slot_mappings_kernel",
+    "_pad_replayed_slots_kernel",
+    "choose_tiling",
     "compute_slot_mapping",
     "compute_slot_mapping_direct",
+    "compute_slot_mappings",
+    "pad_replayed_slots",
 ]

@@ -29,7 +29,7 @@ INT32_MAX_SENTINEL: tl.constexpr = tl.constexpr(INT32_MAX)
 def _block_and_offset(
     pos,  # [TILE] int32 positions
     block_size,  # int: tokens per (attention) block
-    KV_CACHE_BLOCK_SIZE: tl.constexpr,
+    kv_cache_block_size,  # int: tokens per physical block (a constexpr in the main kernel)
     BLOCKS_PER_KV_BLOCK: tl.constexpr,
     TOTAL_CP_WORLD_SIZE: tl.constexpr,
     TOTAL_CP_RANK: tl.constexpr,
@@ -45,7 +45,7 @@ def _block_and_offset(
         slot_offsets = tl.where(has_slot, pos, 0) % block_size
     elif TOTAL_CP_WORLD_SIZE > 1:
         # Context parallelism: W physical blocks, one per rank, form a virtual block.
-        virtual_block_size = KV_CACHE_BLOCK_SIZE * TOTAL_CP_WORLD_SIZE
+        virtual_block_size = kv_cache_block_size * TOTAL_CP_WORLD_SIZE
         virtual_block_indices = pos // virtual_block_size
         virtual_block_offsets = pos % virtual_block_size
         # The token lives on rank (segment index) % W.

@@ -1,0 +1,5 @@
+"""``python -m slotmap doctor`` / ``python -m slotmap lab``."""
+
+from slotmap.cli import main
+
+raise SystemExit(main())

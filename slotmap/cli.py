@@ -1,0 +1,175 @@
+"""The ``slotmap`` command: ``slotmap doctor`` and ``slotmap lab``.
+
+``doctor`` says which backend runs and with which versions, then launches the production
+kernel (and its family) on a small batch and compares it with the reference: a canary for
+a broken install. ``lab`` starts JupyterLab on the course with the course's configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions, read from package metadata (importing torch_npu can break torch)."""
+    names = ["torch", "triton", "triton-ascend", "torch-npu", "numpy", "hypothesis"]
+    names += ["jupyterlab", "ipywidgets", "jupyterlab_widgets", "ipykernel", "matplotlib"]
+    found = {name: _version(name) for name in names}
+    found["python"] = sys.version.split()[0]
+    return found
+
+
+def canary() -> list[tuple[str, bool, float, str]]:
+    """Run every kernel on a small mixed batch against the oracle.
+
+    Returns (name, passed, seconds, detail) per check. The first launch includes the
+    compilation (or, on the CPU, the interpreter's warm-up).
+    """
+    import torch
+
+    import slotmap
+
+    device = slotmap.DEVICE
+    generator = torch.Generator().manual_seed(0)
+    lengths = [5, 0, 37, 1, 130]
+    starts = [0]
+    for n in lengths:
+        starts.append(starts[-1] + n)
+    qsl = torch.tensor(starts, dtype=torch.int32, device=device)
+    first = [0, 0, 90, 513, 7]
+    positions = torch.cat([torch.arange(p, p + n) for p, n in zip(first, lengths, strict=True)])
+    positions = positions.to(device=device, dtype=torch.int64)
+    block_size, blocks = 16, 48
+    # Physical block numbers above 2**24 catch a float32 gather that rounds.
+    table = torch.randperm(4096, generator=generator)[: len(lengths) * blocks] + 2**24
+    table = table.reshape(len(lengths), blocks).to(device=device, dtype=torch.int32)
+    max_num_tokens = starts[-1] + 11
+    checks = []
+    common = dict(max_num_tokens=max_num_tokens)
+    expected = slotmap.slot_mapping_oracle(qsl, positions, table, block_size, **common)
+    checks.append(("window kernel", lambda: slotmap.compute_slot_mapping(
+        qsl, positions, table, block_size, tile_size=64, **common), expected))  # fmt: skip
+    checks.append(("window kernel, float32-halves gather", lambda: slotmap.compute_slot_mapping(
+        qsl, positions, table, block_size, tile_size=64, gather_as_float=True, **common
+    ), expected))  # fmt: skip
+    checks.append(("direct kernel", lambda: slotmap.compute_slot_mapping_direct(
+        qsl, positions, table, block_size, **common), expected))  # fmt: skip
+    cp = dict(kv_cache_block_size=32, cp_world_size=2, cp_rank=1, cp_interleave=8, **common)
+    checks.append(("window kernel, context parallel", lambda: slotmap.compute_slot_mapping(
+        qsl, positions, table, block_size, **cp),
+        slotmap.slot_mapping_oracle(qsl, positions, table, block_size, **cp)))  # fmt: skip
+    ring = torch.randint(0, 1000, (len(lengths), 1), generator=generator, dtype=torch.int32)
+    ring = ring.to(device)
+    groups = ([table, ring], [block_size, 8])
+    kw = dict(circular=[False, True], **common)
+    checks.append(("fused two-group kernel", lambda: slotmap.compute_slot_mappings(
+        qsl, positions, *groups, **kw),
+        slotmap.slot_mappings_oracle(qsl, positions, *groups, **kw)))  # fmt: skip
+    results = []
+    for name, run, want in checks:
+        start = time.perf_counter()
+        try:
+            got = run().cpu()  # .cpu() waits for the device
+            want = want.cpu()
+            ok = torch.equal(got, want)
+            detail = "exact" if ok else f"MISMATCH at {int((got != want).nonzero()[0, 0])}"
+        except Exception as exc:  # noqa: BLE001 - the doctor reports, it does not crash
+            ok, detail = False, f"{type(exc).__name__}: {exc}"
+        results.append((name, ok, time.perf_counter() - start, detail))
+    return results
+
+
+def doctor(_: argparse.Namespace) -> int:
+    import slotmap
+
+    print(f"backend      {slotmap.BACKEND.name} on device {slotmap.DEVICE!r}")
+    print(f"why          {slotmap.BACKEND.reason}")
+    print(f"interpreter  TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')!r}")
+    found = versions()
+    for name in ["python", "torch", "triton", "triton-ascend", "torch-npu"]:
+        print(f"{name:<12} {found[name] or 'not installed'}")
+    if found["triton"] and found["triton-ascend"]:
+        print("WARNING      triton and triton-ascend are both installed; they overwrite each other")
+    lab = ["jupyterlab", "ipywidgets", "jupyterlab_widgets", "ipykernel", "matplotlib"]
+    print("lab          " + ", ".join(f"{n} {found[n] or '-'}" for n in lab))
+    print("canary       production kernels against the reference:")
+    results = canary()
+    for name, ok, seconds, detail in results:
+        print(f"  {'PASS' if ok else 'FAIL'}  {name:<38} {seconds * 1e3:8.1f} ms  {detail}")
+    passed = all(ok for _, ok, _, _ in results)
+    print("doctor: all good" if passed else "doctor: the canary FAILED")
+    return 0 if passed else 1
+
+
+def course_root() -> Path:
+    """The folder holding notebooks/: the current one if it has it, else the checkout's."""
+    here = Path.cwd()
+    if (here / "notebooks").is_dir():
+        return here
+    return Path(__file__).resolve().parents[1]
+
+
+def lab_command(
+    port: int | None = None,
+    no_browser: bool = False,
+    token: str | None = None,
+    ip: str = "127.0.0.1",
+    extra: list[str] | None = None,
+) -> list[str]:
+    """The JupyterLab command line the course runs under (the browser tests use it too)."""
+    root = course_root()
+    command = [
+        sys.executable, "-m", "jupyterlab",
+        f"--ServerApp.root_dir={root}",
+        f"--ServerApp.ip={ip}",
+        "--LabApp.default_url=/lab/tree/notebooks",
+    ]  # fmt: skip
+    if port is not None:
+        command += [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
+    if no_browser:
+        command.append("--no-browser")
+    if token is not None:
+        command.append(f"--IdentityProvider.token={token}")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-root")
+    return command + list(extra or [])
+
+
+def lab(args: argparse.Namespace) -> int:
+    command = lab_command(args.port, args.no_browser, args.token, args.ip, args.jupyter_args)
+    if args.dry_run:
+        print(" ".join(command))
+        return 0
+    os.execv(command[0], command)
+    return 0  # not reached
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="slotmap", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("doctor", help="report the backend and versions, run a canary launch")
+    lab_parser = sub.add_parser("lab", help="open the course in JupyterLab")
+    lab_parser.add_argument("--port", type=int, default=None)
+    lab_parser.add_argument("--ip", default="127.0.0.1")
+    lab_parser.add_argument("--token", default=None)
+    lab_parser.add_argument("--no-browser", action="store_true")
+    lab_parser.add_argument("--dry-run", action="store_true", help="print the command only")
+    lab_parser.add_argument("jupyter_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    return {"doctor": doctor, "lab": lab}[args.command](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,251 @@
+"""Multi-group (fused) slot mapping: every KV-cache group in one launch.
+
+A model with several KV-cache groups (full attention beside sliding-window attention, say)
+needs one slot mapping per group. Launching one kernel per group costs one launch each; this
+kernel does them all in one, on a grid of ``(num_groups, num_reqs + 1, parallel_tiles)``:
+program ``(g, q, p)`` handles tiles ``p, p + P, p + 2P, ...`` of request ``q`` in group ``g``,
+so one long request is spread over ``P`` programs; ``q == num_reqs`` programs pad the tail.
+
+Each group brings its own block table, block size and circular flag. The kernel finds them in
+a small table of per-group metadata: the block table's base address (the production kernels
+pass a table of base addresses too), its row stride, the block size and the circular flag.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from slotmap.kernels.common import (
+    DEFAULT_GATHER_AS_FLOAT,
+    _block_and_offset,
+    _fill_pad,
+    _gather_from_window,
+    check_int32_extent,
+    check_launch_device,
+    check_tile,
+)
+from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, cdiv, next_power_of_2, window_size
+from slotmap.validate import check_slot_mappings_inputs
+
+SMALL_TILE = 16  # the smallest tile the adaptive choice takes
+MAX_PARALLEL_TILES = 64  # programs one request may be spread over
+
+
+@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
+def _compute_slot_mappings_kernel(
+    num_tokens,  # int: real tokens in the batch
+    max_num_tokens,  # int: length of each output row
+    num_reqs,  # int: requests (a runtime argument: tl.num_programs is slow on Ascend)
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    positions_ptr,  # [>= num_tokens], int64
+    idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    group_meta_ptr,  # [num_groups, 4], int64: table address, row stride, block size, circular
+    slot_mappings_ptr,  # [num_groups, max_num_tokens], int32
+    slot_mappings_stride,  # int: elements between two groups' rows
+    TOTAL_CP_WORLD_SIZE: tl.constexpr,
+    TOTAL_CP_RANK: tl.constexpr,
+    CP_KV_CACHE_INTERLEAVE_SIZE: tl.constexpr,
+    PAD_ID: tl.constexpr,
+    TILE_BLOCK_SIZE: tl.constexpr,
+    BLOCK_TABLE_WINDOW_SIZE: tl.constexpr,  # fits the smallest non-circular block size
+    PARALLEL_TILES: tl.constexpr,  # programs per request along grid axis 2
+    HAS_IDX_MAPPING: tl.constexpr,
+    GATHER_AS_FLOAT: tl.constexpr = False,
+):
+    # slot_mappings[g, t] = block_tables[g][row(q), pos // bs_g] * bs_g + pos % bs_g
+    group_idx = tl.program_id(0)
+    req_idx = tl.program_id(1)
+    part = tl.program_id(2)
+    slot_mapping_ptr = slot_mappings_ptr + group_idx * slot_mappings_stride
+
+    if req_idx == num_reqs:
+        # Padding programs share the tail tile by tile, like the request programs.
+        _fill_pad(
+            slot_mapping_ptr,
+            num_tokens + part * TILE_BLOCK_SIZE,
+            max_num_tokens,
+            PARALLEL_TILES,
+            PAD_ID,
+            TILE_BLOCK_SIZE,
+        )
+        return
+
+    meta_ptr = group_meta_ptr + group_idx * 4
+    block_table_ptr = tl.load(meta_ptr).to(tl.pointer_type(tl.int32))
+    block_table_stride = tl.load(meta_ptr + 1).to(tl.int32)
+    block_size = tl.load(meta_ptr + 2).to(tl.int32)
+    is_circular = tl.load(meta_ptr + 3) != 0
+
+    if HAS_IDX_MAPPING:
+        row_idx = tl.load(idx_mapping_ptr + req_idx)
+    else:
+        row_idx = req_idx
+    block_table_row_ptr = block_table_ptr + row_idx * block_table_stride
+
+    start_idx = tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0)
+    end_idx = tl.minimum(tl.load(query_start_loc_ptr + req_idx + 1), num_tokens)
+    for tile_start in range(
+        start_idx + part * TILE_BLOCK_SIZE, end_idx, PARALLEL_TILES * TILE_BLOCK_SIZE
+    ):
+        offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
+        mask = offsets < end_idx
+        pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
+        # The circular flag is per group, so it is a runtime branch here.
+        if is_circular:
+            block_indices, slot_offsets, has_slot = _block_and_offset(
+                pos, block_size, block_size, 1, 1, 0, 1, True
+            )
+        else:
+            block_indices, slot_offsets, has_slot = _block_and_offset(
+                pos,
+                block_size,
+                block_size,
+                1,
+                TOTAL_CP_WORLD_SIZE,
+                TOTAL_CP_RANK,
+                CP_KV_CACHE_INTERLEAVE_SIZE,
+                False,
+            )
+        valid = mask & has_slot
+        block_numbers, _ = _gather_from_window(
+            block_table_row_ptr,
+            block_table_stride,
+            block_indices,
+            valid,
+            BLOCK_TABLE_WINDOW_SIZE,
+            GATHER_AS_FLOAT,
+        )
+        slot_ids = block_numbers * block_size + slot_offsets
+        slot_ids = tl.where(has_slot, slot_ids, PAD_ID)
+        tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
+
+
+def choose_tiling(num_tokens: int, num_reqs: int) -> tuple[int, int]:
+    """Adaptive (tile size, parallel tiles) from the mean request length, without a sync.
+
+    Batches of short requests (decode) get a small tile, at least 16, so no program masks off
+    most of a 1024-lane tile; long requests get the production 1024 tile and are spread over
+    up to 64 programs so a single long prefill does not walk its tiles one after another.
+    """
+    mean = cdiv(num_tokens, max(num_reqs, 1))
+    tile = min(max(next_power_of_2(mean), SMALL_TILE), PRODUCTION_TILE)
+    parallel_tiles = min(max(cdiv(mean, tile), 1), MAX_PARALLEL_TILES)
+    return tile, parallel_tiles
+
+
+_META_CACHE: OrderedDict[tuple, Tensor] = OrderedDict()
+_META_CACHE_SIZE = 32
+
+
+def group_metadata(
+    block_tables: Sequence[Tensor], block_sizes: Sequence[int], circular: Sequence[bool]
+) -> Tensor:
+    """[num_groups, 4] int64 on the tables' device: address, row stride, block size, circular.
+
+    Cached by the tables' addresses: serving engines keep persistent block tables, so after
+    the first step this is a dictionary lookup and no host-to-device copy (which also keeps
+    the launch capturable in a graph).
+    """
+    key = (
+        block_tables[0].device,
+        tuple((t.data_ptr(), t.stride(0)) for t in block_tables),
+        tuple(block_sizes),
+        tuple(bool(c) for c in circular),
+    )
+    meta = _META_CACHE.get(key)
+    if meta is None:
+        rows = [
+            [t.data_ptr(), t.stride(0), size, int(bool(c))]
+            for t, size, c in zip(block_tables, block_sizes, circular, strict=True)
+        ]
+        meta = torch.tensor(rows, dtype=torch.int64, device=block_tables[0].device)
+        _META_CACHE[key] = meta
+        if len(_META_CACHE) > _META_CACHE_SIZE:
+            _META_CACHE.popitem(last=False)
+    else:
+        _META_CACHE.move_to_end(key)
+    return meta
+
+
+def compute_slot_mappings(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_tables: Sequence[Tensor],
+    block_sizes: Sequence[int],
+    *,
+    circular: Sequence[bool] | None = None,
+    idx_mapping: Tensor | None = None,
+    num_tokens: int | None = None,
+    max_num_tokens: int | None = None,
+    cp_world_size: int = 1,
+    cp_rank: int = 0,
+    cp_interleave: int = 1,
+    pad_id: int = PAD_SLOT_ID,
+    out: Tensor | None = None,
+    validate: bool = True,
+    tile_size: int | None = None,
+    parallel_tiles: int | None = None,
+    gather_as_float: bool | None = None,
+) -> Tensor:
+    """Slot mappings of all KV-cache groups in one launch.
+
+    block_tables[g]: [>= max_num_reqs, n_g] int32; block_sizes[g]: int; circular[g]: bool;
+    idx_mapping: [num_reqs] int32 (request q reads row idx_mapping[q]; row q when None).
+    Returns [num_groups, max_num_tokens] int32, or writes ``out``. ``tile_size`` and
+    ``parallel_tiles`` None choose adaptively (``choose_tiling``). Same arguments and result
+    as ``slotmap.slot_mappings_oracle``.
+    """
+    circular = list(circular) if circular is not None else [False] * len(block_tables)
+    if validate or num_tokens is None:
+        # The tile choice needs num_tokens; without it, validation reads it (one sync).
+        num_tokens = int(query_start_loc[-1]) if num_tokens is None else num_tokens
+    num_reqs = query_start_loc.numel() - 1
+    auto_tile, auto_parallel = choose_tiling(num_tokens, num_reqs)
+    tile_size = tile_size or auto_tile
+    parallel_tiles = parallel_tiles or auto_parallel
+    check_tile(tile_size)
+    if parallel_tiles < 1:
+        raise ValueError(f"parallel_tiles must be >= 1, got {parallel_tiles}")
+    num_tokens, max_num_tokens = check_slot_mappings_inputs(
+        query_start_loc, positions, block_tables, block_sizes,
+        circular=circular, idx_mapping=idx_mapping, num_tokens=num_tokens,
+        max_num_tokens=max_num_tokens, cp_world_size=cp_world_size, cp_rank=cp_rank,
+        cp_interleave=cp_interleave, out=out, full=validate, tile_size=tile_size,
+    )  # fmt: skip
+    check_launch_device(positions)
+    for g, table in enumerate(block_tables):
+        check_int32_extent(f"block_tables[{g}]", table)
+    num_groups = len(block_tables)
+    if out is None:
+        out = torch.empty(num_groups, max_num_tokens, dtype=torch.int32, device=positions.device)
+    check_int32_extent("out", out)
+    linear_sizes = [s for s, c in zip(block_sizes, circular, strict=True) if not c]
+    window = window_size(tile_size, min(linear_sizes)) if linear_sizes else 2
+    meta = group_metadata(block_tables, block_sizes, circular)
+    _compute_slot_mappings_kernel[(num_groups, num_reqs + 1, parallel_tiles)](
+        num_tokens,
+        max_num_tokens,
+        num_reqs,
+        query_start_loc,
+        positions,
+        idx_mapping if idx_mapping is not None else query_start_loc,
+        meta,
+        out,
+        out.stride(0),
+        TOTAL_CP_WORLD_SIZE=cp_world_size,
+        TOTAL_CP_RANK=cp_rank,
+        CP_KV_CACHE_INTERLEAVE_SIZE=cp_interleave,
+        PAD_ID=pad_id,
+        TILE_BLOCK_SIZE=tile_size,
+        BLOCK_TABLE_WINDOW_SIZE=window,
+        PARALLEL_TILES=parallel_tiles,
+        HAS_IDX_MAPPING=idx_mapping is not None,
+        GATHER_AS_FLOAT=DEFAULT_GATHER_AS_FLOAT if gather_as_float is None else gather_as_float,
+    )
+    return out
