@@ -101,7 +101,7 @@ def doctor(_: argparse.Namespace) -> int:
     for name in ["python", "torch", "triton", "triton-ascend", "torch-npu"]:
         print(f"{name:<12} {found[name] or 'not installed'}")
     if found["triton"] and found["triton-ascend"]:
-        print("WARNING      triton and triton-ascend are both installed; they overwrite each other")
+        print("WARNING      triton and triton-ascend both installed: they overwrite each other")
     lab = ["jupyterlab", "ipywidgets", "jupyterlab_widgets", "ipykernel", "matplotlib"]
     print("lab          " + ", ".join(f"{n} {found[n] or '-'}" for n in lab))
     print("canary       production kernels against the reference:")

@@ -13,12 +13,14 @@ Backend notes, because one code path serves three targets:
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from slotmap.backend import BACKEND
 from slotmap.layout import INT32_MAX
+from slotmap.validate import check_slot_mapping_inputs
 
 DEFAULT_GATHER_AS_FLOAT = BACKEND.name == "npu"
 # The min-reduction's sentinel, as a compile-time constant the kernels can read.
@@ -144,3 +146,50 @@ def check_int32_extent(name: str, tensor: Tensor) -> None:
 def check_tile(tile_size: int) -> None:
     if tile_size < 1 or tile_size & (tile_size - 1):
         raise ValueError(f"tile_size must be a power of two, got {tile_size}")
+
+
+def check_grid(grid: tuple[int, ...]) -> None:
+    """Launch-grid limits: axes 1 and 2 of a CUDA grid, and an Ascend coreDim, are <= 65535."""
+    limited = grid if BACKEND.name == "npu" else grid[1:]
+    if any(n > 65535 for n in limited):
+        raise ValueError(f"launch grid {grid} exceeds 65535 programs along an axis")
+
+
+def prepare_slot_mapping_launch(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    block_size: int,
+    *,
+    num_tokens: int | None,
+    max_num_tokens: int | None,
+    kv_cache_block_size: int | None,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    circular: bool,
+    out: Tensor | None,
+    validate: bool,
+    tile_size: int,
+    window: bool,
+) -> tuple[int, int, int, Tensor]:
+    """What a single-group launcher does before its launch, shared by window and direct.
+
+    Returns (num_tokens, max_num_tokens, kv_cache_block_size, out), allocating ``out`` on
+    the inputs' device when the caller gave none. ``window`` adds the window precondition.
+    """
+    check_tile(tile_size)
+    kv_cache_block_size = kv_cache_block_size or block_size
+    num_tokens, max_num_tokens = check_slot_mapping_inputs(
+        query_start_loc, positions, block_table, block_size,
+        num_tokens=num_tokens, max_num_tokens=max_num_tokens,
+        kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
+        cp_interleave=cp_interleave, circular=circular, out=out, full=validate,
+        tile_size=tile_size if window else None,
+    )  # fmt: skip
+    check_launch_device(positions)
+    check_int32_extent("block_table", block_table)
+    check_grid((query_start_loc.numel(),))
+    if out is None:
+        out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
+    return num_tokens, max_num_tokens, kv_cache_block_size, out

@@ -9,7 +9,6 @@ production NPU kernel loads a window instead. Same launcher arguments and result
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -17,12 +16,9 @@ from torch import Tensor
 from slotmap.kernels.common import (
     _block_and_offset,
     _fill_pad,
-    check_int32_extent,
-    check_launch_device,
-    check_tile,
+    prepare_slot_mapping_launch,
 )
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE
-from slotmap.validate import check_slot_mapping_inputs
 
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens"])
@@ -97,18 +93,13 @@ def compute_slot_mapping_direct(
 
     Same arguments and result as ``compute_slot_mapping`` and ``slot_mapping_oracle``.
     """
-    check_tile(tile_size)
-    kv_cache_block_size = kv_cache_block_size or block_size
-    num_tokens, max_num_tokens = check_slot_mapping_inputs(
+    num_tokens, max_num_tokens, kv_cache_block_size, out = prepare_slot_mapping_launch(
         query_start_loc, positions, block_table, block_size,
         num_tokens=num_tokens, max_num_tokens=max_num_tokens,
         kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, circular=circular, out=out, full=validate,
+        cp_interleave=cp_interleave, circular=circular, out=out, validate=validate,
+        tile_size=tile_size, window=False,
     )  # fmt: skip
-    check_launch_device(positions)
-    check_int32_extent("block_table", block_table)
-    if out is None:
-        out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
     num_reqs = query_start_loc.numel() - 1
     _compute_slot_mapping_direct_kernel[(num_reqs + 1,)](
         num_tokens,

@@ -26,6 +26,7 @@ from slotmap.kernels.common import (
     _block_and_offset,
     _fill_pad,
     _gather_from_window,
+    check_grid,
     check_int32_extent,
     check_launch_device,
     check_tile,
@@ -197,6 +198,8 @@ def compute_slot_mappings(
 
     block_tables[g]: [>= max_num_reqs, n_g] int32; block_sizes[g]: int; circular[g]: bool;
     idx_mapping: [num_reqs] int32 (request q reads row idx_mapping[q]; row q when None).
+    Context parallelism (``cp_*``) applies to every group alike, each group's physical block
+    being its block size (hybrid blocks go through ``compute_slot_mapping``).
     Returns [num_groups, max_num_tokens] int32, or writes ``out``. ``tile_size`` and
     ``parallel_tiles`` None choose adaptively (``choose_tiling``). Same arguments and result
     as ``slotmap.slot_mappings_oracle``.
@@ -225,6 +228,7 @@ def compute_slot_mappings(
     if out is None:
         out = torch.empty(num_groups, max_num_tokens, dtype=torch.int32, device=positions.device)
     check_int32_extent("out", out)
+    check_grid((num_groups, num_reqs + 1, parallel_tiles))
     linear_sizes = [s for s, c in zip(block_sizes, circular, strict=True) if not c]
     window = window_size(tile_size, min(linear_sizes)) if linear_sizes else 2
     meta = group_metadata(block_tables, block_sizes, circular)

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from slotmap.kernels.common import check_launch_device, check_tile
+from slotmap.kernels.common import check_grid, check_launch_device, check_tile
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE
 from slotmap.validate import check_replay_inputs
 
@@ -85,6 +85,7 @@ def pad_replayed_slots(
     num_groups = slot_mappings.shape[0]
     if num_reqs == 0 or num_groups == 0 or not any(prefix_cacheable):
         return slot_mappings
+    check_grid((num_groups, num_reqs))
     cacheable = torch.tensor(
         [int(bool(c)) for c in prefix_cacheable], dtype=torch.int32, device=positions.device
     )

@@ -7,7 +7,6 @@ additions come after the production parameters, with defaults.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -17,12 +16,9 @@ from slotmap.kernels.common import (
     _block_and_offset,
     _fill_pad,
     _gather_from_window,
-    check_int32_extent,
-    check_launch_device,
-    check_tile,
+    prepare_slot_mapping_launch,
 )
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, window_size
-from slotmap.validate import check_slot_mapping_inputs
 
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens"])
@@ -123,19 +119,13 @@ def compute_slot_mapping(
     ``gather_as_float`` None means the backend's default (True on the NPU).
     Same arguments and result as ``slotmap.slot_mapping_oracle``.
     """
-    check_tile(tile_size)
-    kv_cache_block_size = kv_cache_block_size or block_size
-    num_tokens, max_num_tokens = check_slot_mapping_inputs(
+    num_tokens, max_num_tokens, kv_cache_block_size, out = prepare_slot_mapping_launch(
         query_start_loc, positions, block_table, block_size,
         num_tokens=num_tokens, max_num_tokens=max_num_tokens,
         kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, circular=circular, out=out, full=validate,
-        tile_size=tile_size,
+        cp_interleave=cp_interleave, circular=circular, out=out, validate=validate,
+        tile_size=tile_size, window=True,
     )  # fmt: skip
-    check_launch_device(positions)
-    check_int32_extent("block_table", block_table)
-    if out is None:
-        out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
     num_reqs = query_start_loc.numel() - 1
     _compute_slot_mapping_kernel[(num_reqs + 1,)](
         num_tokens,

@@ -1,0 +1,100 @@
+"""The backend choice and the ``slotmap`` command (doctor, lab), as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k not in ("SLOTMAP_BACKEND",)}
+    environment.update(env)
+    environment["PYTHONPATH"] = str(ROOT) + os.pathsep + environment.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment,
+        cwd=ROOT, timeout=300,
+    )  # fmt: skip
+
+
+def test_backend_is_printed_once_per_process():
+    done = run_python("import slotmap, importlib; import slotmap.backend; print('ok')")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("slotmap: backend") == 1
+    assert done.stdout.strip().endswith("ok")
+
+
+def test_override_selects_the_cpu_interpreter_before_kernels_are_decorated():
+    code = (
+        "import os, slotmap, slotmap.kernels.slot_mapping as m\n"
+        "print(slotmap.BACKEND.name, os.environ.get('TRITON_INTERPRET'),"
+        " type(m._compute_slot_mapping_kernel).__name__)"
+    )
+    done = run_python(code, SLOTMAP_BACKEND="cpu")
+    assert done.returncode == 0, done.stderr
+    name, interpret, kernel_type = done.stdout.strip().splitlines()[-1].split()
+    assert (name, interpret) == ("cpu", "1")
+    assert kernel_type == "InterpretedFunction"
+
+
+def test_unknown_backend_is_refused():
+    done = run_python("import slotmap", SLOTMAP_BACKEND="tpu")
+    assert done.returncode != 0
+    assert "SLOTMAP_BACKEND='tpu'" in done.stderr and "npu, cuda, cpu" in done.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_forcing_a_missing_accelerator_says_why():
+    done = run_python("import slotmap", SLOTMAP_BACKEND="cuda")
+    assert done.returncode != 0
+    assert "SLOTMAP_BACKEND=cuda, but torch sees no CUDA device" in done.stderr
+
+
+def test_doctor_reports_backend_versions_and_a_passing_canary():
+    done = run_python("from slotmap.cli import main; raise SystemExit(main(['doctor']))")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    import slotmap
+
+    assert f"backend      {slotmap.BACKEND.name}" in out
+    assert f"torch        {torch.__version__.split('+')[0]}" in out
+    assert "triton       " in out and "torch-npu" in out
+    assert out.count("  PASS  ") == 5 and "FAIL" not in out
+    assert "doctor: all good" in out
+
+
+def test_doctor_canary_fails_on_a_wrong_kernel(monkeypatch):
+    """The canary is a real check: a kernel that writes a wrong slot makes it fail."""
+    import slotmap
+    from slotmap import cli
+
+    real = slotmap.compute_slot_mapping_direct
+
+    def off_by_one(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out[0] += 1
+        return out
+
+    monkeypatch.setattr(slotmap, "compute_slot_mapping_direct", off_by_one)
+    results = {name: (ok, detail) for name, ok, _, detail in cli.canary()}
+    assert results["direct kernel"] == (False, "MISMATCH at 0")
+    assert results["window kernel"][0]
+
+
+def test_lab_command_opens_the_course(tmp_path, monkeypatch):
+    from slotmap.cli import lab_command
+
+    monkeypatch.chdir(tmp_path)  # not a course folder: falls back to the checkout
+    command = lab_command(port=8123, no_browser=True, token="abc")
+    assert command[:3] == [sys.executable, "-m", "jupyterlab"]
+    assert f"--ServerApp.root_dir={ROOT}" in command
+    assert "--LabApp.default_url=/lab/tree/notebooks" in command
+    assert "--ServerApp.ip=127.0.0.1" in command and "--ServerApp.port=8123" in command
+    assert "--IdentityProvider.token=abc" in command and "--no-browser" in command
+    assert (ROOT / "notebooks").is_dir()
