@@ -54,5 +54,6 @@ def expand_block_table(block_table: torch.Tensor, blocks_per_kv_block: int) -> t
         raise ValueError(f"blocks_per_kv_block must be >= 1, got {blocks_per_kv_block}")
     j = torch.arange(blocks_per_kv_block, dtype=block_table.dtype, device=block_table.device)
     expanded = block_table.unsqueeze(-1) * blocks_per_kv_block + j
-    return expanded.reshape(block_table.shape[0], -1).contiguous()
+    rows, entries = block_table.shape
+    return expanded.reshape(rows, entries * blocks_per_kv_block).contiguous()
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-def execute(path: Path) -> "nbformat.NotebookNode":
+def execute(path: Path):
     notebook = nbformat.read(path, as_version=4)
     # Short per-cell timeout: a missed zmq wakeup in some ipykernel versions stalls a cell
     # for the whole timeout (pinned ipykernel<7 avoids it).

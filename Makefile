@@ -1,0 +1,86 @@
+# Two commands for a fresh machine:
+#   make lab    set everything up (idempotent) and open the course in JupyterLab
+#   make test   set everything up and run the linter and the whole test suite
+#
+# EXTRA picks the accelerator stack: cpu (default; Triton's interpreter), cuda or npu.
+#   make lab EXTRA=cuda    # NVIDIA GPU: upstream triton
+#   make lab EXTRA=npu     # Ascend NPU: triton-ascend + torch_npu (CANN installed first)
+# One virtual environment holds one stack: triton and triton-ascend overwrite each other.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := lab
+
+EXTRA ?= cpu
+VENV ?= .venv
+PYTHON ?=
+PIP_INSTALL_ARGS ?=
+PYTEST_ARGS ?=
+
+# torch_npu 2.7.1 on x86-64 requires torch==2.7.1+cpu, which lives on PyTorch's CPU index
+# (on PyPI, x86-64 torch is a CUDA build that also pulls upstream triton).
+ifeq ($(EXTRA),npu)
+PIP_INSTALL_ARGS += --extra-index-url https://download.pytorch.org/whl/cpu
+endif
+
+VENV_PY := $(VENV)/bin/python
+STAMP := $(VENV)/.slotmap-$(EXTRA).stamp
+
+.PHONY: lab test setup
+
+lab: setup
+	$(VENV)/bin/slotmap lab
+
+test: setup
+	$(VENV)/bin/ruff check .
+	SLOTMAP_BACKEND="$${SLOTMAP_BACKEND:-cpu}" $(VENV_PY) -m pytest $(PYTEST_ARGS)
+
+setup: $(STAMP)
+
+$(VENV_PY):
+	@py="$(PYTHON)"; \
+	if [ -z "$$py" ]; then \
+	  for candidate in python3.11 python3; do \
+	    if command -v "$$candidate" >/dev/null 2>&1 \
+	       && "$$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+	          >/dev/null 2>&1; then \
+	      py="$$candidate"; break; \
+	    fi; \
+	  done; \
+	fi; \
+	if [ -z "$$py" ] || ! "$$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+	      >/dev/null 2>&1; then \
+	  echo "error: slotmap needs Python 3.11 (the only version both triton >= 3.3 and" >&2; \
+	  echo "triton-ascend 3.2 support), and neither python3.11 nor python3 on PATH is 3.11." >&2; \
+	  echo "Install Python 3.11 (e.g. apt install python3.11 python3.11-venv, pyenv, or" >&2; \
+	  echo "conda env create -f environment.yml), or run: make PYTHON=/path/to/python3.11" >&2; \
+	  exit 1; \
+	fi; \
+	echo "creating $(VENV) with $$py ($$("$$py" -c 'import sys; print(sys.version.split()[0])'))"; \
+	if ! "$$py" -m venv "$(VENV)"; then \
+	  rm -rf "$(VENV)"; \
+	  echo "error: '$$py -m venv' failed; on Debian/Ubuntu install python3.11-venv" >&2; \
+	  exit 1; \
+	fi
+
+$(STAMP): pyproject.toml | $(VENV_PY)
+	@case "$(EXTRA)" in cpu|cuda|npu) ;; \
+	  *) echo "error: EXTRA=$(EXTRA): expected cpu, cuda or npu" >&2; exit 1;; esac
+	@for other in $(VENV)/.slotmap-*.stamp; do \
+	  if [ -e "$$other" ] && [ "$$other" != "$(STAMP)" ]; then \
+	    echo "error: $(VENV) was set up for EXTRA=$$(basename "$$other" .stamp | sed 's/^.slotmap-//')," >&2; \
+	    echo "not EXTRA=$(EXTRA); one environment holds one stack. Remove it (rm -rf $(VENV))" >&2; \
+	    echo "or use another one (make ... EXTRA=$(EXTRA) VENV=.venv-$(EXTRA))." >&2; \
+	    exit 1; \
+	  fi; \
+	done
+	$(VENV_PY) -m pip install --upgrade pip
+	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[$(EXTRA),lab,test]"
+ifeq ($(EXTRA),npu)
+	@# A dependency that asks for upstream triton overwrites triton-ascend's files: put them back.
+	@if $(VENV_PY) -m pip show --quiet triton >/dev/null 2>&1; then \
+	  echo "upstream triton was pulled in next to triton-ascend: removing it"; \
+	  $(VENV_PY) -m pip uninstall --yes triton && \
+	  $(VENV_PY) -m pip install --force-reinstall --no-deps "triton-ascend==3.2.0"; \
+	fi
+endif
+	touch $(STAMP)
