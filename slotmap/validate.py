@@ -83,6 +83,8 @@ def resolve_counts(
     check_tensor("query_start_loc", query_start_loc, (torch.int32,), 1, device)
     if query_start_loc.numel() < 1:
         _fail("query_start_loc needs num_reqs + 1 >= 1 entries, got 0")
+    if full:
+        check_query_start_loc(query_start_loc)
     if num_tokens is None or full:
         last = int(query_start_loc[-1])
         if num_tokens is not None and num_tokens != last:
@@ -96,8 +98,11 @@ def resolve_counts(
         _fail(f"num_tokens {num_tokens} exceeds max_num_tokens {max_num_tokens}")
     if positions.numel() < num_tokens:
         _fail(f"too few positions: {positions.numel()} for {num_tokens} tokens")
-    if not full:
-        return num_tokens, max_num_tokens
+    return num_tokens, max_num_tokens
+
+
+def check_query_start_loc(query_start_loc: Tensor) -> None:
+    """query_start_loc starts at 0 and never decreases (so no entry is negative)."""
     starts = query_start_loc.to(torch.int64)
     first = int(starts[0])
     if first != 0:
@@ -110,7 +115,6 @@ def resolve_counts(
             f"(query_start_loc[{q}] = {int(starts[q])} > query_start_loc[{q + 1}] = "
             f"{int(starts[q + 1])})"
         )
-    return num_tokens, max_num_tokens
 
 
 def check_out(out: Tensor | None, shape: tuple[int, ...], device: torch.device) -> None:

@@ -32,7 +32,7 @@ from slotmap.kernels.common import (
     check_tile,
 )
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, cdiv, next_power_of_2, window_size
-from slotmap.validate import check_slot_mappings_inputs
+from slotmap.validate import check_slot_mappings_inputs, resolve_counts
 
 SMALL_TILE = 16  # the smallest tile the adaptive choice takes
 MAX_PARALLEL_TILES = 64  # programs one request may be spread over
@@ -205,13 +205,14 @@ def compute_slot_mappings(
     as ``slotmap.slot_mappings_oracle``.
     """
     circular = list(circular) if circular is not None else [False] * len(block_tables)
-    if validate or num_tokens is None:
-        # The tile choice needs num_tokens; without it, validation reads it (one sync).
-        num_tokens = int(query_start_loc[-1]) if num_tokens is None else num_tokens
+    # The adaptive tiling needs num_tokens: check query_start_loc before reading it.
+    num_tokens, max_num_tokens = resolve_counts(
+        query_start_loc, positions, num_tokens, max_num_tokens, validate
+    )
     num_reqs = query_start_loc.numel() - 1
     auto_tile, auto_parallel = choose_tiling(num_tokens, num_reqs)
-    tile_size = tile_size or auto_tile
-    parallel_tiles = parallel_tiles or auto_parallel
+    tile_size = auto_tile if tile_size is None else tile_size
+    parallel_tiles = auto_parallel if parallel_tiles is None else parallel_tiles
     check_tile(tile_size)
     if parallel_tiles < 1:
         raise ValueError(f"parallel_tiles must be >= 1, got {parallel_tiles}")

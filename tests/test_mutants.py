@@ -1,0 +1,161 @@
+"""Known-wrong variants of slotmap (mutants) that the suite must catch.
+
+Each mutant is one exact textual replacement in a copy of the package (the pattern must occur
+exactly once, so a mutant can never silently be a no-op). A focused subset of the real tests
+then runs against the copy in a subprocess and must fail; the same subset must pass against
+an unmutated copy (the control), so the failure is the mutant's doing. Triton reads kernel
+source from real files, which the copy provides. Subprocesses use this run's backend (the
+CPU interpreter under ``SLOTMAP_BACKEND=cpu``, compiled kernels on a GPU) and the ``mutants``
+hypothesis profile (no shrinking).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import slotmap
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    path: str  # inside the slotmap package
+    old: str
+    new: str
+    tests: tuple[str, ...]  # pytest arguments, relative to the repository root
+
+
+WINDOW_PROPERTY = "tests/test_slot_mapping_properties.py::test_window_kernel_matches_oracle"
+
+MUTANTS = {
+    # (a) The window without its + 1: a tile that starts mid-block spans one block more than
+    # its length covers. The validator shares window_size, so it now rejects valid batches.
+    "window-without-plus-one": Mutant(
+        "layout.py",
+        "return next_power_of_2(cdiv(tile_size, block_size) + 1)",
+        "return next_power_of_2(cdiv(tile_size, block_size))",
+        (
+            "tests/test_window.py::test_tile_starting_mid_block",
+            "tests/test_hand_cases.py::test_hand_case[4-requests-1k-to-8k-b16-window]",
+        ),
+    ),
+    # (b) Floor where C truncation and a guard are meant: a circular branch that wraps
+    # negative positions Python-style, ((p % b) + b) % b, and gives the padded tail a slot.
+    "circular-wraps-negative-positions": Mutant(
+        "kernels/common.py",
+        "        has_slot = pos >= 0\n"
+        "        block_indices = tl.zeros_like(pos)\n"
+        "        slot_offsets = tl.where(has_slot, pos, 0) % block_size\n",
+        "        has_slot = pos == pos\n"
+        "        block_indices = tl.zeros_like(pos)\n"
+        "        slot_offsets = ((pos % block_size) + block_size) % block_size\n",
+        (
+            "tests/test_hand_cases.py::test_hand_case[circular-negative-window]",
+            f"{WINDOW_PROPERTY}[circular]",
+        ),
+    ),
+    # (b') Floor where ceiling is meant: the validator counts a request's tiles with floor
+    # division, so short requests share tile numbers and valid batches are rejected.
+    "validator-counts-tiles-with-floor": Mutant(
+        "validate.py",
+        "torch.clamp(lengths + tile_size - 1, min=0) // tile_size",
+        "torch.clamp(lengths, min=0) // tile_size",
+        (
+            "tests/test_window.py::test_contiguous_positions_always_pass_the_precondition",
+            f"{WINDOW_PROPERTY}[plain]",
+        ),
+    ),
+    # (c) A missing mask: the min-reduction also sees lanes past the request's end (loaded
+    # as position 0), so a partial tile's window starts at block 0, not at its own blocks.
+    "min-reduction-without-valid-mask": Mutant(
+        "kernels/common.py",
+        "block_idx_base = tl.min(tl.where(valid, block_indices, INT32_MAX_SENTINEL), axis=0)",
+        "block_idx_base = tl.min(block_indices, axis=0)",
+        (
+            "tests/test_hand_cases.py::test_hand_case[cp-w2-r0-i2-kv128-b32-window-tile16]",
+            f"{WINDOW_PROPERTY}[plain]",
+        ),
+    ),
+    # (c') A missing mask: the store writes whole tiles, past the request and past the output.
+    # Only the guard band around ``out`` sees it when the overflow is past the output.
+    "store-without-mask": Mutant(
+        "kernels/slot_mapping.py",
+        "tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)",
+        "tl.store(slot_mapping_ptr + offsets, slot_ids)",
+        ("tests/test_hand_cases.py::test_hand_case[doc-example-window-tile16]",),
+    ),
+    # (d) A forgotten padding program: it returns without filling [num_tokens, max_num_tokens).
+    "padding-program-forgets-to-fill": Mutant(
+        "kernels/slot_mapping.py",
+        "        _fill_pad(slot_mapping_ptr, num_tokens, max_num_tokens, 1, PAD_ID, "
+        "TILE_BLOCK_SIZE)\n        return\n",
+        "        return\n",
+        ("tests/test_hand_cases.py::test_hand_case[padding-tail-window]",),
+    ),
+}
+
+
+def copy_project(destination: Path) -> Path:
+    """slotmap and tests, copied; returns the package directory."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+    shutil.copytree(ROOT / "slotmap", destination / "slotmap", ignore=ignore)
+    shutil.copytree(ROOT / "tests", destination / "tests", ignore=ignore)
+    return destination / "slotmap"
+
+
+def mutate(package: Path, mutant: Mutant) -> None:
+    target = package / mutant.path
+    source = target.read_text()
+    count = source.count(mutant.old)
+    assert count == 1, f"{mutant.path}: the mutant's pattern occurs {count} times, not once"
+    target.write_text(source.replace(mutant.old, mutant.new))
+
+
+def run_tests(project: Path, tests: tuple[str, ...]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_"))}
+    env.update(
+        PYTHONPATH=str(project),
+        SLOTMAP_BACKEND=slotmap.BACKEND.name,
+        HYPOTHESIS_PROFILE="mutants",
+        SLOTMAP_TEST_EXPECT_PACKAGE=str(project / "slotmap"),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=project, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_every_mutant_pattern_occurs_once() -> None:
+    # Cheap, in-process: a refactor that moves a pattern is reported here first.
+    for name, mutant in MUTANTS.items():
+        count = (ROOT / "slotmap" / mutant.path).read_text().count(mutant.old)
+        assert count == 1, f"{name}: pattern occurs {count} times in {mutant.path}"
+
+
+def test_control_passes_on_unmutated_copy(tmp_path: Path) -> None:
+    copy_project(tmp_path)
+    subset = tuple(dict.fromkeys(t for m in MUTANTS.values() for t in m.tests))
+    done = run_tests(tmp_path, subset)
+    assert done.returncode == 0, f"control failed:\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, id=name) for name in MUTANTS])
+def test_suite_catches_mutant(name: str, tmp_path: Path) -> None:
+    mutant = MUTANTS[name]
+    mutate(copy_project(tmp_path), mutant)
+    done = run_tests(tmp_path, mutant.tests)
+    # Exit status 1: tests ran and failed (not 2-5: interrupted, internal or collection errors,
+    # and not a crash of the interpreter).
+    assert done.returncode == 1, (
+        f"mutant {name} survived or broke the run (exit {done.returncode}):\n"
+        f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
+    )
+    assert "failed" in done.stdout
