@@ -127,7 +127,8 @@ def replay_cases(draw):
     replay_start = []
     for q in range(len(starts) - 1):
         own = positions[starts[q] : starts[q + 1]]
-        choices = [0, 1, max(own, default=0) + 1] + [p for p in own if p > 0]
+        # replay_start is never negative (the launchers reject it): 0 means no replay.
+        choices = [0, 1, max(max(own, default=0) + 1, 0)] + [p for p in own if p > 0]
         replay_start.append(rng.choice(choices))
     window = draw(st.sampled_from((0, 1, 3, 8, 40)))
     groups = len(case.block_sizes)
