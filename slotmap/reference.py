@@ -182,7 +182,7 @@ def slot_mappings_oracle(
                 pad_id=pad_id, validate=False,
             )  # fmt: skip
         )
-    return _emit_groups(groups, out, positions.device, max_num_tokens)
+    return _emit_groups(groups, out, positions.device)
 
 
 def replay_padding_oracle(
@@ -347,7 +347,7 @@ def slot_mappings_torch(
         )  # fmt: skip
         for g, (table, size) in enumerate(zip(block_tables, block_sizes, strict=True))
     ]
-    return _emit_groups(groups, out, positions.device, max_num_tokens)
+    return _emit_groups(groups, out, positions.device)
 
 
 def replay_padding_torch(
@@ -392,12 +392,9 @@ def _emit(values: list[int], out: Tensor | None, device: torch.device) -> Tensor
     return out
 
 
-def _emit_groups(
-    groups: list[Tensor], out: Tensor | None, device: torch.device, max_num_tokens: int | None
-) -> Tensor:
-    width = groups[0].numel() if groups else (max_num_tokens or 0)
-    stacked = torch.stack(groups) if groups else torch.empty(0, width, dtype=torch.int32)
+def _emit_groups(groups: list[Tensor], out: Tensor | None, device: torch.device) -> Tensor:
+    stacked = torch.stack(groups).to(device)  # validation guarantees at least one group
     if out is None:
-        return stacked.to(device)
-    out[:, :width] = stacked.to(out.dtype)
+        return stacked
+    out.copy_(stacked)
     return out

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from slotmap.layout import INT32_MAX, INT32_MIN, cdiv, window_size
+from slotmap.layout import INT32_MAX, INT32_MIN, window_size
 
 OUT_DTYPES = (torch.int32, torch.int64)
 
@@ -210,11 +210,12 @@ def check_window(
     window = window_size(tile_size, block_size)
     starts = query_start_loc.to(torch.int64)
     lengths = starts[1:] - starts[:-1]
-    tiles_before = torch.cumsum(torch.clamp(lengths + tile_size - 1, min=0) // tile_size, 0)
-    tiles_before = torch.cat([tiles_before.new_zeros(1), tiles_before[:-1]])
+    # Number every tile of the batch: request q's tiles follow those of requests 0..q-1.
+    tiles_per_request = (lengths + tile_size - 1) // tile_size
+    tiles_before = torch.cumsum(tiles_per_request, 0) - tiles_per_request
     token = torch.arange(num_tokens, device=request.device)
     tile = tiles_before[request] + (token - starts[request]) // tile_size
-    total = int(tiles_before[-1] + cdiv(int(lengths[-1]), tile_size)) if lengths.numel() else 0
+    total = int(tiles_per_request.sum())
     low = torch.full((total,), INT32_MAX, dtype=torch.int64, device=request.device)
     high = torch.full((total,), -1, dtype=torch.int64, device=request.device)
     low.scatter_reduce_(0, tile, torch.where(has_slot, block, INT32_MAX), "amin")

@@ -66,8 +66,8 @@ MUTANTS = {
     # division, so short requests share tile numbers and valid batches are rejected.
     "validator-counts-tiles-with-floor": Mutant(
         "validate.py",
-        "torch.clamp(lengths + tile_size - 1, min=0) // tile_size",
-        "torch.clamp(lengths, min=0) // tile_size",
+        "tiles_per_request = (lengths + tile_size - 1) // tile_size",
+        "tiles_per_request = lengths // tile_size",
         (
             "tests/test_window.py::test_contiguous_positions_always_pass_the_precondition",
             f"{WINDOW_PROPERTY}[plain]",
