@@ -8,6 +8,7 @@ a broken install. ``lab`` starts JupyterLab on the course with the course's conf
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import os
 import sys
@@ -55,28 +56,30 @@ def canary() -> list[tuple[str, bool, float, str]]:
     # Physical block numbers above 2**24 catch a float32 gather that rounds.
     table = torch.randperm(4096, generator=generator)[: len(lengths) * blocks] + 2**24
     table = table.reshape(len(lengths), blocks).to(device=device, dtype=torch.int32)
-    max_num_tokens = starts[-1] + 11
-    checks = []
-    common = dict(max_num_tokens=max_num_tokens)
-    expected = slotmap.slot_mapping_oracle(qsl, positions, table, block_size, **common)
-    checks.append(("window kernel", lambda: slotmap.compute_slot_mapping(
-        qsl, positions, table, block_size, tile_size=64, **common), expected))  # fmt: skip
-    checks.append(("window kernel, float32-halves gather", lambda: slotmap.compute_slot_mapping(
-        qsl, positions, table, block_size, tile_size=64, gather_as_float=True, **common
-    ), expected))  # fmt: skip
-    checks.append(("direct kernel", lambda: slotmap.compute_slot_mapping_direct(
-        qsl, positions, table, block_size, **common), expected))  # fmt: skip
-    cp = dict(kv_cache_block_size=32, cp_world_size=2, cp_rank=1, cp_interleave=8, **common)
-    checks.append(("window kernel, context parallel", lambda: slotmap.compute_slot_mapping(
-        qsl, positions, table, block_size, **cp),
-        slotmap.slot_mapping_oracle(qsl, positions, table, block_size, **cp)))  # fmt: skip
     ring = torch.randint(0, 1000, (len(lengths), 1), generator=generator, dtype=torch.int32)
     ring = ring.to(device)
-    groups = ([table, ring], [block_size, 8])
-    kw = dict(circular=[False, True], **common)
-    checks.append(("fused two-group kernel", lambda: slotmap.compute_slot_mappings(
-        qsl, positions, *groups, **kw),
-        slotmap.slot_mappings_oracle(qsl, positions, *groups, **kw)))  # fmt: skip
+    single = (qsl, positions, table, block_size)
+    groups = (qsl, positions, [table, ring], [block_size, 8])
+    cp = dict(kv_cache_block_size=32, cp_world_size=2, cp_rank=1, cp_interleave=8)
+    # (name, launcher, its reference, arguments, options for both, launcher-only options)
+    cases = [
+        ("window kernel", slotmap.compute_slot_mapping, slotmap.slot_mapping_oracle,
+         single, {}, {"tile_size": 64}),
+        ("window kernel, float32-halves gather", slotmap.compute_slot_mapping,
+         slotmap.slot_mapping_oracle, single, {}, {"tile_size": 64, "gather_as_float": True}),
+        ("direct kernel", slotmap.compute_slot_mapping_direct, slotmap.slot_mapping_oracle,
+         single, {}, {}),
+        ("window kernel, context parallel", slotmap.compute_slot_mapping,
+         slotmap.slot_mapping_oracle, single, cp, {}),
+        ("fused two-group kernel", slotmap.compute_slot_mappings, slotmap.slot_mappings_oracle,
+         groups, {"circular": [False, True]}, {}),
+    ]  # fmt: skip
+    max_num_tokens = starts[-1] + 11
+    checks = []
+    for name, launcher, reference, args, options, launcher_only in cases:
+        options = dict(options, max_num_tokens=max_num_tokens)
+        run = functools.partial(launcher, *args, **options, **launcher_only)
+        checks.append((name, run, reference(*args, **options)))
     results = []
     for name, run, want in checks:
         start = time.perf_counter()

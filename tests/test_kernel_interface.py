@@ -60,31 +60,22 @@ def test_runtime_sizes_are_not_specialised():
 LAUNCHER_ONLY = {"tile_size", "gather_as_float", "parallel_tiles"}
 
 
-@pytest.mark.parametrize(
-    "launcher, references",
-    [
-        pytest.param(
-            slotmap.compute_slot_mapping,
-            [slotmap.slot_mapping_oracle, slotmap.slot_mapping_torch],
-            id="window",
-        ),
-        pytest.param(
-            slotmap.compute_slot_mapping_direct,
-            [slotmap.slot_mapping_oracle, slotmap.slot_mapping_torch],
-            id="direct",
-        ),
-        pytest.param(
-            slotmap.compute_slot_mappings,
-            [slotmap.slot_mappings_oracle, slotmap.slot_mappings_torch],
-            id="fused",
-        ),
-        pytest.param(
-            slotmap.pad_replayed_slots,
-            [slotmap.replay_padding_oracle, slotmap.replay_padding_torch],
-            id="replay",
-        ),
-    ],
-)
+SINGLE_GROUP = [slotmap.slot_mapping_oracle, slotmap.slot_mapping_torch]
+PAIRS = {
+    "window": (slotmap.compute_slot_mapping, SINGLE_GROUP),
+    "direct": (slotmap.compute_slot_mapping_direct, SINGLE_GROUP),
+    "fused": (
+        slotmap.compute_slot_mappings,
+        [slotmap.slot_mappings_oracle, slotmap.slot_mappings_torch],
+    ),
+    "replay": (
+        slotmap.pad_replayed_slots,
+        [slotmap.replay_padding_oracle, slotmap.replay_padding_torch],
+    ),
+}
+
+
+@pytest.mark.parametrize("launcher, references", PAIRS.values(), ids=PAIRS.keys())
 def test_launcher_and_reference_share_one_signature(launcher, references):
     def shared(function):
         return [
