@@ -20,6 +20,7 @@ from slotmap.reference import (
     slot_mappings_oracle,
     slot_mappings_torch,
     token_slot,
+    window_bases_oracle,
 )
 
 __version__ = "0.1.0"
@@ -42,5 +43,6 @@ __all__ = [
     "slot_mappings_oracle",
     "slot_mappings_torch",
     "token_slot",
+    "window_bases_oracle",
     "window_size",
 ]

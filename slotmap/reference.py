@@ -141,6 +141,49 @@ def slot_mapping_oracle(
     return _emit(result, out, positions.device)
 
 
+def window_bases_oracle(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_size: int,
+    *,
+    tile_size: int,
+    kv_cache_block_size: int | None = None,
+    cp_world_size: int = 1,
+    cp_rank: int = 0,
+    cp_interleave: int = 1,
+    circular: bool = False,
+) -> list[list[int]]:
+    """Where the window kernel's window starts, for every tile of every request.
+
+    Tile t of request q covers tokens ``[qsl[q] + t * tile_size, ...)``; its window starts at
+    the smallest logical block among the tile's tokens that have a slot here, or at 0 when no
+    token has one. This is what ``compute_slot_mapping(..., window_trace=...)`` records.
+    """
+    kv_cache_block_size = kv_cache_block_size or block_size
+    starts = query_start_loc.tolist()
+    pos = positions.tolist()
+    bases = []
+    for request in range(len(starts) - 1):
+        request_bases = []
+        for tile_start in range(starts[request], starts[request + 1], tile_size):
+            tile_end = min(tile_start + tile_size, starts[request + 1])
+            blocks = [
+                located[0]
+                for token in range(tile_start, tile_end)
+                if (
+                    located := token_block_and_offset(
+                        pos[token], block_size, kv_cache_block_size=kv_cache_block_size,
+                        cp_world_size=cp_world_size, cp_rank=cp_rank,
+                        cp_interleave=cp_interleave, circular=circular,
+                    )
+                )
+                is not None
+            ]  # fmt: skip
+            request_bases.append(min(blocks, default=0))
+        bases.append(request_bases)
+    return bases
+
+
 def slot_mappings_oracle(
     query_start_loc: Tensor,
     positions: Tensor,

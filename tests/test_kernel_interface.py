@@ -57,7 +57,7 @@ def test_runtime_sizes_are_not_specialised():
     assert {"num_tokens", "max_num_tokens"} <= skipped
 
 
-LAUNCHER_ONLY = {"tile_size", "gather_as_float", "parallel_tiles"}
+LAUNCHER_ONLY = {"tile_size", "gather_as_float", "parallel_tiles", "window_trace"}
 
 
 SINGLE_GROUP = [slotmap.slot_mapping_oracle, slotmap.slot_mapping_torch]

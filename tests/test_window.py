@@ -16,6 +16,7 @@ from conftest import (
     assert_slots_equal,
     fused_single_group,
     make_case,
+    slot_mapping_cases,
     qsl_of,
     tensor,
 )
@@ -170,3 +171,37 @@ def test_tile_without_valid_lanes(tile: int) -> None:
         circular=True, tile_size=tile,
     )  # fmt: skip
     assert_slots_equal(tail, [PAD] * 3)
+
+
+@given(case=slot_mapping_cases(), tile=st.sampled_from(TILES))
+def test_window_trace_records_each_tiles_window_base(case, tile: int) -> None:
+    # The teaching trace (lesson 03) must show what the kernel really loaded: every tile's
+    # window base matches the reference's, tiles that do not exist stay untouched, and the
+    # slots do not change when tracing is on.
+    options = {k: v for k, v in case.options.items() if k not in ("out",)}
+    lengths = (case.query_start_loc[1:] - case.query_start_loc[:-1]).tolist()
+    width = max([-(-n // tile) for n in lengths], default=0) + 1
+    trace = torch.full((len(lengths), width), -777, dtype=torch.int32)
+    traced = case.run(slotmap.compute_slot_mapping, tile_size=tile, window_trace=trace)
+    assert_slots_equal(traced, case.run(slotmap.slot_mapping_oracle))
+    expected = slotmap.window_bases_oracle(
+        case.query_start_loc, case.positions, case.block_size, tile_size=tile,
+        **{k: v for k, v in options.items()
+           if k in ("kv_cache_block_size", "cp_world_size", "cp_rank", "cp_interleave",
+                    "circular")},
+    )  # fmt: skip
+    for request, bases in enumerate(expected):
+        padded = bases + [-777] * (width - len(bases))
+        assert trace[request].tolist() == padded, f"request {request}"
+
+
+def test_window_trace_must_have_one_row_per_request() -> None:
+    case = make_case([5, 3], 4)
+    with pytest.raises(ValueError, match="one row per request"):
+        slotmap.compute_slot_mapping(
+            *case.args(), window_trace=torch.zeros((3, 2), dtype=torch.int32)
+        )
+    with pytest.raises(ValueError, match="2-D int32"):
+        slotmap.compute_slot_mapping(
+            *case.args(), window_trace=torch.zeros((2, 2), dtype=torch.int64)
+        )

@@ -7,6 +7,7 @@ additions come after the production parameters, with defaults.
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -16,6 +17,7 @@ from slotmap.kernels.common import (
     _block_and_offset,
     _fill_pad,
     _gather_from_window,
+    check_launch_device,
     prepare_slot_mapping_launch,
 )
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, window_size
@@ -41,6 +43,9 @@ def _compute_slot_mapping_kernel(
     BLOCK_TABLE_WINDOW_SIZE: tl.constexpr,  # next_pow2(cdiv(TILE, block_size) + 1)
     IS_CIRCULAR: tl.constexpr = False,  # ring-buffer cache: one block per row
     GATHER_AS_FLOAT: tl.constexpr = False,  # gather the window as exact float32 halves (NPU)
+    window_trace_ptr=None,  # [num_reqs, window_trace_width], int32: window base of each tile
+    window_trace_width=0,  # int: tiles recorded per request
+    TRACE_WINDOWS: tl.constexpr = False,  # teaching aid: record where each tile's window starts
 ):
     # slot = block_table[q, pos // block_size] * block_size + pos % block_size
     # e.g. block_size 4, row [7, 2]: positions 0..5 -> slots 28 29 30 31 8 9
@@ -74,7 +79,7 @@ def _compute_slot_mapping_kernel(
             IS_CIRCULAR,
         )
         valid = mask & has_slot
-        block_numbers, _ = _gather_from_window(
+        block_numbers, window_base = _gather_from_window(
             block_table_row_ptr,
             block_table_stride,
             block_indices,
@@ -85,6 +90,26 @@ def _compute_slot_mapping_kernel(
         slot_ids = block_numbers * block_size + slot_offsets
         slot_ids = tl.where(has_slot, slot_ids, PAD_ID)
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
+        if TRACE_WINDOWS:
+            # The window covered block-table entries [window_base, window_base + WINDOW).
+            tile_index = (tile_start - start_idx) // TILE_BLOCK_SIZE
+            trace_ptr = window_trace_ptr + req_idx * window_trace_width + tile_index
+            tl.store(trace_ptr, window_base, mask=tile_index < window_trace_width)
+
+
+def check_window_trace(window_trace: Tensor, num_reqs: int) -> None:
+    """The trace is written in place: one contiguous int32 row per request."""
+    if window_trace.dtype != torch.int32 or window_trace.dim() != 2:
+        raise ValueError(
+            f"window_trace must be a 2-D int32 tensor, got {window_trace.dtype} "
+            f"with shape {tuple(window_trace.shape)}"
+        )
+    if window_trace.shape[0] != num_reqs or not window_trace.is_contiguous():
+        raise ValueError(
+            f"window_trace must be contiguous with one row per request ({num_reqs}), "
+            f"got shape {tuple(window_trace.shape)}"
+        )
+    check_launch_device(window_trace)
 
 
 def compute_slot_mapping(
@@ -105,6 +130,7 @@ def compute_slot_mapping(
     validate: bool = True,
     tile_size: int = PRODUCTION_TILE,
     gather_as_float: bool | None = None,
+    window_trace: Tensor | None = None,
 ) -> Tensor:
     """Slot of every batch token, with the production bounded-window kernel.
 
@@ -117,6 +143,10 @@ def compute_slot_mapping(
     to ``num_tokens``. ``validate=False`` skips the checks that read tensor contents (pass
     ``num_tokens`` too, and no sync remains). ``tile_size`` is TILE_BLOCK_SIZE;
     ``gather_as_float`` None means the backend's default (True on the NPU).
+    ``window_trace`` (a teaching aid): an int32 [num_reqs, tiles] tensor; the kernel writes
+    the window base of tile t of request q (the first block-table entry its window loaded)
+    at ``[q, t]`` and leaves tiles that do not exist untouched
+    (``slotmap.window_bases_oracle`` says what to expect).
     Same arguments and result as ``slotmap.slot_mapping_oracle``.
     """
     num_tokens, max_num_tokens, kv_cache_block_size, out = prepare_slot_mapping_launch(
@@ -127,6 +157,8 @@ def compute_slot_mapping(
         tile_size=tile_size, window=True,
     )  # fmt: skip
     num_reqs = query_start_loc.numel() - 1
+    if window_trace is not None:
+        check_window_trace(window_trace, num_reqs)
     _compute_slot_mapping_kernel[(num_reqs + 1,)](
         num_tokens,
         max_num_tokens,
@@ -146,5 +178,8 @@ def compute_slot_mapping(
         BLOCK_TABLE_WINDOW_SIZE=window_size(tile_size, block_size),
         IS_CIRCULAR=circular,
         GATHER_AS_FLOAT=DEFAULT_GATHER_AS_FLOAT if gather_as_float is None else gather_as_float,
+        window_trace_ptr=window_trace,
+        window_trace_width=0 if window_trace is None else window_trace.shape[1],
+        TRACE_WINDOWS=window_trace is not None,
     )
     return out
