@@ -56,4 +56,3 @@ def expand_block_table(block_table: torch.Tensor, blocks_per_kv_block: int) -> t
     expanded = block_table.unsqueeze(-1) * blocks_per_kv_block + j
     rows, entries = block_table.shape
     return expanded.reshape(rows, entries * blocks_per_kv_block).contiguous()
-

@@ -219,10 +219,18 @@ def slot_mappings_oracle(
     for g, (table, size) in enumerate(zip(block_tables, block_sizes, strict=True)):
         groups.append(
             slot_mapping_oracle(
-                query_start_loc, positions, table[rows], size,
-                num_tokens=num_tokens, max_num_tokens=max_num_tokens, cp_world_size=cp_world_size,
-                cp_rank=cp_rank, cp_interleave=cp_interleave, circular=circular[g],
-                pad_id=pad_id, validate=False,
+                query_start_loc,
+                positions,
+                table[rows],
+                size,
+                num_tokens=num_tokens,
+                max_num_tokens=max_num_tokens,
+                cp_world_size=cp_world_size,
+                cp_rank=cp_rank,
+                cp_interleave=cp_interleave,
+                circular=circular[g],
+                pad_id=pad_id,
+                validate=False,
             )  # fmt: skip
         )
     return _emit_groups(groups, out, positions.device)
@@ -383,9 +391,17 @@ def slot_mappings_torch(
     rows = _rows(query_start_loc, idx_mapping)
     groups = [
         slot_mapping_torch(
-            query_start_loc, positions, table[rows], size,
-            num_tokens=num_tokens, max_num_tokens=max_num_tokens, cp_world_size=cp_world_size,
-            cp_rank=cp_rank, cp_interleave=cp_interleave, circular=circular[g], pad_id=pad_id,
+            query_start_loc,
+            positions,
+            table[rows],
+            size,
+            num_tokens=num_tokens,
+            max_num_tokens=max_num_tokens,
+            cp_world_size=cp_world_size,
+            cp_rank=cp_rank,
+            cp_interleave=cp_interleave,
+            circular=circular[g],
+            pad_id=pad_id,
             validate=False,
         )  # fmt: skip
         for g, (table, size) in enumerate(zip(block_tables, block_sizes, strict=True))

@@ -16,8 +16,8 @@ from conftest import (
     assert_slots_equal,
     fused_single_group,
     make_case,
-    slot_mapping_cases,
     qsl_of,
+    slot_mapping_cases,
     tensor,
 )
 from hypothesis import given
