@@ -1,0 +1,30 @@
+"""The exercise machinery: checks (``check``), the cases and judges they use, building
+exercises from solutions, a learner's own copies, and grading.
+
+A notebook calls ``check("01.slot_of", slot_of)``; the exercise itself is defined in the
+lesson's module, ``slotmap/exercises/lessonNN.py``, loaded on first use.
+"""
+
+from slotmap.exercises.core import (
+    CHECK_MIME,
+    EXERCISES,
+    CheckResult,
+    Exercise,
+    Wrong,
+    check,
+    get_exercise,
+    register,
+    run_check,
+)
+
+__all__ = [
+    "CHECK_MIME",
+    "EXERCISES",
+    "CheckResult",
+    "Exercise",
+    "Wrong",
+    "check",
+    "get_exercise",
+    "register",
+    "run_check",
+]

@@ -1,0 +1,161 @@
+"""Exercise notebooks are generated from the solutions; learners work in their own copies.
+
+* ``solutions/NN_topic.ipynb`` is the single source. Answer regions sit between
+  ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (code) or ``<!-- BEGIN SOLUTION -->`` and
+  ``<!-- END SOLUTION -->`` (markdown).
+* ``build_exercises`` writes ``exercises/NN_topic.ipynb`` with every region replaced by a stub
+  and every output removed; ``stale_exercises`` lists the ones that drifted (a test).
+* ``copy_to_workspace`` gives a learner ``my_work/NN_topic.ipynb`` for each exercise they do
+  not have yet and never touches one that exists, so no rebuild or update overwrites work.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOLUTIONS = ROOT / "solutions"
+EXERCISES = ROOT / "exercises"
+WORKSPACE = ROOT / "my_work"
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+MD_BEGIN, MD_END = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"
+STUB_ANSWER = "*Your answer here.*"
+
+BANNER = (
+    "> **Exercise notebook**, generated from `solutions/{name}` by `slotmap exercises build`: "
+    "do not edit it here. Work in your own copy, `my_work/{name}` (`slotmap exercises copy` "
+    "makes it; `make lab` does that for you). Fill in every `# YOUR CODE HERE`, then run the "
+    "check cell below it."
+)
+
+
+class SolutionRegionError(ValueError):
+    pass
+
+
+def cut_code(source: str, where: str) -> str:
+    """Replace each code answer region by ``# YOUR CODE HERE`` + ``raise NotImplementedError``,
+    indented like the region's opening marker."""
+    lines, out = source.split("\n"), []
+    inside = False
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if stripped.startswith(BEGIN):
+            if inside:
+                raise SolutionRegionError(f"{where}, line {number}: nested {BEGIN}")
+            inside = True
+            indent = line[: len(line) - len(line.lstrip())]
+            out += [f"{indent}# YOUR CODE HERE", f"{indent}raise NotImplementedError()"]
+        elif stripped.startswith(END):
+            if not inside:
+                raise SolutionRegionError(f"{where}, line {number}: {END} without {BEGIN}")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise SolutionRegionError(f"{where}: {BEGIN} is never closed")
+    return "\n".join(out)
+
+
+def cut_markdown(source: str, where: str) -> str:
+    """Replace each markdown answer region by a placeholder."""
+    out, rest = [], source
+    while MD_BEGIN in rest:
+        before, _, after = rest.partition(MD_BEGIN)
+        if MD_END not in after:
+            raise SolutionRegionError(f"{where}: {MD_BEGIN} is never closed")
+        out.append(before + STUB_ANSWER)
+        rest = after.partition(MD_END)[2]
+    if MD_END in rest:
+        raise SolutionRegionError(f"{where}: {MD_END} without {MD_BEGIN}")
+    return "".join(out) + rest
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def exercise_notebook(solution: Path) -> dict:
+    """The exercise notebook for one solution notebook, as JSON."""
+    notebook = json.loads(solution.read_text(encoding="utf-8"))
+    regions = 0
+    cells = [{"cell_type": "markdown", "id": "slotmap-banner", "metadata": {},
+              "source": _lines(BANNER.format(name=solution.name))}]  # fmt: skip
+    for index, cell in enumerate(notebook["cells"]):
+        where = f"{solution.name}, cell {index}"
+        source = _source(cell)
+        if cell["cell_type"] == "code":
+            stub = cut_code(source, where)
+            cell = dict(cell, source=_lines(stub), outputs=[], execution_count=None)
+        elif cell["cell_type"] == "markdown":
+            stub = cut_markdown(source, where)
+            cell = dict(cell, source=_lines(stub))
+        else:
+            stub = source
+        regions += stub != source
+        cells.append(cell)
+    if regions == 0:
+        raise SolutionRegionError(f"{solution.name} has no {BEGIN} region: nothing to exercise")
+    metadata = dict(notebook.get("metadata", {}))
+    metadata["slotmap"] = {"generated_from": f"solutions/{solution.name}"}
+    return dict(notebook, cells=cells, metadata=metadata)
+
+
+def _dump(notebook: dict) -> str:
+    return json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def solution_notebooks(solutions: Path = SOLUTIONS) -> list[Path]:
+    return sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
+
+
+def build_exercises(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES) -> list[Path]:
+    """Write every exercise notebook from its solution; returns the files that changed."""
+    exercises.mkdir(parents=True, exist_ok=True)
+    changed = []
+    for solution in solution_notebooks(solutions):
+        target = exercises / solution.name
+        text = _dump(exercise_notebook(solution))
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
+            changed.append(target)
+    return changed
+
+
+def stale_exercises(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES) -> list[str]:
+    """What a build would change: missing, outdated and orphaned exercise notebooks."""
+    problems = []
+    expected = {s.name: _dump(exercise_notebook(s)) for s in solution_notebooks(solutions)}
+    for name, text in expected.items():
+        target = exercises / name
+        if not target.exists():
+            problems.append(f"exercises/{name} is missing")
+        elif target.read_text(encoding="utf-8") != text:
+            problems.append(f"exercises/{name} differs from what solutions/{name} generates")
+    for target in sorted(exercises.glob("[0-9][0-9]_*.ipynb")):
+        if target.name not in expected:
+            problems.append(f"exercises/{target.name} has no solutions/{target.name}")
+    return problems
+
+
+def copy_to_workspace(exercises: Path = EXERCISES, workspace: Path = WORKSPACE) -> list[str]:
+    """Give the learner a copy of each exercise they do not have; never overwrite one."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    messages = []
+    for exercise in sorted(exercises.glob("[0-9][0-9]_*.ipynb")):
+        mine = workspace / exercise.name
+        if mine.exists():
+            if exercise.stat().st_mtime > mine.stat().st_mtime:
+                messages.append(f"kept {mine} (yours): {exercise} changed since you copied it")
+            continue
+        shutil.copyfile(exercise, mine)
+        messages.append(f"new  {mine}")
+    return messages

@@ -1,0 +1,228 @@
+"""Batches for the slot-mapping exercises, and a judge that says in words what went wrong.
+
+``SlotCase`` is one batch in plain Python lists (printable, shrinkable); ``slot_cases`` draws
+random valid ones; ``judge_slot_mapping`` runs a learner's launcher on a case with a poisoned,
+guarded output and compares it with the reference, reporting the first broken invariant:
+a write outside the output, an element never written, a padding entry that is not PAD_ID,
+two tokens that collide in one slot, or simply a wrong slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from torch import Tensor
+
+from slotmap.backend import DEVICE
+from slotmap.exercises.core import Wrong
+from slotmap.layout import PAD_SLOT_ID
+from slotmap.reference import slot_mapping_oracle
+
+POISON = -999  # what every output element holds before the learner's code runs
+GUARD = 64  # poisoned elements on each side of the output: writes there are out of bounds
+
+
+@dataclass
+class SlotCase:
+    """One batch: request q owns tokens [query_start_loc[q], query_start_loc[q + 1])."""
+
+    query_start_loc: list[int]
+    positions: list[int]
+    block_table: list[list[int]]
+    block_size: int
+    max_num_tokens: int | None = None  # None: no padding tail
+    options: dict[str, Any] = field(default_factory=dict)  # circular, cp_world_size, ...
+
+    @property
+    def num_tokens(self) -> int:
+        return self.query_start_loc[-1]
+
+    @property
+    def padded_length(self) -> int:
+        return self.max_num_tokens if self.max_num_tokens is not None else self.num_tokens
+
+    def request_of(self, token: int) -> int:
+        return next(q for q in range(len(self.query_start_loc) - 1)
+                    if token < self.query_start_loc[q + 1])  # fmt: skip
+
+    def tensors(self, device: torch.device | str = DEVICE) -> tuple[Tensor, Tensor, Tensor]:
+        """(query_start_loc int32, positions int64, block_table int32) on ``device``.
+
+        Positions carry GUARD zeros past the last token: a lane that reads past its request
+        finds position 0, a valid-looking token, so a missing mask shows up as a stray write
+        rather than as a crash.
+        """
+        qsl = torch.tensor(self.query_start_loc, dtype=torch.int32, device=device)
+        guarded = torch.tensor(self.positions + [0] * GUARD, dtype=torch.int64, device=device)
+        table = torch.tensor(self.block_table, dtype=torch.int32, device=device)
+        return qsl, guarded[: len(self.positions)], table
+
+    def __str__(self) -> str:
+        parts = [
+            f"query_start_loc={self.query_start_loc}",
+            f"positions={self.positions}",
+            f"block_table={self.block_table}",
+            f"block_size={self.block_size}",
+        ]
+        if self.max_num_tokens is not None and self.max_num_tokens != self.num_tokens:
+            parts.append(f"max_num_tokens={self.max_num_tokens}")
+        parts += [f"{key}={value}" for key, value in self.options.items()]
+        return ", ".join(parts)
+
+
+def guarded_output(length: int, device: torch.device | str = DEVICE) -> tuple[Tensor, Tensor]:
+    """(buffer, out): ``out`` is the poisoned middle of a poisoned buffer."""
+    buffer = torch.full((GUARD + length + GUARD,), POISON, dtype=torch.int32, device=device)
+    return buffer, buffer[GUARD : GUARD + length]
+
+
+def _short(values: Sequence[int], focus: int, width: int = 12) -> str:
+    """A list, cut around index ``focus`` when it is long."""
+    if len(values) <= 2 * width:
+        return str(list(values))
+    start = max(0, min(focus - width // 2, len(values) - width))
+    inner = ", ".join(str(v) for v in values[start : start + width])
+    return f"[{'..., ' if start else ''}{inner}{', ...' if start + width < len(values) else ''}]"
+
+
+def explain_slot_mapping(
+    case: SlotCase, expected: list[int], buffer: list[int], pad_id: int = PAD_SLOT_ID
+) -> Wrong | None:
+    """The first invariant that ``buffer`` (guard + output + guard) breaks, or None."""
+    got = buffer[GUARD:-GUARD]
+    length = len(got)
+    for index, value in enumerate(buffer[:GUARD]):
+        if value != POISON:
+            return Wrong(
+                f"a lane wrote slot {value} before the output (at out[{index - GUARD}])",
+                POISON,
+                value,
+                "Mask every store: tl.store(ptr + offsets, value, mask=...).",
+            )
+    for index, value in enumerate(buffer[GUARD + length :]):
+        if value != POISON:
+            return Wrong(
+                f"a lane past the request's end wrote slot {value} at out[{length + index}], "
+                f"past the end of the output ({length} entries)",
+                POISON, value,
+                "Lanes of the last tile that lie past the request's end must be masked off "
+                "(mask = offsets < end).",
+            )  # fmt: skip
+    for token, value in enumerate(got):
+        if value == POISON:
+            if token < case.num_tokens:
+                where = f"token {token} (request {case.request_of(token)})"
+                hint = "Every token of every request needs a slot: check the tile loop's range."
+            else:
+                where = f"padding entry {token} (past the last real token {case.num_tokens - 1})"
+                hint = (
+                    "The padding program (the last one) must fill [num_tokens, max_num_tokens) "
+                    "with PAD_ID: a captured graph reads the whole fixed-size output."
+                )
+            return Wrong(
+                f"slot_mapping[{token}] was never written: {where}",
+                _short(expected, token), _short(got, token), hint,
+            )  # fmt: skip
+    for token in range(case.num_tokens, length):
+        if got[token] != pad_id:
+            return Wrong(
+                f"padding entry {token} holds {got[token]} instead of PAD_ID {pad_id}",
+                _short(expected, token), _short(got, token),
+                "Only [0, num_tokens) are real tokens; the rest must be PAD_ID.",
+            )  # fmt: skip
+    owner: dict[int, int] = {}
+    for token in range(case.num_tokens):
+        slot = got[token]
+        if slot == pad_id or expected[token] == pad_id:
+            continue
+        if slot in owner and expected[owner[slot]] != expected[token]:
+            first = owner[slot]
+            return Wrong(
+                f"tokens {first} and {token} collide in slot {slot}",
+                _short(expected, token), _short(got, token),
+                "Two different positions can never share a slot: check the block index and "
+                "the offset inside the block.",
+            )  # fmt: skip
+        owner[slot] = token
+    for token in range(case.num_tokens):
+        if got[token] != expected[token]:
+            return Wrong(
+                f"token {token} (request {case.request_of(token)}, position "
+                f"{case.positions[token]}) should be in slot {expected[token]}, "
+                f"got {got[token]}",
+                _short(expected, token), _short(got, token),
+            )  # fmt: skip
+    return None
+
+
+def judge_slot_mapping(
+    launcher: Callable[..., Any],
+    case: SlotCase,
+    *,
+    reference: Callable[..., Tensor] = slot_mapping_oracle,
+    **extra: Any,
+) -> None:
+    """Run ``launcher`` like the library's ``compute_slot_mapping`` and raise ``Wrong`` on a
+    mismatch. The launcher gets ``num_tokens``, ``max_num_tokens``, ``out`` (poisoned) and
+    the case's options, and must fill ``out``."""
+    qsl, positions, table = case.tensors()
+    options = dict(case.options, **extra)
+    counts = {"num_tokens": case.num_tokens, "max_num_tokens": case.padded_length}
+    expected = reference(qsl.cpu(), positions.cpu(), table.cpu(), case.block_size,
+                         **counts, **case.options).tolist()  # fmt: skip
+    buffer, out = guarded_output(case.padded_length, positions.device)
+    returned = launcher(qsl, positions, table, case.block_size, **counts, out=out, **options)
+    if isinstance(returned, Tensor) and returned.data_ptr() != out.data_ptr():
+        raise Wrong(
+            "the launcher returned a new tensor instead of writing into `out`",
+            hint="Launch the kernel with out as its slot_mapping_ptr and return out.",
+        )
+    wrong = explain_slot_mapping(
+        case, expected, buffer.tolist(), options.get("pad_id", PAD_SLOT_ID)
+    )
+    if wrong is not None:
+        raise wrong
+
+
+@st.composite
+def slot_cases(
+    draw: st.DrawFn,
+    *,
+    block_sizes: Sequence[int] = (1, 2, 3, 4, 5, 8, 16),
+    max_requests: int = 3,
+    max_length: int = 24,
+    padding: bool = True,
+    circular: bool = False,
+    max_block_number: int = 63,
+) -> SlotCase:
+    """A random valid batch: each request a run of consecutive positions (a prefill chunk or
+    a decode step) starting anywhere, distinct physical blocks, optionally a padding tail.
+    ``circular``: ring-buffer requests of one block, with padded (negative) positions."""
+    block_size = draw(st.sampled_from(block_sizes))
+    lengths = draw(st.lists(st.integers(0, max_length), min_size=1, max_size=max_requests))
+    query_start_loc = [0]
+    positions: list[int] = []
+    rows: list[int] = []
+    for length in lengths:
+        low = -length - 2 if circular else 0
+        first = draw(st.integers(low, low + 3 * block_size + 8))
+        positions += list(range(first, first + length))
+        query_start_loc.append(query_start_loc[-1] + length)
+        last = first + length - 1
+        rows.append(1 if circular else max(1, last // block_size + 1 + draw(st.integers(0, 1))))
+    pool = draw(st.permutations(range(max(max_block_number + 1, sum(rows)))))
+    table_width = max(rows)
+    block_table = []
+    used = 0
+    for row in rows:
+        entries = list(pool[used : used + row])
+        used += row
+        block_table.append(entries + [0] * (table_width - row))
+    extra = draw(st.integers(0, 5)) if padding else 0
+    max_num_tokens = query_start_loc[-1] + extra if extra else None
+    options = {"circular": True} if circular else {}
+    return SlotCase(query_start_loc, positions, block_table, block_size, max_num_tokens, options)

@@ -1,0 +1,223 @@
+"""How an exercise is checked: named cases first, then random ones shrunk to the smallest input
+that fails, and a failure reported as the invariant it broke.
+
+An exercise is registered by the module of its lesson (``slotmap/exercises/lessonNN.py``)::
+
+    register(Exercise(
+        id="01.slot_of",
+        title="the base formula",
+        cases=named_cases,        # () -> [(name, case), ...]: fixed cases, run first
+        strategy=random_cases,    # () -> hypothesis strategy of cases
+        judge=judge,              # (candidate, case) -> None; raises Wrong when it is wrong
+        hint="slot = block_table[position // block_size] * block_size + ...",
+    ))
+
+and a notebook checks the learner's work with ``check("01.slot_of", slot_of)``. A check
+never raises: it prints one line on a pass and a report on a failure, and returns a
+``CheckResult`` (true when it passed). In a notebook it also leaves a machine-readable
+output (``CHECK_MIME``) that ``slotmap grade`` reads.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import strategies as st
+
+CHECK_MIME = "application/vnd.slotmap.check+json"
+
+
+class Wrong(AssertionError):
+    """Raised by a judge: which invariant broke, in words, expected vs got, and a hint."""
+
+    def __init__(self, invariant: str, expected: Any = "", got: Any = "", hint: str = ""):
+        super().__init__(invariant)
+        self.invariant = invariant
+        self.expected = expected
+        self.got = got
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str  # "NN.name": NN is the lesson
+    title: str
+    cases: Callable[[], list[tuple[str, Any]]]
+    strategy: Callable[[], st.SearchStrategy]
+    judge: Callable[[Any, Any], None]
+    hint: str = ""
+    max_examples: int = 40
+
+
+EXERCISES: dict[str, Exercise] = {}
+
+
+def register(exercise: Exercise) -> Exercise:
+    if not exercise.id[:2].isdigit() or exercise.id[2:3] != ".":
+        raise ValueError(f"exercise ids look like '01.slot_of', got {exercise.id!r}")
+    EXERCISES[exercise.id] = exercise
+    return exercise
+
+
+def get_exercise(exercise_id: str) -> Exercise:
+    """The exercise with this id, importing its lesson's module on first use."""
+    if exercise_id not in EXERCISES:
+        try:
+            importlib.import_module(f"slotmap.exercises.lesson{exercise_id[:2]}")
+        except ModuleNotFoundError:
+            pass
+    if exercise_id not in EXERCISES:
+        known = ", ".join(sorted(EXERCISES)) or "none loaded"
+        raise KeyError(f"no exercise {exercise_id!r} (known: {known})")
+    return EXERCISES[exercise_id]
+
+
+@dataclass
+class Failure:
+    invariant: str
+    case_name: str  # "named case 'two requests'" or "smallest random case"
+    case: str  # the input, printed
+    expected: str
+    got: str
+    hint: str
+
+
+@dataclass
+class CheckResult:
+    exercise: str
+    passed: bool
+    named: int = 0  # named cases that passed
+    random: int = 0  # random cases tried (all passed when ``passed``)
+    failure: Failure | None = None
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def report(self) -> str:
+        if self.passed:
+            return (
+                f"PASS {self.exercise}: {self.named} named cases and {self.random} random "
+                "cases agree with the reference."
+            )
+        f = self.failure
+        assert f is not None
+        lines = [f"FAIL {self.exercise} on the {f.case_name}", f"  broken:   {f.invariant}"]
+        lines += [f"  input:    {f.case}"] if f.case else []
+        lines += [f"  expected: {f.expected}"] if f.expected != "" else []
+        lines += [f"  got:      {f.got}"] if f.got != "" else []
+        lines += [f"  hint:     {f.hint}"] if f.hint else []
+        return "\n".join(lines)
+
+    def record(self) -> dict[str, Any]:
+        return {"exercise": self.exercise, "passed": self.passed}
+
+    def _ipython_display_(self) -> None:
+        # ``check`` has shown the report already; a result left as a cell's value shows nothing.
+        pass
+
+
+def _show(result: CheckResult) -> None:
+    text = result.report()
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        print(text)
+        return
+    if get_ipython() is None:
+        print(text)
+        return
+    colour = "#1b7f3b" if result.passed else "#b3261e"
+    background = "#eef7f0" if result.passed else "#fdeeee"
+    markup = (
+        f'<pre style="border-left: 4px solid {colour}; background: {background}; '
+        f'padding: 6px 10px; white-space: pre-wrap">{html.escape(text)}</pre>'
+    )
+    display(
+        {"text/plain": text, "text/html": markup, CHECK_MIME: result.record()},
+        raw=True,
+    )
+
+
+def _is_library_frame(filename: str) -> bool:
+    path = filename.replace("\\", "/")
+    return "/site-packages/" in path or "/lib/python" in path or path.startswith(_PACKAGE_DIR)
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1]).replace("\\", "/")
+
+
+def _crash(error: BaseException, hint: str) -> tuple[str, str, str, str]:
+    """A candidate that raised: the exception and the line of the learner's code it came from."""
+    if isinstance(error, NotImplementedError):
+        return "not done yet: the exercise's code still raises NotImplementedError", "", "", hint
+    where = ""
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        if not _is_library_frame(frame.filename):
+            where = f" in {frame.name}, line {frame.lineno}: {(frame.line or '').strip()}"
+            break
+    return f"your code raised {type(error).__name__}: {error}{where}", "", "", hint
+
+
+def _failure(error: BaseException, exercise: Exercise, case_name: str, case: Any) -> Failure:
+    if isinstance(error, Wrong):
+        parts = (error.invariant, str(error.expected), str(error.got), error.hint or exercise.hint)
+    else:
+        parts = _crash(error, exercise.hint)
+    invariant, expected, got, hint = parts
+    return Failure(invariant, case_name, str(case), expected, got, hint)
+
+
+def run_check(
+    exercise: Exercise, candidate: Any, *, max_examples: int | None = None
+) -> CheckResult:
+    """Grade ``candidate`` without printing anything."""
+    result = CheckResult(exercise.id, passed=False)
+    for name, case in exercise.cases():
+        try:
+            exercise.judge(candidate, case)
+        except Exception as error:  # a learner's code can raise anything
+            result.failure = _failure(error, exercise, f"named case '{name}'", case)
+            return result
+        result.named += 1
+
+    last: dict[str, Any] = {}
+
+    @settings(
+        max_examples=max_examples or exercise.max_examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=(Phase.generate, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        print_blob=False,
+    )
+    @given(exercise.strategy())
+    def random_case(case: Any) -> None:
+        last["case"] = case
+        result.random += 1
+        exercise.judge(candidate, case)
+
+    try:
+        random_case()
+    except Exception as error:
+        # Hypothesis re-raises the error of the smallest failing case, and runs it last.
+        result.failure = _failure(error, exercise, "smallest random case", last.get("case"))
+        return result
+    result.passed = True
+    return result
+
+
+def check(exercise_id: str, candidate: Any, *, max_examples: int | None = None) -> CheckResult:
+    """Check a learner's ``candidate`` for exercise ``exercise_id`` and show the verdict."""
+    result = run_check(get_exercise(exercise_id), candidate, max_examples=max_examples)
+    _show(result)
+    return result
