@@ -1,0 +1,60 @@
+"""One look for every lesson's figure: colours, sizes and the boxes most figures are made of."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+# Requests are told apart by colour in every figure (colour-blind-safe Okabe-Ito order).
+REQUEST_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
+EMPTY = "#f2f2f2"  # a slot or entry nobody uses
+PAD = "#bdbdbd"  # PAD_ID / no slot
+EDGE = "#4d4d4d"
+HIGHLIGHT = "#d62728"  # what went wrong
+FONT_SIZE = 9
+WIDTH = 10.0  # inches: fits JupyterLab's default notebook width
+
+
+def request_colour(request: int) -> str:
+    return REQUEST_COLOURS[request % len(REQUEST_COLOURS)]
+
+
+def figure(rows: int = 1, height_per_row: float = 1.4, width: float = WIDTH, **kwargs: Any):
+    """A figure of ``rows`` stacked axes with the course's defaults, axes without spines."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        rows, 1, figsize=(width, height_per_row * rows), squeeze=False, **kwargs
+    )
+    for ax in axes[:, 0]:
+        ax.set_axis_off()
+    return fig, list(axes[:, 0])
+
+
+def boxes(
+    ax,
+    y: float,
+    colours: Sequence[str],
+    labels: Sequence[str] | None = None,
+    *,
+    x0: float = 0.0,
+    width: float = 1.0,
+    height: float = 0.8,
+    text_colour: str = "black",
+    edge: str = EDGE,
+    font_size: float = FONT_SIZE,
+) -> list:
+    """A row of labelled boxes starting at ``x0``; returns the Rectangle patches (tests count
+    them by colour)."""
+    from matplotlib.patches import Rectangle
+
+    patches = []
+    for index, colour in enumerate(colours):
+        x = x0 + index * width
+        patch = Rectangle((x, y), width, height, facecolor=colour, edgecolor=edge, linewidth=0.6)
+        ax.add_patch(patch)
+        patches.append(patch)
+        if labels is not None and labels[index] != "":
+            ax.text(x + width / 2, y + height / 2, str(labels[index]), ha="center",
+                    va="center", fontsize=font_size, color=text_colour)  # fmt: skip
+    return patches
