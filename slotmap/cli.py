@@ -1,8 +1,14 @@
-"""The ``slotmap`` command: ``slotmap doctor`` and ``slotmap lab``.
+"""The ``slotmap`` command.
 
-``doctor`` says which backend runs and with which versions, then launches the production
-kernel (and its family) on a small batch and compares it with the reference: a canary for
-a broken install. ``lab`` starts JupyterLab on the course with the course's configuration.
+* ``doctor`` says which backend runs and with which versions, then launches the production
+  kernel (and its family) on a small batch and compares it with the reference: a canary for
+  a broken install.
+* ``lab`` gives the learner their own copies of the exercises (``my_work/``, never
+  overwritten) and starts JupyterLab on the course with the course's configuration.
+* ``exercises build`` regenerates ``exercises/`` from ``solutions/`` (``--check``: only say
+  whether they drifted); ``exercises copy`` makes the learner's copies.
+* ``grade FOLDER`` runs every notebook in a folder headless and prints a notebook x exercise
+  table of pass/fail (for instructors).
 """
 
 from __future__ import annotations
@@ -155,8 +161,53 @@ def lab(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(" ".join(command))
         return 0
+    if (course_root() / "exercises").is_dir():
+        from slotmap.exercises.build import EXERCISES, copy_to_workspace
+
+        for message in copy_to_workspace(EXERCISES, course_root() / "my_work"):
+            print(f"slotmap: {message}")
     os.execv(command[0], command)
     return 0  # not reached
+
+
+def exercises(args: argparse.Namespace) -> int:
+    from slotmap.exercises import build
+
+    if args.action == "copy":
+        messages = build.copy_to_workspace()
+        print("\n".join(messages) or f"{build.WORKSPACE}: nothing new to copy")
+        return 0
+    if args.check:
+        problems = build.stale_exercises()
+        print("\n".join(problems) or "exercises/ is up to date with solutions/")
+        if problems:
+            print("run: slotmap exercises build")
+        return 1 if problems else 0
+    changed = build.build_exercises()
+    print("\n".join(f"wrote {path}" for path in changed) or "exercises/ was up to date")
+    return 0
+
+
+def grade(args: argparse.Namespace) -> int:
+    from slotmap.exercises.grade import grade_folder, table
+
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        print(f"slotmap grade: {folder} is not a folder", file=sys.stderr)
+        return 2
+    grades = grade_folder(folder, timeout=args.timeout)
+    if not grades:
+        print(f"slotmap grade: no notebooks under {folder}", file=sys.stderr)
+        return 2
+    print(table(grades))
+    if args.json:
+        import json
+
+        Path(args.json).write_text(
+            json.dumps([{"notebook": g.notebook, "results": g.results, "error": g.error}
+                        for g in grades], indent=1) + "\n"
+        )  # fmt: skip
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,8 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     lab_parser.add_argument("--no-browser", action="store_true")
     lab_parser.add_argument("--dry-run", action="store_true", help="print the command only")
     lab_parser.add_argument("jupyter_args", nargs=argparse.REMAINDER)
+    exercises_parser = sub.add_parser("exercises", help="build exercises/, copy to my_work/")
+    exercises_parser.add_argument("action", choices=("build", "copy"))
+    exercises_parser.add_argument(
+        "--check", action="store_true", help="build: only report drift (exit 1 if any)"
+    )
+    grade_parser = sub.add_parser("grade", help="grade a folder of learner notebooks")
+    grade_parser.add_argument("folder")
+    grade_parser.add_argument("--timeout", type=int, default=300, help="seconds per cell")
+    grade_parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
-    return {"doctor": doctor, "lab": lab}[args.command](args)
+    commands = {"doctor": doctor, "lab": lab, "exercises": exercises, "grade": grade}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":
