@@ -195,7 +195,7 @@ def grade(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         print(f"slotmap grade: {folder} is not a folder", file=sys.stderr)
         return 2
-    grades = grade_folder(folder, timeout=args.timeout)
+    grades = grade_folder(folder, timeout=args.timeout, solutions=Path(args.solutions))
     if not grades:
         print(f"slotmap grade: no notebooks under {folder}", file=sys.stderr)
         return 2
@@ -230,7 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     grade_parser.add_argument("folder")
     grade_parser.add_argument("--timeout", type=int, default=300, help="seconds per cell")
     grade_parser.add_argument("--json", default=None, help="also write the results here")
+    grade_parser.add_argument(
+        "--solutions",
+        default=str(course_root() / "solutions"),
+        help="where the solution of each notebook (same file name) says what it must check",
+    )
+    bench_parser = sub.add_parser("bench", help="time the kernels against the floor")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # lazy: slotmap.bench imports torch and the kernels
+        from slotmap import bench
+
+        bench.add_arguments(bench_parser)
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        return bench.run(args)
     commands = {"doctor": doctor, "lab": lab, "exercises": exercises, "grade": grade}
     return commands[args.command](args)
 

@@ -1,58 +1,78 @@
-"""Every lesson runs top to bottom on a fresh kernel, on the active backend."""
+"""The course as a learner runs it, headless: every lesson and every solution runs top to
+bottom on a fresh kernel with all its checks passing; every shipped exercise runs without
+crashing and its checks report failure; nothing is committed with outputs."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+
+from slotmap.exercises.grade import check_records, execute_notebook, expected_exercises  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
 
 
-def execute(path: Path):
-    notebook = nbformat.read(path, as_version=4)
-    # Short per-cell timeout: a missed zmq wakeup in some ipykernel versions stalls a cell
-    # for the whole timeout (pinned ipykernel<7 avoids it).
-    client = nbclient.NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": path.parent}}
-    )
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    client.execute(env=env)
-    return notebook
+def ids(paths: list[Path]) -> list[str]:
+    return [p.stem for p in paths]
 
 
-def test_there_is_a_first_lesson():
-    assert LESSONS and LESSONS[0].name.startswith("00_")
-
-
-@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
-def test_lesson_runs_top_to_bottom(path):
-    notebook = execute(path)
-    errors = [
-        output
+def errors(notebook) -> list[str]:
+    return [
+        f"{output.get('ename')}: {output.get('evalue')}"
         for cell in notebook.cells
         if cell.cell_type == "code"
         for output in cell.get("outputs", [])
         if output.get("output_type") == "error"
     ]
-    assert not errors
-    text = "".join(
-        output.get("text", "")
-        for cell in notebook.cells
-        if cell.cell_type == "code"
-        for output in cell.get("outputs", [])
-    )
-    assert "slotmap: backend" in text
 
 
-def test_lessons_are_committed_without_outputs():
-    for path in LESSONS:
-        notebook = nbformat.read(path, as_version=4)
-        for cell in notebook.cells:
-            if cell.cell_type == "code":
-                assert not cell.get("outputs") and cell.get("execution_count") is None, path.name
+def test_the_course_has_its_lessons_and_exercises():
+    assert LESSONS and LESSONS[0].name.startswith("00_")
+    lesson_numbers = {p.name[:2] for p in LESSONS}
+    for solution in SOLUTIONS:
+        assert solution.name[:2] in lesson_numbers, f"{solution.name} has no lesson"
+        assert expected_exercises(solution), f"{solution.name} checks no exercise"
+    assert [p.name for p in EXERCISES] == [p.name for p in SOLUTIONS]
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=ids(LESSONS))
+def test_lesson_runs_top_to_bottom(path):
+    notebook = execute_notebook(path, allow_errors=True)
+    assert errors(notebook) == []
+    failed = [e for e, passed in check_records(notebook).items() if not passed]
+    assert failed == [], f"checks failed in the lesson: {failed}"
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=ids(SOLUTIONS))
+def test_solution_passes_every_check(path):
+    notebook = execute_notebook(path, allow_errors=True)
+    assert errors(notebook) == []
+    records = check_records(notebook)
+    assert records == {exercise: True for exercise in expected_exercises(path)}
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=ids(EXERCISES))
+def test_shipped_exercise_runs_and_its_checks_fail(path):
+    notebook = execute_notebook(path, allow_errors=True)
+    assert errors(notebook) == [], "an exercise must run to the end with its stubs in place"
+    records = check_records(notebook)
+    assert records == {exercise: False for exercise in expected_exercises(path)}
+
+
+ALL = LESSONS + SOLUTIONS + EXERCISES
+
+
+@pytest.mark.parametrize("path", ALL, ids=[f"{p.parent.name}/{p.stem}" for p in ALL])
+def test_committed_without_outputs(path):
+    import nbformat
+
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code":
+            assert not cell.get("outputs") and cell.get("execution_count") is None

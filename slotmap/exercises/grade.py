@@ -73,9 +73,9 @@ class Grade:
     error: str = ""  # a notebook that could not run at all
 
 
-def grade_notebook(path: Path, *, timeout: int = 300) -> Grade:
+def grade_notebook(path: Path, *, timeout: int = 300, solutions: Path = SOLUTIONS) -> Grade:
     grade = Grade(path.name)
-    expected = expected_exercises(path)
+    expected = expected_exercises(path, solutions)
     try:
         records = check_records(execute_notebook(path, timeout=timeout, allow_errors=True))
     except Exception as error:  # a broken notebook file, a dead kernel, a timeout
@@ -116,8 +116,8 @@ def table(grades: list[Grade]) -> str:
     return "\n".join(lines)
 
 
-def grade_folder(folder: Path, *, timeout: int = 300) -> list[Grade]:
+def grade_folder(folder: Path, *, timeout: int = 300, solutions: Path = SOLUTIONS) -> list[Grade]:
     notebooks = sorted(
         p for p in Path(folder).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
     )
-    return [grade_notebook(path, timeout=timeout) for path in notebooks]
+    return [grade_notebook(path, timeout=timeout, solutions=solutions) for path in notebooks]

@@ -1,0 +1,356 @@
+"""The exercise machinery: checks report the broken invariant on the smallest input, exercises
+are generated from solutions and never drift, a learner's copy is never overwritten, and the
+grader's table says who passed what."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import slotmap
+from slotmap.exercises import Exercise, Wrong, register, run_check
+from slotmap.exercises.build import (
+    BEGIN,
+    END,
+    MD_BEGIN,
+    MD_END,
+    SolutionRegionError,
+    build_exercises,
+    copy_to_workspace,
+    cut_code,
+    cut_markdown,
+    stale_exercises,
+)
+from slotmap.exercises.cases import (
+    GUARD,
+    POISON,
+    SlotCase,
+    explain_slot_mapping,
+    judge_slot_mapping,
+    slot_cases,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+TWO_REQUESTS = SlotCase([0, 3, 5], [0, 1, 2, 2, 3], [[7, 2], [3, 9]], 2, max_num_tokens=7)
+
+DEMO = register(
+    Exercise(
+        id="99.launcher",
+        title="a launcher, judged like the lessons judge theirs",
+        cases=lambda: [("two requests", TWO_REQUESTS)],
+        strategy=lambda: slot_cases(max_requests=2, max_length=12),
+        judge=judge_slot_mapping,
+        hint="the demo hint",
+        max_examples=25,
+    )
+)
+
+
+def oracle_launcher(query_start_loc, positions, block_table, block_size, *, out, **options):
+    return slotmap.slot_mapping_oracle(
+        query_start_loc, positions, block_table, block_size, out=out, **options
+    )
+
+
+def test_the_reference_itself_passes():
+    result = run_check(DEMO, oracle_launcher)
+    assert result.passed, result.report()
+    assert result.report().startswith("PASS 99.launcher: 1 named cases and ")
+    assert "\n" not in result.report()
+
+
+def test_the_production_kernel_passes():
+    result = run_check(DEMO, slotmap.compute_slot_mapping)
+    assert result.passed, result.report()
+
+
+def test_a_wrong_named_case_is_reported_with_its_name_and_hint():
+    def colliding(query_start_loc, positions, block_table, block_size, *, out, **options):
+        oracle_launcher(query_start_loc, positions, block_table, block_size, out=out, **options)
+        out[4] = out[3]
+        return out
+
+    result = run_check(DEMO, colliding)
+    assert not result.passed
+    failure = result.failure
+    assert failure.case_name == "named case 'two requests'"
+    assert failure.invariant == "tokens 3 and 4 collide in slot 18"
+    assert failure.expected == "[14, 15, 4, 18, 19, -1, -1]"
+    assert failure.got == "[14, 15, 4, 18, 18, -1, -1]"
+    assert "never share a slot" in failure.hint
+    report = result.report()
+    assert report.startswith("FAIL 99.launcher on the named case 'two requests'")
+    assert "broken:   tokens 3 and 4 collide in slot 18" in report
+
+
+def test_random_failures_are_shrunk_to_the_smallest_input():
+    # Wrong only from position 10 on: the smallest failing batch is one token at position 10
+    # in blocks of one token.
+    def wrong_from_ten(query_start_loc, positions, block_table, block_size, *, out, **options):
+        oracle_launcher(query_start_loc, positions, block_table, block_size, out=out, **options)
+        late = positions[: out.numel()] >= 10
+        out[: late.numel()][late[: out.numel()]] += 1
+        return out
+
+    result = run_check(DEMO, wrong_from_ten)
+    failure = result.failure
+    assert failure.case_name == "smallest random case"
+    assert failure.case.startswith("query_start_loc=[0, 1], positions=[10], ")
+    assert "block_size=1" in failure.case
+    assert "should be in slot" in failure.invariant
+
+
+def test_unfinished_and_crashing_code_is_reported_not_raised():
+    def unfinished(*args, **kwargs):
+        raise NotImplementedError()
+
+    result = run_check(DEMO, unfinished)
+    assert not result.passed and "not done yet" in result.failure.invariant
+
+    def typo(query_start_loc, *args, **kwargs):
+        return query_start_loc.no_such_thing
+
+    failure = run_check(DEMO, typo).failure
+    assert failure.invariant.startswith("your code raised AttributeError")
+    assert "in typo, line" in failure.invariant and "no_such_thing" in failure.invariant
+
+
+def test_a_new_tensor_instead_of_out_is_refused():
+    def fresh(query_start_loc, positions, block_table, block_size, *, out, **options):
+        return slotmap.slot_mapping_oracle(query_start_loc, positions, block_table, block_size,
+                                           **options)  # fmt: skip
+
+    assert "returned a new tensor" in run_check(DEMO, fresh).failure.invariant
+
+
+def test_check_prints_one_line_on_a_pass(capsys):
+    assert slotmap.exercises.check("99.launcher", oracle_launcher, max_examples=3)
+    assert capsys.readouterr().out.strip().count("\n") == 0
+
+
+def test_unknown_exercise_names_the_known_ones():
+    with pytest.raises(KeyError, match="99.launcher"):
+        slotmap.exercises.get_exercise("98.nothing")
+
+
+# ---------------------------------------------------------------------------------------------
+# explain_slot_mapping: every invariant, in words
+# ---------------------------------------------------------------------------------------------
+CASE = SlotCase([0, 2, 3], [0, 1, 5], [[4], [1, 6]], 4, max_num_tokens=5)
+EXPECTED = [16, 17, 25, -1, -1]
+
+
+def guarded(values, before=None, after=None):
+    head = [POISON] * GUARD
+    tail = [POISON] * GUARD
+    if before is not None:
+        head[-1] = before
+    if after is not None:
+        tail[0] = after
+    return head + list(values) + tail
+
+
+BROKEN = {
+    "correct": (guarded(EXPECTED), None),
+    "before": (guarded(EXPECTED, before=3), "a lane wrote slot 3 before the output"),
+    "past-end": (
+        guarded(EXPECTED, after=16),
+        "a lane past the request's end wrote slot 16 at out[5], past the end of the output",
+    ),
+    "token-unwritten": (
+        guarded([16, POISON, 25, -1, -1]),
+        "slot_mapping[1] was never written: token 1 (request 0)",
+    ),
+    "padding-unwritten": (
+        guarded([16, 17, 25, -1, POISON]),
+        "slot_mapping[4] was never written: padding entry 4",
+    ),
+    "padding-wrong": (
+        guarded([16, 17, 25, 0, -1]),
+        "padding entry 3 holds 0 instead of PAD_ID -1",
+    ),
+    "collision": (guarded([16, 16, 25, -1, -1]), "tokens 0 and 1 collide in slot 16"),
+    "wrong-slot": (
+        guarded([16, 17, 26, -1, -1]),
+        "token 2 (request 1, position 5) should be in slot 25, got 26",
+    ),
+}
+
+
+@pytest.mark.parametrize(("buffer", "invariant"), BROKEN.values(), ids=BROKEN.keys())
+def test_each_broken_invariant_is_named(buffer, invariant):
+    wrong = explain_slot_mapping(CASE, EXPECTED, buffer)
+    if invariant is None:
+        assert wrong is None
+    else:
+        assert isinstance(wrong, Wrong) and wrong.invariant.startswith(invariant), wrong
+
+
+# ---------------------------------------------------------------------------------------------
+# Building exercises from solutions
+# ---------------------------------------------------------------------------------------------
+def test_code_regions_become_indented_stubs():
+    source = f"def f(x):\n    {BEGIN}\n    y = x + 1\n    return y\n    {END}\n\ncheck('01.f', f)"
+    assert cut_code(source, "here") == (
+        "def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\ncheck('01.f', f)"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [f"{BEGIN}\nx = 1", f"x = 1\n{END}", f"{BEGIN}\n{BEGIN}\n{END}\n{END}"],
+    ids=["unclosed", "unopened", "nested"],
+)
+def test_broken_code_regions_are_refused(source):
+    with pytest.raises(SolutionRegionError):
+        cut_code(source, "here")
+
+
+def test_markdown_regions_become_placeholders():
+    source = f"Why?\n{MD_BEGIN}Because.{MD_END}\nMore."
+    assert cut_markdown(source, "here") == "Why?\n*Your answer here.*\nMore."
+    with pytest.raises(SolutionRegionError):
+        cut_markdown(f"{MD_BEGIN} never closed", "here")
+
+
+def notebook(*cells: tuple[str, str]) -> dict:
+    return {
+        "cells": [
+            {"cell_type": kind, "id": f"c{i}", "metadata": {}, "source": text,
+             **({"outputs": [{"output_type": "stream", "name": "stdout", "text": "old"}],
+                 "execution_count": 3} if kind == "code" else {})}
+            for i, (kind, text) in enumerate(cells)
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }  # fmt: skip
+
+
+def write(path: Path, nb: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def test_build_strips_outputs_cuts_answers_and_detects_drift(tmp_path):
+    solutions, exercises = tmp_path / "solutions", tmp_path / "exercises"
+    source = write(
+        solutions / "01_demo.ipynb",
+        notebook(
+            ("markdown", "# Demo"), ("code", f"def f():\n    {BEGIN}\n    return 1\n    {END}")
+        ),
+    )
+    assert stale_exercises(solutions, exercises) == ["exercises/01_demo.ipynb is missing"]
+    assert build_exercises(solutions, exercises) == [exercises / "01_demo.ipynb"]
+    assert stale_exercises(solutions, exercises) == []
+    assert build_exercises(solutions, exercises) == []  # idempotent
+    built = json.loads((exercises / "01_demo.ipynb").read_text())
+    assert "Exercise notebook" in "".join(built["cells"][0]["source"])
+    code = built["cells"][2]
+    assert code["outputs"] == [] and code["execution_count"] is None
+    assert "raise NotImplementedError()" in "".join(code["source"])
+    assert "return 1" not in json.dumps(built)
+    # The solution changes: the exercise is now stale; an orphan is reported too.
+    write(source, notebook(("code", f"def f():\n    {BEGIN}\n    return 2\n    {END}")))
+    write(exercises / "02_orphan.ipynb", notebook())
+    assert stale_exercises(solutions, exercises) == [
+        "exercises/01_demo.ipynb differs from what solutions/01_demo.ipynb generates",
+        "exercises/02_orphan.ipynb has no solutions/02_orphan.ipynb",
+    ]
+
+
+def test_a_solution_without_answer_regions_is_refused(tmp_path):
+    write(tmp_path / "solutions" / "01_demo.ipynb", notebook(("code", "x = 1")))
+    with pytest.raises(SolutionRegionError, match="no ### BEGIN SOLUTION"):
+        build_exercises(tmp_path / "solutions", tmp_path / "exercises")
+
+
+def test_the_shipped_exercises_are_up_to_date_with_the_solutions():
+    assert stale_exercises() == [], "run: slotmap exercises build"
+
+
+def test_a_learners_copy_is_never_overwritten(tmp_path):
+    exercises, mine = tmp_path / "exercises", tmp_path / "my_work"
+    write(exercises / "01_demo.ipynb", notebook(("code", "stub")))
+    assert copy_to_workspace(exercises, mine) == [f"new  {mine / '01_demo.ipynb'}"]
+    (mine / "01_demo.ipynb").write_text("my answer")
+    # An update of the exercise after the learner's edit keeps the learner's work.
+    later = time.time() + 10
+    write(exercises / "01_demo.ipynb", notebook(("code", "a better stub")))
+    os.utime(exercises / "01_demo.ipynb", (later, later))
+    messages = copy_to_workspace(exercises, mine)
+    assert (mine / "01_demo.ipynb").read_text() == "my answer"
+    assert messages and messages[0].startswith("kept")
+    write(exercises / "02_next.ipynb", notebook(("code", "stub")))
+    assert copy_to_workspace(exercises, mine)[-1] == f"new  {mine / '02_next.ipynb'}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Grading a folder
+# ---------------------------------------------------------------------------------------------
+DEMO_CELL = """
+import slotmap
+from hypothesis import strategies as st
+from slotmap.exercises import Exercise, Wrong, check, register
+
+def judge(candidate, case):
+    if candidate(case) != 2 * case:
+        raise Wrong(f"double({case}) must be {2 * case}", 2 * case, candidate(case))
+
+def judge_triple(candidate, case):
+    if candidate(case) != 3 * case:
+        raise Wrong(f"triple({case}) must be {3 * case}", 3 * case, candidate(case))
+
+digits = lambda: st.integers(0, 9)
+_ = register(Exercise("97.double", "double", lambda: [("one", 1)], digits, judge))
+_ = register(Exercise("97.triple", "triple", lambda: [("one", 1)], digits, judge_triple))
+"""
+
+
+def test_grade_prints_a_notebook_by_exercise_table(tmp_path, capsys):
+    pytest.importorskip("nbclient")
+    from slotmap.cli import main
+
+    folder = tmp_path / "submissions"
+    write(folder / "alice.ipynb", notebook(
+        ("code", DEMO_CELL),
+        ("code", "check('97.double', lambda x: 2 * x)"),
+        ("code", "check('97.triple', lambda x: 3 * x)"),
+    ))  # fmt: skip
+    write(folder / "bob.ipynb", notebook(
+        ("code", DEMO_CELL),
+        ("code", "check('97.double', lambda x: x + 1)"),
+        ("code", "raise RuntimeError('bob broke a cell')"),
+        ("code", "check('97.triple', lambda x: 3 * x)"),
+    ))  # fmt: skip
+    write(
+        folder / "carol.ipynb", notebook(("code", DEMO_CELL), ("code", "check('97.double', abs)"))
+    )
+    # Carol's solution checks both exercises: the one she deleted shows as missing.
+    solutions = tmp_path / "solutions"
+    write(
+        solutions / "carol.ipynb",
+        notebook(("code", "check('97.double', f)\ncheck('97.triple', g)")),
+    )
+    report = tmp_path / "grades.json"
+    arguments = ["--timeout", "120", "--json", str(report), "--solutions", str(solutions)]
+    assert main(["grade", str(folder), *arguments]) == 0
+    grades = {g["notebook"]: g["results"] for g in json.loads(report.read_text())}
+    assert grades == {
+        "alice.ipynb": {"97.double": "PASS", "97.triple": "PASS"},
+        "bob.ipynb": {"97.double": "FAIL", "97.triple": "PASS"},
+        "carol.ipynb": {"97.double": "FAIL", "97.triple": "missing"},
+    }
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split() == ["notebook", "97.double", "97.triple", "passed"]
+    assert table.splitlines()[3].split() == ["bob.ipynb", "FAIL", "PASS", "1/2"]
