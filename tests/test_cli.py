@@ -98,3 +98,27 @@ def test_lab_command_opens_the_course(tmp_path, monkeypatch):
     assert "--ServerApp.ip=127.0.0.1" in command and "--ServerApp.port=8123" in command
     assert "--IdentityProvider.token=abc" in command and "--no-browser" in command
     assert (ROOT / "notebooks").is_dir()
+
+
+def test_exercises_build_check_reports_drift_and_exits_1(tmp_path, monkeypatch, capsys):
+    from slotmap.cli import main
+    from slotmap.exercises import build
+
+    assert main(["exercises", "build", "--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    # A solution whose exercise was never built is drift.
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    (solutions / "01_new.ipynb").write_text(
+        '{"cells": [{"cell_type": "code", "id": "a", "metadata": {}, "outputs": [],'
+        ' "execution_count": null, "source": "### BEGIN SOLUTION\\nx = 1\\n### END SOLUTION"}],'
+        ' "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
+    monkeypatch.setattr(build, "SOLUTIONS", solutions)
+    monkeypatch.setattr(build, "EXERCISES", tmp_path / "exercises")
+    monkeypatch.setattr(build.stale_exercises, "__defaults__", (solutions, tmp_path / "exercises"))
+    monkeypatch.setattr(build.build_exercises, "__defaults__", (solutions, tmp_path / "exercises"))
+    assert main(["exercises", "build", "--check"]) == 1
+    assert "exercises/01_new.ipynb is missing" in capsys.readouterr().out
+    assert main(["exercises", "build"]) == 0
+    assert main(["exercises", "build", "--check"]) == 0
