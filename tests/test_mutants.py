@@ -95,8 +95,15 @@ MUTANTS = {
     # (d) A forgotten padding program: it returns without filling [num_tokens, max_num_tokens).
     "padding-program-forgets-to-fill": Mutant(
         "kernels/slot_mapping.py",
-        "        _fill_pad(slot_mapping_ptr, num_tokens, max_num_tokens, 1, PAD_ID, "
-        "TILE_BLOCK_SIZE)\n        return\n",
+        "        _fill_pad(\n"
+        "            slot_mapping_ptr,\n"
+        "            num_tokens + part * TILE_BLOCK_SIZE,\n"
+        "            max_num_tokens,\n"
+        "            PARALLEL_TILES,\n"
+        "            PAD_ID,\n"
+        "            TILE_BLOCK_SIZE,\n"
+        "        )\n"
+        "        return\n",
         "        return\n",
         ("tests/test_hand_cases.py::test_hand_case[padding-tail-window]",),
     ),

@@ -181,7 +181,7 @@ def test_window_trace_records_each_tiles_window_base(case, tile: int) -> None:
     options = {k: v for k, v in case.options.items() if k not in ("out",)}
     lengths = (case.query_start_loc[1:] - case.query_start_loc[:-1]).tolist()
     width = max([-(-n // tile) for n in lengths], default=0) + 1
-    trace = torch.full((len(lengths), width), -777, dtype=torch.int32)
+    trace = torch.full((len(lengths), width), -777, dtype=torch.int32, device=slotmap.DEVICE)
     traced = case.run(slotmap.compute_slot_mapping, tile_size=tile, window_trace=trace)
     assert_slots_equal(traced, case.run(slotmap.slot_mapping_oracle))
     expected = slotmap.window_bases_oracle(

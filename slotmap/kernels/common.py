@@ -20,7 +20,7 @@ from torch import Tensor
 
 from slotmap.backend import BACKEND
 from slotmap.layout import INT32_MAX
-from slotmap.validate import check_slot_mapping_inputs
+from slotmap.validate import check_slot_mapping_inputs, resolve_counts
 
 DEFAULT_GATHER_AS_FLOAT = BACKEND.name == "npu"
 # The min-reduction's sentinel, as a compile-time constant the kernels can read.
@@ -155,6 +155,140 @@ def check_grid(grid: tuple[int, ...]) -> None:
         raise ValueError(f"launch grid {grid} exceeds 65535 programs along an axis")
 
 
+# ---------------------------------------------------------------------------------------------
+# The hot path: ``validate=False`` with ``num_tokens`` and ``out`` given, as a serving loop
+# calls it. Triton's own ``kernel[grid](...)`` costs ~19 µs of Python on the H200's host, and
+# the full argument checks cost as much again. A launch plan (grid and compile-time constants)
+# depends only on the integer arguments, so it is worked out (and checked) once and cached;
+# each hot call then only re-checks the tensors' structure (dtype, rank, device, contiguity,
+# sizes) before launching. Anything unusual falls through to the full checks and their errors.
+# ---------------------------------------------------------------------------------------------
+LAUNCH_DEVICE_TYPE = "cpu" if BACKEND.interpreted else BACKEND.device
+_PLANS: dict[tuple, list] = {}
+_PLANS_SIZE = 256
+
+
+def cached_plan(key: tuple) -> list | None:
+    return _PLANS.get(key)
+
+
+def remember_plan(key: tuple, plan: list) -> None:
+    """Store a launch plan ``[grid, constants, last tensors]`` whose integer arguments passed
+    the full checks."""
+    if len(_PLANS) >= _PLANS_SIZE:
+        _PLANS.clear()
+    _PLANS[key] = plan
+
+
+def same_tensors(seen: tuple, a: Tensor, b: Tensor, c: Tensor, d: Tensor | None) -> bool:
+    """The very tensor objects of the plan's last launch (a serving loop's persistent
+    buffers): their structure was checked then, and only ``set_``, ``resize_`` or assigning
+    ``.data`` could have changed it since. Identity only: ``==`` on tensors would compare
+    their contents."""
+    return len(seen) == 4 and seen[0] is a and seen[1] is b and seen[2] is c and seen[3] is d
+
+
+def hot_inputs_ok(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    out: Tensor | None,
+    num_tokens: int | None,
+    max_num_tokens: int | None,
+) -> bool:
+    """The structural checks the kernels rely on, as a handful of attribute reads."""
+    if out is None or num_tokens is None:
+        return False
+    if max_num_tokens is None:
+        max_num_tokens = num_tokens
+    device = positions.device
+    index = positions.get_device()  # an int: cheaper to compare than torch.device objects
+    return (
+        positions.dtype is torch.int64
+        and query_start_loc.dtype is torch.int32
+        and block_table.dtype is torch.int32
+        and (out.dtype is torch.int32 or out.dtype is torch.int64)
+        and device.type == LAUNCH_DEVICE_TYPE
+        and query_start_loc.get_device() == index
+        and block_table.get_device() == index
+        and out.get_device() == index
+        and positions.is_contiguous()
+        and query_start_loc.is_contiguous()
+        and block_table.is_contiguous()
+        and out.is_contiguous()
+        and len(positions.shape) == 1
+        and len(query_start_loc.shape) == 1
+        and len(block_table.shape) == 2
+        and out.shape == (max_num_tokens,)
+        and 0 <= num_tokens <= max_num_tokens
+        and positions.shape[0] >= num_tokens
+        and block_table.shape[0] >= query_start_loc.shape[0] - 1
+        and 1 <= block_table.shape[1] <= INT32_MAX // max(block_table.shape[0], 1)
+    )
+
+
+# Programs one launch may spread over the parallel-tile axis (grid axis 1 allows 65535).
+MAX_PARALLEL_PROGRAMS = 16384
+DECODE_TILE = 64  # the GPU's tile for batches of one- or two-token requests
+
+
+def launch_shape(
+    num_tokens: int,
+    num_reqs: int,
+    tile_size: int | None,
+    parallel_tiles: int | None,
+    num_warps: int | None,
+) -> tuple[int, int, dict]:
+    """(tile, parallel tiles per request, launch options) of a single-group launch.
+
+    Chosen by backend from the batch's size alone, without a device sync, so that a captured
+    graph replays the same grid. None picks; a number is taken as given.
+
+    * NPU: production's launch, TILE_BLOCK_SIZE 1024 and grid ``(num_reqs + 1,)`` (a grid
+      should not exceed the AI-core count); no ``num_warps`` (Ascend has no warps).
+    * GPU (measured on the H200, benchmarks/NOTES.md):
+      - tile: 1024, except a batch of one- or two-token requests on average (decode), which
+        gets a 64-lane tile on one warp: a 1024-lane tile there costs 4 idle warps a request
+        (decode 1024: 3.3 µs against 2.2 µs in a graph);
+      - parallel tiles: a request of ``mean`` tokens is spread over ``cdiv(mean, tile)``
+        programs, and a batch of more than one tile over at least 2, so that the few long
+        prefills of a skewed batch (whose mean says nothing about them) walk half as many
+        tiles (PERF.md: 65 programs walking 64 tiles each left the H200 under 10% of its
+        bandwidth);
+      - warps: one per 128 lanes (1 to 8), four positions a thread (two 16-byte loads).
+    * CPU interpreter: the NPU's tile (the lessons' TILE_BLOCK_SIZE), the GPU's parallel
+      tiles, so that the CPU suite runs the GPU's grid.
+    """
+    mean = -(-num_tokens // max(num_reqs, 1))
+    if tile_size is None:
+        gpu = BACKEND.name == "cuda"
+        tile_size = DECODE_TILE if gpu and mean <= 2 else 1024
+    check_tile(tile_size)
+    if parallel_tiles is None:
+        if BACKEND.name == "npu":
+            parallel_tiles = 1
+        else:
+            parallel_tiles = -(-mean // tile_size)
+            if tile_size > DECODE_TILE and num_tokens > tile_size:
+                parallel_tiles = max(parallel_tiles, 2)
+            budget = max(MAX_PARALLEL_PROGRAMS // (num_reqs + 1), 1)
+            parallel_tiles = min(max(parallel_tiles, 1), budget)
+    if parallel_tiles < 1:
+        raise ValueError(f"parallel_tiles must be >= 1, got {parallel_tiles}")
+    return tile_size, parallel_tiles, warps_option(tile_size, num_warps)
+
+
+def warps_option(tile_size: int, num_warps: int | None) -> dict:
+    """Launch options: GPU (and interpreter, which ignores it) ``num_warps``; none on the NPU."""
+    if BACKEND.name == "npu":
+        if num_warps is not None:
+            raise ValueError("num_warps has no meaning on the NPU backend")
+        return {}
+    if num_warps is not None and (num_warps < 1 or num_warps & (num_warps - 1)):
+        raise ValueError(f"num_warps must be a power of two, got {num_warps}")
+    return {"num_warps": num_warps or min(max(tile_size // 128, 1), 8)}
+
+
 def prepare_slot_mapping_launch(
     query_start_loc: Tensor,
     positions: Tensor,
@@ -170,15 +304,24 @@ def prepare_slot_mapping_launch(
     circular: bool,
     out: Tensor | None,
     validate: bool,
-    tile_size: int,
+    tile_size: int | None,
+    parallel_tiles: int | None,
+    num_warps: int | None,
     window: bool,
-) -> tuple[int, int, int, Tensor]:
+) -> tuple[int, int, int, Tensor, int, int, dict]:
     """What a single-group launcher does before its launch, shared by window and direct.
 
-    Returns (num_tokens, max_num_tokens, kv_cache_block_size, out), allocating ``out`` on
-    the inputs' device when the caller gave none. ``window`` adds the window precondition.
+    Returns (num_tokens, max_num_tokens, kv_cache_block_size, out, tile, parallel tiles,
+    launch options), allocating ``out`` on the inputs' device when the caller gave none.
+    ``window`` adds the window precondition (for the tile the launch will use).
     """
-    check_tile(tile_size)
+    if num_tokens is None:
+        # The launch shape depends on the batch: read num_tokens first (one device sync).
+        num_tokens, _ = resolve_counts(query_start_loc, positions, None, max_num_tokens, validate)
+    num_reqs = query_start_loc.numel() - 1
+    tile_size, parallel_tiles, options = launch_shape(
+        num_tokens, num_reqs, tile_size, parallel_tiles, num_warps
+    )
     kv_cache_block_size = kv_cache_block_size or block_size
     num_tokens, max_num_tokens = check_slot_mapping_inputs(
         query_start_loc, positions, block_table, block_size,
@@ -189,7 +332,7 @@ def prepare_slot_mapping_launch(
     )  # fmt: skip
     check_launch_device(positions)
     check_int32_extent("block_table", block_table)
-    check_grid((query_start_loc.numel(),))
+    check_grid((num_reqs + 1, parallel_tiles))
     if out is None:
         out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
-    return num_tokens, max_num_tokens, kv_cache_block_size, out
+    return num_tokens, max_num_tokens, kv_cache_block_size, out, tile_size, parallel_tiles, options

@@ -16,9 +16,13 @@ from torch import Tensor
 from slotmap.kernels.common import (
     _block_and_offset,
     _fill_pad,
+    cached_plan,
+    hot_inputs_ok,
     prepare_slot_mapping_launch,
+    remember_plan,
+    same_tensors,
 )
-from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE
+from slotmap.layout import PAD_SLOT_ID
 
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens"])
@@ -39,17 +43,28 @@ def _compute_slot_mapping_direct_kernel(
     PAD_ID: tl.constexpr,
     TILE_BLOCK_SIZE: tl.constexpr,
     IS_CIRCULAR: tl.constexpr = False,
+    PARALLEL_TILES: tl.constexpr = 1,  # programs per request along grid axis 1
 ):
     # slot = block_table[q, pos // block_size] * block_size + pos % block_size, one load a lane
     req_idx = tl.program_id(0)
+    part = tl.program_id(1)  # program (q, p) handles tiles p, p + P, p + 2P, ... of request q
     if req_idx == tl.num_programs(0) - 1:
-        _fill_pad(slot_mapping_ptr, num_tokens, max_num_tokens, 1, PAD_ID, TILE_BLOCK_SIZE)
+        _fill_pad(
+            slot_mapping_ptr,
+            num_tokens + part * TILE_BLOCK_SIZE,
+            max_num_tokens,
+            PARALLEL_TILES,
+            PAD_ID,
+            TILE_BLOCK_SIZE,
+        )
         return
 
     start_idx = tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0)
     end_idx = tl.minimum(tl.load(query_start_loc_ptr + req_idx + 1), num_tokens)
     block_table_row_ptr = block_table_ptr + req_idx * block_table_stride
-    for tile_start in range(start_idx, end_idx, TILE_BLOCK_SIZE):
+    for tile_start in range(
+        start_idx + part * TILE_BLOCK_SIZE, end_idx, PARALLEL_TILES * TILE_BLOCK_SIZE
+    ):
         offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
         mask = offsets < end_idx
         pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
@@ -87,29 +102,57 @@ def compute_slot_mapping_direct(
     pad_id: int = PAD_SLOT_ID,
     out: Tensor | None = None,
     validate: bool = True,
-    tile_size: int = PRODUCTION_TILE,
+    tile_size: int | None = None,
+    parallel_tiles: int | None = None,
+    num_warps: int | None = None,
 ) -> Tensor:
     """Slot of every batch token, one block-table load per token (no window precondition).
 
-    Same arguments and result as ``compute_slot_mapping`` and ``slot_mapping_oracle``.
+    Same arguments and result as ``compute_slot_mapping`` and ``slot_mapping_oracle``;
+    ``tile_size``, ``parallel_tiles`` and ``num_warps`` as there.
     """
-    num_tokens, max_num_tokens, kv_cache_block_size, out = prepare_slot_mapping_launch(
-        query_start_loc, positions, block_table, block_size,
-        num_tokens=num_tokens, max_num_tokens=max_num_tokens,
-        kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, circular=circular, out=out, validate=validate,
-        tile_size=tile_size, window=False,
-    )  # fmt: skip
     num_reqs = query_start_loc.numel() - 1
-    _compute_slot_mapping_direct_kernel[(num_reqs + 1,)](
-        num_tokens,
-        max_num_tokens,
-        query_start_loc,
-        positions,
-        block_table,
-        block_table.stride(0),
-        block_size,
-        out,
+    # The hot path (see slotmap.kernels.common): a cached plan and structural checks only.
+    key = (
+        "direct", num_reqs, num_tokens, max_num_tokens, block_size, kv_cache_block_size,
+        cp_world_size, cp_rank, cp_interleave, circular, pad_id, tile_size, parallel_tiles,
+        num_warps,
+    )  # fmt: skip
+    plan = None if validate else cached_plan(key)
+    if plan is not None and (
+        same_tensors(plan[2], query_start_loc, positions, block_table, out)
+        or hot_inputs_ok(query_start_loc, positions, block_table, out, num_tokens, max_num_tokens)
+    ):
+        grid, constants, _ = plan
+        plan[2] = (query_start_loc, positions, block_table, out)
+        _compute_slot_mapping_direct_kernel[grid](
+            num_tokens, out.shape[0], query_start_loc, positions, block_table,
+            block_table.stride(0), block_size, out, **constants,
+        )  # fmt: skip
+        return out
+    num_tokens, max_num_tokens, kv_cache_block_size, out, tile_size, parallel_tiles, options = (
+        prepare_slot_mapping_launch(
+            query_start_loc,
+            positions,
+            block_table,
+            block_size,
+            num_tokens=num_tokens,
+            max_num_tokens=max_num_tokens,
+            kv_cache_block_size=kv_cache_block_size,
+            cp_world_size=cp_world_size,
+            cp_rank=cp_rank,
+            cp_interleave=cp_interleave,
+            circular=circular,
+            out=out,
+            validate=validate,
+            tile_size=tile_size,
+            parallel_tiles=parallel_tiles,
+            num_warps=num_warps,
+            window=False,
+        )  # fmt: skip
+    )
+    grid = (num_reqs + 1, parallel_tiles)
+    constants = dict(
         KV_CACHE_BLOCK_SIZE=kv_cache_block_size,
         BLOCKS_PER_KV_BLOCK=kv_cache_block_size // block_size,
         TOTAL_CP_WORLD_SIZE=cp_world_size,
@@ -118,5 +161,19 @@ def compute_slot_mapping_direct(
         PAD_ID=pad_id,
         TILE_BLOCK_SIZE=tile_size,
         IS_CIRCULAR=circular,
+        PARALLEL_TILES=parallel_tiles,
+        **options,
+    )
+    remember_plan(key, [grid, constants, ()])
+    _compute_slot_mapping_direct_kernel[grid](
+        num_tokens,
+        max_num_tokens,
+        query_start_loc,
+        positions,
+        block_table,
+        block_table.stride(0),
+        block_size,
+        out,
+        **constants,
     )
     return out

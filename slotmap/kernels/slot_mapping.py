@@ -17,8 +17,12 @@ from slotmap.kernels.common import (
     _block_and_offset,
     _fill_pad,
     _gather_from_window,
+    cached_plan,
     check_launch_device,
+    hot_inputs_ok,
     prepare_slot_mapping_launch,
+    remember_plan,
+    same_tensors,
 )
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, window_size
 
@@ -46,14 +50,26 @@ def _compute_slot_mapping_kernel(
     window_trace_ptr=None,  # [num_reqs, window_trace_width], int32: window base of each tile
     window_trace_width=0,  # int: tiles recorded per request
     TRACE_WINDOWS: tl.constexpr = False,  # teaching aid: record where each tile's window starts
+    PARALLEL_TILES: tl.constexpr = 1,  # programs per request along grid axis 1 (1: production)
 ):
     # slot = block_table[q, pos // block_size] * block_size + pos % block_size
     # e.g. block_size 4, row [7, 2]: positions 0..5 -> slots 28 29 30 31 8 9
     req_idx = tl.program_id(0)
+    # Our addition for the GPU: program (q, p) handles tiles p, p + P, p + 2P, ... of request
+    # q, so one long request is spread over P programs. With P == 1 (production's grid, and
+    # the NPU's default) the loop below walks every tile of the request, as production does.
+    part = tl.program_id(1)
 
     # The last program only pads [num_tokens, max_num_tokens) with PAD_ID.
     if req_idx == tl.num_programs(0) - 1:
-        _fill_pad(slot_mapping_ptr, num_tokens, max_num_tokens, 1, PAD_ID, TILE_BLOCK_SIZE)
+        _fill_pad(
+            slot_mapping_ptr,
+            num_tokens + part * TILE_BLOCK_SIZE,
+            max_num_tokens,
+            PARALLEL_TILES,
+            PAD_ID,
+            TILE_BLOCK_SIZE,
+        )
         return
 
     start_idx = tl.load(query_start_loc_ptr + req_idx)
@@ -64,7 +80,9 @@ def _compute_slot_mapping_kernel(
     block_table_row_ptr = block_table_ptr + req_idx * block_table_stride
 
     # One tile of TILE_BLOCK_SIZE tokens at a time; lanes past the request's end are masked.
-    for tile_start in range(start_idx, end_idx, TILE_BLOCK_SIZE):
+    for tile_start in range(
+        start_idx + part * TILE_BLOCK_SIZE, end_idx, PARALLEL_TILES * TILE_BLOCK_SIZE
+    ):
         offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
         mask = offsets < end_idx
         pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
@@ -128,7 +146,9 @@ def compute_slot_mapping(
     pad_id: int = PAD_SLOT_ID,
     out: Tensor | None = None,
     validate: bool = True,
-    tile_size: int = PRODUCTION_TILE,
+    tile_size: int | None = None,
+    parallel_tiles: int | None = None,
+    num_warps: int | None = None,
     gather_as_float: bool | None = None,
     window_trace: Tensor | None = None,
 ) -> Tensor:
@@ -141,33 +161,64 @@ def compute_slot_mapping(
 
     ``num_tokens`` defaults to ``query_start_loc[-1]`` (one device sync); ``max_num_tokens``
     to ``num_tokens``. ``validate=False`` skips the checks that read tensor contents (pass
-    ``num_tokens`` too, and no sync remains). ``tile_size`` is TILE_BLOCK_SIZE;
+    ``num_tokens`` too, and no sync remains). ``tile_size`` is TILE_BLOCK_SIZE (None: 1024,
+    production's, except on the GPU, where a decode batch gets a 64-lane tile);
     ``gather_as_float`` None means the backend's default (True on the NPU).
+    ``parallel_tiles`` (programs per request) and ``num_warps`` (GPU only) None choose by
+    backend (``launch_shape``): production's one program per request on the NPU, long
+    requests spread over several programs on the GPU.
     ``window_trace`` (a teaching aid): an int32 [num_reqs, tiles] tensor; the kernel writes
     the window base of tile t of request q (the first block-table entry its window loaded)
     at ``[q, t]`` and leaves tiles that do not exist untouched
     (``slotmap.window_bases_oracle`` says what to expect).
     Same arguments and result as ``slotmap.slot_mapping_oracle``.
     """
-    num_tokens, max_num_tokens, kv_cache_block_size, out = prepare_slot_mapping_launch(
-        query_start_loc, positions, block_table, block_size,
-        num_tokens=num_tokens, max_num_tokens=max_num_tokens,
-        kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, circular=circular, out=out, validate=validate,
-        tile_size=tile_size, window=True,
-    )  # fmt: skip
     num_reqs = query_start_loc.numel() - 1
+    # The hot path (see slotmap.kernels.common): a cached plan and structural checks only.
+    key = (
+        "window", num_reqs, num_tokens, max_num_tokens, block_size, kv_cache_block_size,
+        cp_world_size, cp_rank, cp_interleave, circular, pad_id, tile_size, parallel_tiles,
+        num_warps, gather_as_float,
+    )  # fmt: skip
+    plan = None if validate or window_trace is not None else cached_plan(key)
+    if plan is not None and (
+        same_tensors(plan[2], query_start_loc, positions, block_table, out)
+        or hot_inputs_ok(query_start_loc, positions, block_table, out, num_tokens, max_num_tokens)
+    ):
+        grid, constants, _ = plan
+        plan[2] = (query_start_loc, positions, block_table, out)
+        _compute_slot_mapping_kernel[grid](
+            num_tokens, out.shape[0], query_start_loc, positions, block_table,
+            block_table.stride(0), block_size, out, **constants,
+        )  # fmt: skip
+        return out
+    if window_trace is not None and tile_size is None:
+        tile_size = PRODUCTION_TILE  # traces are read against the lessons' 1024 tiles
+    num_tokens, max_num_tokens, kv_cache_block_size, out, tile_size, parallel_tiles, options = (
+        prepare_slot_mapping_launch(
+            query_start_loc,
+            positions,
+            block_table,
+            block_size,
+            num_tokens=num_tokens,
+            max_num_tokens=max_num_tokens,
+            kv_cache_block_size=kv_cache_block_size,
+            cp_world_size=cp_world_size,
+            cp_rank=cp_rank,
+            cp_interleave=cp_interleave,
+            circular=circular,
+            out=out,
+            validate=validate,
+            tile_size=tile_size,
+            parallel_tiles=parallel_tiles,
+            num_warps=num_warps,
+            window=True,
+        )  # fmt: skip
+    )
     if window_trace is not None:
         check_window_trace(window_trace, num_reqs)
-    _compute_slot_mapping_kernel[(num_reqs + 1,)](
-        num_tokens,
-        max_num_tokens,
-        query_start_loc,
-        positions,
-        block_table,
-        block_table.stride(0),
-        block_size,
-        out,
+    grid = (num_reqs + 1, parallel_tiles)
+    constants = dict(
         KV_CACHE_BLOCK_SIZE=kv_cache_block_size,
         BLOCKS_PER_KV_BLOCK=kv_cache_block_size // block_size,
         TOTAL_CP_WORLD_SIZE=cp_world_size,
@@ -178,6 +229,21 @@ def compute_slot_mapping(
         BLOCK_TABLE_WINDOW_SIZE=window_size(tile_size, block_size),
         IS_CIRCULAR=circular,
         GATHER_AS_FLOAT=DEFAULT_GATHER_AS_FLOAT if gather_as_float is None else gather_as_float,
+        PARALLEL_TILES=parallel_tiles,
+        **options,
+    )
+    if window_trace is None:
+        remember_plan(key, [grid, constants, ()])
+    _compute_slot_mapping_kernel[grid](
+        num_tokens,
+        max_num_tokens,
+        query_start_loc,
+        positions,
+        block_table,
+        block_table.stride(0),
+        block_size,
+        out,
+        **constants,
         window_trace_ptr=window_trace,
         window_trace_width=0 if window_trace is None else window_trace.shape[1],
         TRACE_WINDOWS=window_trace is not None,
