@@ -1,0 +1,728 @@
+"""``slotmap bench``: time every slot-mapping kernel against the floor, on the active backend.
+
+For each shape of PERF.md (and each block size) it times, eagerly and (on CUDA) as replays of
+a captured graph of ``--graph-calls`` calls:
+
+* ``window``: the production bounded-window kernel (``compute_slot_mapping``);
+* ``direct``: one block-table load per token (``compute_slot_mapping_direct``);
+* ``fused-1``, ``fused-2``, ``fused-4``: the multi-group kernel with 1, 2 and 4 groups;
+* ``torch``: the vectorised PyTorch reference (``slot_mapping_torch``);
+* ``empty``: an empty Triton kernel on the window kernel's grid (the launch floor);
+* ``copy``: a device-to-device copy of as many bytes as the kernels must move (the
+  bandwidth floor).
+
+Every variant is hot-path: ``validate=False``, ``num_tokens`` given, a persistent ``out``.
+Each is checked exactly against the reference before timing (output poisoned first) and
+after timing (the output the timed calls left, poisoned before they ran). The launchers'
+own Python cost is measured against a raw ``kernel[grid](...)`` launch, with validation on
+and off. Results: a JSON file (``{"hardware": ..., "records": [...], "launcher": [...]}``),
+a markdown table with the PERF.md targets, and a plot. Speed is reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+from torch import Tensor
+
+import slotmap
+from slotmap.kernels.common import launch_shape
+from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel
+from slotmap.layout import PAD_SLOT_ID, window_size
+
+POISON = -999  # fills every output before a run: never a slot, never pad_id
+VARIANTS = ["window", "direct", "fused-1", "fused-2", "fused-4", "torch", "empty", "copy"]
+MODES = ["eager", "graph"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    lengths: tuple[int, ...]  # tokens of each request
+    max_num_tokens: int  # the graph-captured batch size (>= sum of lengths)
+    about: str
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.lengths)
+
+
+SHAPES = {
+    s.name: s
+    for s in [
+        Shape("decode256", (1,) * 256, 256, "256 requests x 1 token"),
+        Shape("decode1024", (1,) * 1024, 1024, "1024 requests x 1 token"),
+        Shape("mixed", (1536,) * 4 + (1,) * 256, 8192, "4 x 1536 + 256 x 1, padded to 8192"),
+        Shape("prefill8192", (8192,), 8192, "1 request x 8192 tokens"),
+        Shape("huge", (65536,) * 64, 65536 * 64, "64 requests x 65536 tokens"),
+    ]
+}
+# Small enough for Triton's CPU interpreter (the test suite runs the bench on these).
+TINY_SHAPES = {
+    s.name: s
+    for s in [
+        Shape("tiny-decode", (1,) * 5, 8, "5 requests x 1 token, padded to 8"),
+        Shape("tiny-mixed", (37, 1, 0, 70, 1), 128, "37 + 1 + 0 + 70 + 1, padded to 128"),
+    ]
+}
+DEFAULT_BLOCK_SIZES = (128, 16)
+# PERF.md's targets (graph mode, µs per call) for the latency-bound shapes.
+LATENCY_TARGETS = {"decode256": 1.5, "decode1024": 2.0, "mixed": 2.0, "prefill8192": 4.0}
+BANDWIDTH_TARGET_GBPS = 2000.0
+BANDWIDTH_TARGET_OF_COPY = 2 / 3
+FUSED_TARGET = 1.3
+LAUNCHER_TARGET = 1.15
+
+
+@triton.jit
+def _empty_kernel():
+    # The launch floor: a kernel that does nothing, on the same grid as the real one.
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Case:
+    shape: Shape
+    block_size: int
+    query_start_loc: Tensor
+    positions: Tensor
+    block_tables: list[Tensor]  # one per group, 4 groups
+    expected: Tensor  # [4, max_num_tokens] int32, from the reference
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.shape.lengths)
+
+    def bytes_moved(self, groups: int = 1) -> int:
+        """The fewest bytes a slot mapping must move: positions read once, outputs written."""
+        return 8 * self.shape.num_tokens + 4 * groups * self.shape.max_num_tokens
+
+
+def build_case(shape: Shape, block_size: int, device: str, seed: int = 0) -> Case:
+    """Realistic positions (prefill chunks contiguous, decode tokens at random context
+    lengths) and random physical block numbers up to the int32 limit of the slots."""
+    generator = torch.Generator().manual_seed(seed)
+    context = 4096  # decode tokens sit somewhere in a 4096-token context
+    positions, starts = [], [0]
+    for n in shape.lengths:
+        if n == 1:
+            first = int(torch.randint(0, context, (1,), generator=generator))
+        else:
+            first = int(torch.randint(0, 512, (1,), generator=generator)) if n < 8192 else 0
+        positions.append(torch.arange(first, first + n, dtype=torch.int64))
+        starts.append(starts[-1] + n)
+    positions = torch.cat(positions) if positions else torch.zeros(0, dtype=torch.int64)
+    largest = int(positions.max()) if positions.numel() else 0
+    width = largest // block_size + 1
+    limit = (2**31 - 1) // block_size - 1  # every slot fits in int32
+    tables = [
+        torch.randint(0, limit, (len(shape.lengths), width), generator=generator).to(torch.int32)
+        for _ in range(4)
+    ]
+    qsl = torch.tensor(starts, dtype=torch.int32)
+    expected = slotmap.slot_mappings_torch(
+        qsl, positions, tables, [block_size] * 4, max_num_tokens=shape.max_num_tokens
+    )
+    return Case(
+        shape,
+        block_size,
+        qsl.to(device),
+        positions.to(device),
+        [t.to(device) for t in tables],
+        expected.to(device),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants: each is (run, check) where run() launches once and check() compares the output
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Variant:
+    name: str
+    run: Callable[[], object]
+    poison: Callable[[], None]
+    check: Callable[[], bool]  # exact against the reference (copy: against its source)
+    bytes: int | None  # what the GB/s column counts (None: no bytes, the empty kernel)
+
+
+def single_group_args(case: Case) -> tuple[tuple, dict]:
+    args = (case.query_start_loc, case.positions, case.block_tables[0], case.block_size)
+    options = dict(
+        num_tokens=case.shape.num_tokens, max_num_tokens=case.shape.max_num_tokens, validate=False
+    )
+    return args, options
+
+
+def make_variants(case: Case, names: list[str]) -> list[Variant]:
+    device = case.positions.device
+    m = case.shape.max_num_tokens
+    args, options = single_group_args(case)
+    variants = []
+    for name in names:
+        if name in ("window", "direct", "torch"):
+            launcher = {
+                "window": slotmap.compute_slot_mapping,
+                "direct": slotmap.compute_slot_mapping_direct,
+                "torch": slotmap.slot_mapping_torch,
+            }[name]
+            out = torch.empty(m, dtype=torch.int32, device=device)
+            want = case.expected[0]
+
+            def run(launcher=launcher, out=out):
+                return launcher(*args, **options, out=out)
+
+            variants.append(
+                Variant(
+                    name,
+                    run,
+                    lambda out=out: out.fill_(POISON),
+                    lambda out=out, want=want: torch.equal(out, want),
+                    case.bytes_moved(1),
+                )
+            )
+        elif name.startswith("fused-"):
+            groups = int(name.split("-")[1])
+            out = torch.empty(groups, m, dtype=torch.int32, device=device)
+            want = case.expected[:groups]
+            tables = case.block_tables[:groups]
+
+            def run(out=out, tables=tables, groups=groups):
+                return slotmap.compute_slot_mappings(
+                    case.query_start_loc,
+                    case.positions,
+                    tables,
+                    [case.block_size] * groups,
+                    **options,
+                    out=out,
+                )
+
+            variants.append(
+                Variant(
+                    name,
+                    run,
+                    lambda out=out: out.fill_(POISON),
+                    lambda out=out, want=want: torch.equal(out, want),
+                    case.bytes_moved(groups),
+                )
+            )
+        elif name == "empty":
+            grid, launch_options = empty_launch(case)
+            variants.append(
+                Variant(
+                    name,
+                    lambda grid=grid, o=launch_options: _empty_kernel[grid](**o),
+                    lambda: None,
+                    lambda: True,
+                    None,
+                )
+            )
+        elif name == "copy":
+            # A copy reads and writes n bytes: 2n = the bytes the kernels must move.
+            n = max(case.bytes_moved(1) // 2, 1)
+            source = torch.randint(1, 256, (n,), dtype=torch.uint8, device=device)
+            target = torch.empty_like(source)
+            variants.append(
+                Variant(
+                    name,
+                    lambda s=source, t=target: t.copy_(s),
+                    lambda t=target: t.fill_(0),  # the source holds no zero
+                    lambda s=source, t=target: torch.equal(s, t),
+                    2 * n,
+                )
+            )
+        else:
+            raise ValueError(f"unknown variant {name!r}")
+    return variants
+
+
+def empty_launch(case: Case) -> tuple[tuple[int, int], dict]:
+    """The window launcher's default grid and warps for this batch (the floor's launch)."""
+    _, parallel, options = launch_shape(case.shape.num_tokens, case.num_reqs, None, None, None)
+    return (case.num_reqs + 1, parallel), options
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------
+def synchronize() -> None:
+    if slotmap.BACKEND.name == "cuda":
+        torch.cuda.synchronize()
+    elif slotmap.BACKEND.name == "npu":
+        torch.npu.synchronize()  # type: ignore[attr-defined]
+
+
+def time_eager(run: Callable[[], object], quick: bool) -> float:
+    """µs per call of back-to-back Python launches, synchronised at the end: the larger of
+    the host's enqueue cost and the device's work, as an eager caller sees it."""
+    if not slotmap.BACKEND.interpreted:
+        return host_us_per_call(run, 100 if quick else 500, 3 if quick else 7)
+    samples = []
+    for _ in range(1 if quick else 20):
+        start = time.perf_counter()
+        run()
+        synchronize()
+        samples.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(samples)
+
+
+def time_graph(run: Callable[[], object], calls: int, quick: bool) -> float:
+    """Median µs per call inside a captured CUDA graph of ``calls`` calls (device cost)."""
+    from triton.testing import do_bench
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up outside the capture (compiles, caches)
+        for _ in range(3):
+            run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            run()
+    graph.replay()
+    torch.cuda.synchronize()
+    warmup, rep = (5, 20) if quick else (25, 100)
+    return do_bench(graph.replay, warmup=warmup, rep=rep, return_mode="median") * 1e3 / calls
+
+
+def measure_case(
+    case: Case, names: list[str], modes: list[str], graph_calls: int, quick: bool, log
+) -> list[dict]:
+    records = []
+    for variant in make_variants(case, names):
+        variant.poison()
+        variant.run()
+        synchronize()
+        if not variant.check():
+            raise AssertionError(
+                f"{variant.name} on {case.shape.name}/b{case.block_size}: "
+                "output differs from the reference before timing"
+            )
+        for mode in modes:
+            variant.poison()
+            synchronize()
+            if mode == "graph":
+                us = time_graph(variant.run, graph_calls, quick)
+            else:
+                us = time_eager(variant.run, quick)
+            synchronize()
+            if not variant.check():
+                raise AssertionError(
+                    f"{variant.name} on {case.shape.name}/b{case.block_size} ({mode}): "
+                    "output differs from the reference after timing"
+                )
+            gbps = None if variant.bytes is None else variant.bytes / (us * 1e-6) / 1e9
+            record = dict(
+                shape=case.shape.name,
+                block_size=case.block_size,
+                variant=variant.name,
+                mode=mode,
+                us=round(us, 4),
+                gbps=None if gbps is None else round(gbps, 2),
+                exact=True,
+                bytes=variant.bytes,
+            )
+            records.append(record)
+            log(
+                f"  {case.shape.name:<12} b{case.block_size:<4} {variant.name:<8} {mode:<6}"
+                f" {us:10.3f} us" + ("" if gbps is None else f" {gbps:9.1f} GB/s")
+            )
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# The launcher's own cost
+# ---------------------------------------------------------------------------------------------
+def raw_window_launch(case: Case, out: Tensor) -> Callable[[], object]:
+    """``kernel[grid](...)`` with exactly what the launcher would pass, worked out once."""
+    num_tokens, m = case.shape.num_tokens, case.shape.max_num_tokens
+    tile, parallel, options = launch_shape(num_tokens, case.num_reqs, None, None, None)
+    grid = (case.num_reqs + 1, parallel)
+    table = case.block_tables[0]
+    args = (
+        num_tokens, m, case.query_start_loc, case.positions, table, table.stride(0),
+        case.block_size, out,
+    )  # fmt: skip
+    constants = dict(
+        KV_CACHE_BLOCK_SIZE=case.block_size,
+        BLOCKS_PER_KV_BLOCK=1,
+        TOTAL_CP_WORLD_SIZE=1,
+        TOTAL_CP_RANK=0,
+        CP_KV_CACHE_INTERLEAVE_SIZE=1,
+        PAD_ID=PAD_SLOT_ID,
+        TILE_BLOCK_SIZE=tile,
+        BLOCK_TABLE_WINDOW_SIZE=window_size(tile, case.block_size),
+        IS_CIRCULAR=False,
+        GATHER_AS_FLOAT=slotmap.kernels.common.DEFAULT_GATHER_AS_FLOAT,
+        window_trace_ptr=None,
+        window_trace_width=0,
+        TRACE_WINDOWS=False,
+        PARALLEL_TILES=parallel,
+        **options,
+    )
+    return lambda: _compute_slot_mapping_kernel[grid](*args, **constants)
+
+
+def host_us_per_call(run: Callable[[], object], calls: int, repeats: int) -> float:
+    """Median over ``repeats`` of the wall time of ``calls`` back-to-back calls, per call."""
+    for _ in range(min(calls, 20)):
+        run()
+    synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            run()
+        synchronize()
+        samples.append((time.perf_counter() - start) * 1e6 / calls)
+    return statistics.median(samples)
+
+
+def measure_launcher(case: Case, quick: bool, log) -> list[dict]:
+    out = torch.empty(case.shape.max_num_tokens, dtype=torch.int32, device=case.positions.device)
+    args, options = single_group_args(case)
+    want = case.expected[0]
+    runs = {
+        "raw": raw_window_launch(case, out),
+        "validate-off": lambda: slotmap.compute_slot_mapping(*args, **options, out=out),
+        "validate-on": lambda: slotmap.compute_slot_mapping(
+            *args, **dict(options, validate=True), out=out
+        ),
+    }
+    interpreted = slotmap.BACKEND.interpreted
+    if interpreted:  # the interpreter's launches take milliseconds: one call shows the path
+        calls, repeats = (1, 1) if quick else (3, 3)
+    else:
+        calls, repeats = (500, 3) if quick else (2000, 7)
+    results = {}
+    for name, run in runs.items():
+        out.fill_(POISON)
+        run()
+        synchronize()
+        if not torch.equal(out, want):
+            raise AssertionError(f"launcher check ({name}) differs from the reference")
+        results[name] = host_us_per_call(run, calls if name != "validate-on" else calls // 4 or 1,
+                                         repeats)  # fmt: skip
+    records = []
+    for name, us in results.items():
+        ratio = us / results["raw"]
+        records.append(
+            dict(
+                shape=case.shape.name,
+                block_size=case.block_size,
+                launch=name,
+                host_us=round(us, 3),
+                ratio_to_raw=round(ratio, 3),
+            )
+        )
+        log(f"  launcher {name:<13} {us:9.2f} us/call host  {ratio:6.3f}x raw")
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+def hardware() -> dict:
+    info = {
+        "backend": slotmap.BACKEND.name,
+        "gpu": None,
+        "driver": None,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "host": platform.processor() or platform.machine(),
+    }
+    if slotmap.BACKEND.name == "cuda":
+        properties = torch.cuda.get_device_properties(0)
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["sms"] = properties.multi_processor_count
+        try:
+            done = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            info["driver"] = done.stdout.strip().splitlines()[0] if done.stdout else None
+        except (OSError, subprocess.SubprocessError):
+            pass
+        info["cuda"] = torch.version.cuda
+    elif slotmap.BACKEND.name == "cpu":
+        info["gpu"] = "none (Triton's CPU interpreter)"
+    return info
+
+
+def lookup(records: list[dict], shape: str, block: int, variant: str, mode: str) -> dict | None:
+    for r in records:
+        if (r["shape"], r["block_size"], r["variant"], r["mode"]) == (shape, block, variant, mode):
+            return r
+    return None
+
+
+def targets(records: list[dict], launcher: list[dict]) -> list[dict]:
+    """Every PERF.md target with the number reached and its ratio to the same run's floor."""
+    rows = []
+    for shape, goal in LATENCY_TARGETS.items():
+        for block in sorted({r["block_size"] for r in records if r["shape"] == shape}):
+            empty = lookup(records, shape, block, "empty", "graph")
+            for variant in ("direct", "window"):
+                r = lookup(records, shape, block, variant, "graph")
+                if r is None or empty is None:
+                    continue
+                rows.append(
+                    dict(
+                        target=f"{shape} b{block} {variant}, graph: <= {goal} us",
+                        reached=f"{r['us']:.2f} us",
+                        floor=f"empty {empty['us']:.2f} us ({r['us'] / empty['us']:.2f}x)",
+                        met=r["us"] <= goal,
+                    )
+                )
+    for block in sorted({r["block_size"] for r in records if r["shape"] == "huge"}):
+        copy = lookup(records, "huge", block, "copy", "graph")
+        for variant in ("direct", "window"):
+            r = lookup(records, "huge", block, variant, "graph")
+            if r is None or copy is None:
+                continue
+            share = r["gbps"] / copy["gbps"]
+            rows.append(
+                dict(
+                    target=f"huge b{block} {variant}, graph: >= 2000 GB/s, >= 2/3 of copy",
+                    reached=f"{r['gbps']:.0f} GB/s",
+                    floor=f"copy {copy['gbps']:.0f} GB/s ({share:.2f} of it)",
+                    met=r["gbps"] >= BANDWIDTH_TARGET_GBPS and share >= BANDWIDTH_TARGET_OF_COPY,
+                )
+            )
+    for shape in dict.fromkeys(r["shape"] for r in records):
+        for block in sorted({r["block_size"] for r in records if r["shape"] == shape}):
+            one = lookup(records, shape, block, "fused-1", "graph")
+            four = lookup(records, shape, block, "fused-4", "graph")
+            if one is None or four is None:
+                continue
+            ratio = four["us"] / one["us"]
+            rows.append(
+                dict(
+                    target=f"{shape} b{block} fused-4 in one launch: <= 1.3x fused-1",
+                    reached=f"{four['us']:.2f} us = {ratio:.2f}x",
+                    floor=f"fused-1 {one['us']:.2f} us",
+                    met=ratio <= FUSED_TARGET,
+                )
+            )
+    for r in launcher:
+        if r["launch"] == "validate-off":
+            rows.append(
+                dict(
+                    target=f"launcher, validate off ({r['shape']} b{r['block_size']}): "
+                    "<= 1.15x raw",
+                    reached=f"{r['host_us']:.2f} us = {r['ratio_to_raw']:.3f}x",
+                    floor="raw kernel[grid](...)",
+                    met=r["ratio_to_raw"] <= LAUNCHER_TARGET,
+                )
+            )
+    rows.append(
+        dict(
+            target="every variant exact against the reference, before and after timing",
+            reached=f"{sum(bool(r['exact']) for r in records)} of {len(records)} exact",
+            floor="-",
+            met=all(r["exact"] for r in records),
+        )
+    )
+    return rows
+
+
+def markdown(result: dict) -> str:
+    hw = result["hardware"]
+    records = result["records"]
+    lines = [
+        f"# slotmap bench: {hw.get('gpu') or hw['backend']}",
+        "",
+        f"- hardware: {hw.get('gpu')} ({hw.get('sms', '?')} SMs), driver {hw.get('driver')}, "
+        f"backend {hw['backend']}",
+        f"- software: torch {hw['torch']}, triton {hw['triton']}, python {hw['python']}",
+        f"- date: {hw['date']}; command: `{result['command']}`",
+        "- every variant checked exactly against the reference before and after timing "
+        "(output poisoned first); hot path: `validate=False`, `num_tokens` given, `out` given",
+        f"- graph: µs per call inside a captured CUDA graph of {result['graph_calls']} calls "
+        "(`triton.testing.do_bench` median of replays); eager: wall µs per call of "
+        "back-to-back Python calls, synchronised at the end (median of 7 runs of 500)",
+        "",
+    ]
+    shapes = list(dict.fromkeys(r["shape"] for r in records))
+    variants = [v for v in VARIANTS if any(r["variant"] == v for r in records)]
+    for mode in MODES:
+        if not any(r["mode"] == mode for r in records):
+            continue
+        lines += [f"## µs per call, {mode}", ""]
+        lines.append("| shape | block | " + " | ".join(variants) + " |")
+        lines.append("| --- | --- | " + " | ".join("---" for _ in variants) + " |")
+        for shape in shapes:
+            for block in sorted({r["block_size"] for r in records if r["shape"] == shape})[::-1]:
+                cells = []
+                for v in variants:
+                    r = lookup(records, shape, block, v, mode)
+                    cells.append("-" if r is None else f"{r['us']:.2f}")
+                lines.append(f"| {shape} | {block} | " + " | ".join(cells) + " |")
+        lines.append("")
+    big = [r for r in records if r["gbps"] is not None and r["mode"] == "graph"]
+    if big:
+        lines += ["## GB/s in a graph (positions 8 B + slot 4 B per token and group)", ""]
+        lines.append("| shape | block | " + " | ".join(v for v in variants if v != "empty") + " |")
+        lines.append("| --- | --- | " + " | ".join("---" for v in variants if v != "empty") + " |")
+        for shape in shapes:
+            for block in sorted({r["block_size"] for r in records if r["shape"] == shape})[::-1]:
+                cells = []
+                for v in variants:
+                    if v == "empty":
+                        continue
+                    r = lookup(records, shape, block, v, "graph")
+                    cells.append("-" if r is None else f"{r['gbps']:.0f}")
+                lines.append(f"| {shape} | {block} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if result["launcher"]:
+        lines += ["## The launcher's own cost (host µs per call, back-to-back calls)", ""]
+        lines += [
+            "| shape | block | launch | host µs | × raw |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for r in result["launcher"]:
+            lines.append(
+                f"| {r['shape']} | {r['block_size']} | {r['launch']} | {r['host_us']:.2f} "
+                f"| {r['ratio_to_raw']:.3f} |"
+            )
+        lines.append("")
+    lines += ["## PERF.md targets", "", "| target | reached | floor (same run) | met |"]
+    lines.append("| --- | --- | --- | --- |")
+    for row in result["targets"]:
+        met = "yes" if row["met"] else "**no**"
+        lines.append(f"| {row['target']} | {row['reached']} | {row['floor']} | {met} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> bool:
+    """Graph-mode µs per call by shape (left) and GB/s of the huge shape (right)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    records = result["records"]
+    mode = "graph" if any(r["mode"] == "graph" for r in records) else "eager"
+    keys = list(dict.fromkeys((r["shape"], r["block_size"]) for r in records))
+    variants = [v for v in VARIANTS if any(r["variant"] == v for r in records)]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5), width_ratios=[3, 1.3])
+    width = 0.8 / len(variants)
+    for i, v in enumerate(variants):
+        values = [(lookup(records, s, b, v, mode) or {"us": math.nan})["us"] for s, b in keys]
+        left.bar([k + i * width for k in range(len(keys))], values, width, label=v)
+    left.set_xticks([k + 0.4 - width / 2 for k in range(len(keys))])
+    left.set_xticklabels([f"{s}\nb{b}" for s, b in keys], fontsize=8)
+    left.set_yscale("log")
+    left.set_ylabel(f"µs per call ({mode})")
+    left.set_title(f"slotmap bench on {result['hardware'].get('gpu')}, {mode}")
+    left.legend(ncol=4, fontsize=8)
+    big = [k for k in keys if k[0] == keys[-1][0]]
+    shown = [v for v in variants if v != "empty"]
+    for j, key in enumerate(big):
+        values = [
+            (lookup(records, *key, v, mode) or {"gbps": math.nan})["gbps"] or math.nan
+            for v in shown
+        ]
+        right.bar([x + j * 0.4 for x in range(len(shown))], values, 0.4, label=f"b{key[1]}")
+    right.set_xticks([x + 0.2 for x in range(len(shown))])
+    right.set_xticklabels(shown, rotation=45, fontsize=8)
+    right.set_ylabel("GB/s")
+    right.set_title(f"{big[0][0] if big else ''}: bandwidth")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    shapes = list(SHAPES) + list(TINY_SHAPES)
+    parser.add_argument(
+        "--shapes", nargs="+", choices=shapes, default=None,
+        help="default: PERF.md's shapes on an accelerator, tiny ones on the CPU interpreter",
+    )  # fmt: skip
+    parser.add_argument("--block-sizes", nargs="+", type=int, default=list(DEFAULT_BLOCK_SIZES))
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--graph-calls", type=int, default=20, help="calls per captured graph")
+    parser.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--name", default=None, help="file stem (default: the device's name)")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--no-launcher", action="store_true", help="skip the launcher timing")
+
+
+def run(args: argparse.Namespace) -> int:
+    backend = slotmap.BACKEND.name
+    device = slotmap.DEVICE
+    names = args.shapes or (list(TINY_SHAPES) if backend == "cpu" else list(SHAPES))
+    shapes = [{**SHAPES, **TINY_SHAPES}[n] for n in names]
+    modes = [m for m in args.modes if m == "eager" or backend == "cuda"]
+    skipped = [m for m in args.modes if m not in modes]
+    if skipped:
+        print(f"bench: no {', '.join(skipped)} mode on backend {backend} (CUDA graphs only)")
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    result = {
+        "hardware": hardware(),
+        "command": "slotmap bench "
+        + " ".join(
+            [
+                f"--shapes {' '.join(names)}",
+                f"--block-sizes {' '.join(map(str, args.block_sizes))}",
+            ]
+        ),
+        "graph_calls": args.graph_calls,
+        "records": [],
+        "launcher": [],
+    }
+    log(f"bench: {result['hardware']}")
+    for shape in shapes:
+        for block_size in args.block_sizes:
+            case = build_case(shape, block_size, device)
+            result["records"] += measure_case(
+                case, args.variants, modes, args.graph_calls, args.quick, log
+            )
+            first = shape == shapes[0] and block_size == args.block_sizes[0]
+            if not args.no_launcher and (first or shape.name == "huge"):
+                result["launcher"] += measure_launcher(case, args.quick, log)
+    result["targets"] = targets(result["records"], result["launcher"])
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = args.name or _default_name(result["hardware"])
+    (args.out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    table = markdown(result)
+    (args.out_dir / f"{stem}.md").write_text(table)
+    drew = plot(result, args.out_dir / f"{stem}.png")
+    print(table)
+    print(f"bench: wrote {args.out_dir / stem}.json, .md" + (", .png" if drew else ""))
+    return 0
+
+
+def _default_name(hw: dict) -> str:
+    if hw["backend"] != "cuda":
+        return hw["backend"]
+    gpu = hw.get("gpu") or hw["backend"]
+    if "H200" in gpu:
+        return "h200"
+    return "".join(c if c.isalnum() else "-" for c in gpu.lower()).strip("-")[:40] or "bench"

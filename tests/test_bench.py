@@ -1,0 +1,92 @@
+"""``slotmap bench``: its correctness path on tiny shapes (no speed is asserted anywhere).
+
+The bench checks every variant exactly against the reference before and after timing, with
+the output poisoned first; these tests run that path on the active backend (the CPU
+interpreter in CI) and check the files it writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import slotmap
+from slotmap import bench
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> tuple[Path, dict]:
+    folder = tmp_path_factory.mktemp("bench")
+    args = parse(
+        "--shapes", "tiny-mixed", "--block-sizes", "16", "--quick",
+        "--out-dir", str(folder), "--name", "tiny",
+    )  # fmt: skip
+    assert bench.run(args) == 0
+    return folder, json.loads((folder / "tiny.json").read_text())
+
+
+def test_json_schema(written) -> None:
+    _, result = written
+    hardware = result["hardware"]
+    for key in ("gpu", "driver", "torch", "triton", "date"):
+        assert key in hardware
+    assert hardware["torch"] == torch.__version__
+    modes = {"eager", "graph"} if slotmap.BACKEND.name == "cuda" else {"eager"}
+    seen = {(r["variant"], r["mode"]) for r in result["records"]}
+    assert seen == {(v, m) for v in bench.VARIANTS for m in modes}
+    for record in result["records"]:
+        assert set(record) >= {"shape", "block_size", "variant", "mode", "us", "gbps"}
+        assert record["shape"] == "tiny-mixed" and record["block_size"] == 16
+        assert record["us"] > 0
+        assert (record["gbps"] is None) == (record["variant"] == "empty")
+        assert record["exact"] is True
+
+
+def test_launcher_overhead_is_recorded(written) -> None:
+    _, result = written
+    launches = {r["launch"] for r in result["launcher"]}
+    assert launches == {"raw", "validate-off", "validate-on"}
+
+
+def test_markdown_and_plot_are_written(written) -> None:
+    folder, _ = written
+    table = (folder / "tiny.md").read_text()
+    assert "| tiny-mixed | 16 |" in table and "## PERF.md targets" in table
+    pytest.importorskip("matplotlib")
+    assert (folder / "tiny.png").stat().st_size > 0
+
+
+def test_a_wrong_variant_is_caught(monkeypatch) -> None:
+    # The check must be able to fail: a "kernel" that leaves its output poisoned.
+    case = bench.build_case(bench.TINY_SHAPES["tiny-decode"], 16, slotmap.DEVICE)
+    real = bench.make_variants
+
+    def broken(case, names):
+        variants = real(case, names)
+        for variant in variants:
+            variant.run = lambda: None
+        return variants
+
+    monkeypatch.setattr(bench, "make_variants", broken)
+    with pytest.raises(AssertionError, match="differs from the reference before timing"):
+        bench.measure_case(case, ["direct"], ["eager"], 2, True, lambda line: None)
+
+
+def test_case_reference_matches_the_oracle() -> None:
+    case = bench.build_case(bench.TINY_SHAPES["tiny-mixed"], 16, slotmap.DEVICE)
+    for g in range(4):
+        want = slotmap.slot_mapping_oracle(
+            case.query_start_loc, case.positions, case.block_tables[g], 16,
+            max_num_tokens=case.shape.max_num_tokens,
+        )  # fmt: skip
+        assert torch.equal(case.expected[g].cpu(), want.cpu())
