@@ -120,8 +120,8 @@ def explain_slot_mapping(
             else:
                 where = f"padding entry {token} (past the last real token {case.num_tokens - 1})"
                 hint = (
-                    "The padding program (the last one) must fill [num_tokens, max_num_tokens) "
-                    "with PAD_ID: a captured graph reads the whole fixed-size output."
+                    "Entries [num_tokens, max_num_tokens) must hold PAD_ID (in a kernel: the "
+                    "padding program's job): a captured graph reads the whole fixed-size output."
                 )
             return Wrong(
                 f"slot_mapping[{token}] was never written: {where}",

@@ -50,7 +50,7 @@ class Exercise:
     id: str  # "NN.name": NN is the lesson
     title: str
     cases: Callable[[], list[tuple[str, Any]]]
-    strategy: Callable[[], st.SearchStrategy]
+    strategy: Callable[[], st.SearchStrategy] | None  # None: the named cases are all
     judge: Callable[[Any, Any], None]
     hint: str = ""
     max_examples: int = 40
@@ -102,10 +102,9 @@ class CheckResult:
 
     def report(self) -> str:
         if self.passed:
-            return (
-                f"PASS {self.exercise}: {self.named} named cases and {self.random} random "
-                "cases agree with the reference."
-            )
+            named = f"{self.named} named case{'s' if self.named != 1 else ''}"
+            random = f" and {self.random} random ones" if self.random else ""
+            return f"PASS {self.exercise}: {named}{random} agree with the reference."
         f = self.failure
         assert f is not None
         lines = [f"FAIL {self.exercise} on the {f.case_name}", f"  broken:   {f.invariant}"]
@@ -154,9 +153,20 @@ def _is_library_frame(filename: str) -> bool:
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1]).replace("\\", "/")
 
 
+def _is_stub(error: BaseException | None) -> bool:
+    """An unfinished exercise: NotImplementedError, also wrapped by Triton's interpreter (which
+    raises its own error from the one raised inside a kernel)."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, NotImplementedError):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
+
+
 def _crash(error: BaseException, hint: str) -> tuple[str, str, str, str]:
     """A candidate that raised: the exception and the line of the learner's code it came from."""
-    if isinstance(error, NotImplementedError):
+    if _is_stub(error):
         return "not done yet: the exercise's code still raises NotImplementedError", "", "", hint
     where = ""
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
@@ -188,6 +198,9 @@ def run_check(
             return result
         result.named += 1
 
+    if exercise.strategy is None:
+        result.passed = True
+        return result
     last: dict[str, Any] = {}
 
     @settings(

@@ -1,0 +1,174 @@
+"""Lesson 01's exercises: the base formula for one token, then a whole batch.
+
+* ``01.slot_of``: ``slot_of(position, block_table_row, block_size) -> int``.
+* ``01.slot_mapping``: a batch's slot mapping in plain Python/torch, with the launcher's
+  signature, judged like a kernel (poisoned, guarded output) by ``judge_slot_mapping``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from slotmap.exercises.cases import SlotCase, judge_slot_mapping, slot_cases
+from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.reference import token_slot
+
+SLOT_OF_HINT = (
+    "slot = block_table_row[position // block_size] * block_size + position % block_size"
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 01.slot_of
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class RowCase:
+    """Positions of one request, its block-table row and the block size."""
+
+    block_table_row: list[int]
+    block_size: int
+    positions: list[int]
+
+    def __str__(self) -> str:
+        return (
+            f"block_table_row={self.block_table_row}, block_size={self.block_size}, "
+            f"positions={self.positions}"
+        )
+
+
+def slot_of_cases() -> list[tuple[str, RowCase]]:
+    # Every row has a spare entry past the blocks its positions use, so that an off-by-one
+    # block index reads a real (wrong) entry and is reported as such, not as an IndexError.
+    return [
+        ("the first token", RowCase([7, 2], 4, [0])),
+        ("one request over two blocks", RowCase([7, 2, 5], 4, list(range(8)))),
+        ("block size 1", RowCase([3, 9, 4, 8], 1, [0, 1, 2])),
+        ("block size 3, not a power of two", RowCase([5, 0, 11, 6], 3, list(range(9)))),
+        ("a decode step late in a long request", RowCase([4, 1, 8, 3, 6, 2], 16, [83])),
+    ]
+
+
+@st.composite
+def slot_of_random(draw: st.DrawFn) -> RowCase:
+    block_size = draw(st.sampled_from((1, 2, 3, 4, 5, 8, 16)))
+    entries = draw(st.integers(1, 6))
+    row = draw(st.permutations(range(64)))[:entries]
+    positions = draw(
+        st.lists(st.integers(0, entries * block_size - 1), min_size=1, max_size=8, unique=True)
+    )
+    return RowCase(list(row), block_size, positions)
+
+
+def _as_int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if hasattr(value, "numel") and value.numel() == 1 and not value.is_floating_point():
+        return int(value.item())  # a one-element integer tensor
+    return None
+
+
+def explain_slot(position: int, row: list[int], block_size: int, got: int) -> Wrong:
+    """Why ``got`` is not the slot of ``position``: which part of the formula went wrong."""
+    block, offset = divmod(position, block_size)
+    physical = row[block]
+    expected = physical * block_size + offset
+    got_block, got_offset = divmod(got, block_size)
+    where = (
+        f"position {position} is in logical block {block} = {position} // {block_size}, "
+        f"whose physical block is block_table_row[{block}] = {physical}"
+    )
+    if got_block != physical:
+        if got_block == block:
+            invariant = (
+                f"position {position} landed in physical block {got_block}, which is its "
+                f"logical block: the block table was never consulted ({where})"
+            )
+            hint = "The logical block indexes the block table: block_table_row[logical block]."
+        elif block + 1 < len(row) and got_block == row[block + 1] != physical:
+            invariant = (
+                f"position {position} landed in physical block {got_block} = "
+                f"block_table_row[{block + 1}]: the logical block index is off by one ({where})"
+            )
+            hint = "Logical blocks count from 0: position // block_size, with no + 1."
+        else:
+            invariant = (
+                f"position {position} landed in slot {got}, inside physical block {got_block}, "
+                f"but {where}"
+            )
+            hint = SLOT_OF_HINT
+    else:
+        invariant = (
+            f"position {position} landed at block offset {got_offset} inside its block, "
+            f"expected block offset {offset} = {position} % {block_size}"
+        )
+        hint = "The block offset is the remainder of position divided by block_size."
+    return Wrong(invariant, f"slot {expected}", f"slot {got}", hint)
+
+
+def judge_slot_of(slot_of: Callable[[int, list[int], int], int], case: RowCase) -> None:
+    for position in case.positions:
+        returned = slot_of(position, list(case.block_table_row), case.block_size)
+        got = _as_int(returned)
+        if got is None:
+            raise Wrong(
+                f"slot_of({position}, ...) returned {returned!r} "
+                f"({type(returned).__name__}), not an integer slot",
+                hint="Use integer arithmetic: // and %, not /.",
+            )
+        expected = token_slot(position, case.block_table_row, case.block_size)
+        if got != expected:
+            raise explain_slot(position, case.block_table_row, case.block_size, got)
+
+
+register(
+    Exercise(
+        id="01.slot_of",
+        title="the base formula for one token",
+        cases=slot_of_cases,
+        strategy=slot_of_random,
+        judge=judge_slot_of,
+        hint=SLOT_OF_HINT,
+        max_examples=60,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 01.slot_mapping
+# ---------------------------------------------------------------------------------------------
+def slot_mapping_cases() -> list[tuple[str, SlotCase]]:
+    two_requests = ([0, 3, 8], [0, 1, 2, 2, 3, 4, 5, 6], [[7, 2], [5, 9]], 4)
+    return [
+        ("two requests, no padding", SlotCase(*two_requests)),
+        ("two requests and a padding tail", SlotCase(*two_requests, max_num_tokens=11)),
+        (
+            "one decode step per request",
+            SlotCase([0, 1, 2, 3], [5, 0, 9], [[3, 8, 0], [6, 1, 0], [2, 4, 7]], 4),
+        ),
+        (
+            "an empty request in the middle",
+            SlotCase([0, 2, 2, 5], [0, 1, 3, 4, 5], [[9, 0], [1, 0], [4, 6]], 3, 7),
+        ),
+    ]
+
+
+register(
+    Exercise(
+        id="01.slot_mapping",
+        title="a batch's slot mapping",
+        cases=slot_mapping_cases,
+        strategy=lambda: slot_cases(max_requests=4, max_length=12),
+        judge=judge_slot_mapping,
+        hint=(
+            "For request q, tokens query_start_loc[q] .. query_start_loc[q + 1] - 1 use row q "
+            "of the block table and their own positions; the rest of out is pad_id."
+        ),
+        max_examples=40,
+    )
+)

@@ -1,0 +1,156 @@
+"""Lesson 02's exercise: write the first slot-mapping kernel.
+
+``02.first_kernel``: the learner's ``@triton.jit`` kernel takes the production kernel's
+arguments (``num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr,
+block_table_ptr, block_table_stride, block_size, slot_mapping_ptr, PAD_ID,
+TILE_BLOCK_SIZE``): one program per request walks its tokens in tiles, and the last program
+writes the padding tail. The judge launches it with grid ``(num_reqs + 1,)`` on a poisoned,
+guarded output (``judge_slot_mapping``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from torch import Tensor
+
+from slotmap.exercises.cases import SlotCase, judge_slot_mapping, slot_cases
+from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.layout import PAD_SLOT_ID
+
+HINT = (
+    "Program q < num_reqs: for tile_start in range(start, end, TILE_BLOCK_SIZE), "
+    "offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE), mask = offsets < end. The last "
+    "program (tl.program_id(0) == tl.num_programs(0) - 1) fills [num_tokens, max_num_tokens) "
+    "with PAD_ID."
+)
+
+
+@dataclass
+class KernelCase:
+    """A batch and the tile size the kernel is launched with."""
+
+    batch: SlotCase
+    tile_size: int
+
+    def __str__(self) -> str:
+        return f"{self.batch}, TILE_BLOCK_SIZE={self.tile_size}"
+
+
+def launch_first_kernel(kernel: Any, tile_size: int):
+    """A launcher with ``compute_slot_mapping``'s signature that runs ``kernel`` on grid
+    ``(num_reqs + 1,)``, writing into ``out``."""
+
+    def launcher(
+        query_start_loc: Tensor,
+        positions: Tensor,
+        block_table: Tensor,
+        block_size: int,
+        *,
+        num_tokens: int,
+        max_num_tokens: int,
+        out: Tensor,
+        pad_id: int = PAD_SLOT_ID,
+    ) -> Tensor:
+        num_reqs = query_start_loc.numel() - 1
+        # One spare entry repeating num_tokens: a kernel that forgets the padding program
+        # treats the last program as an empty request (and is caught for the unwritten
+        # padding) instead of reading past the end of query_start_loc.
+        spare = torch.cat([query_start_loc, query_start_loc[-1:]])
+        kernel[(num_reqs + 1,)](
+            num_tokens,
+            max_num_tokens,
+            spare,
+            positions,
+            block_table,
+            block_table.stride(0),
+            block_size,
+            out,
+            PAD_ID=pad_id,
+            TILE_BLOCK_SIZE=tile_size,
+        )
+        return out
+
+    return launcher
+
+
+def named_cases() -> list[tuple[str, KernelCase]]:
+    two = ([0, 3, 8], [0, 1, 2, 2, 3, 4, 5, 6], [[7, 2], [5, 9]], 4)
+    return [
+        (
+            "one request, exactly one tile",
+            KernelCase(SlotCase([0, 4], [0, 1, 2, 3], [[7, 2]], 4), 4),
+        ),
+        (
+            "the last request ends in a partial tile, no padding tail",
+            KernelCase(
+                SlotCase(
+                    [0, 5, 11], list(range(5)) + list(range(3, 9)), [[6, 1, 0], [3, 8, 5]], 4
+                ),  # fmt: skip
+                4,
+            ),
+        ),
+        ("two requests and a padding tail", KernelCase(SlotCase(*two, max_num_tokens=13), 4)),
+        (
+            "a request longer than three tiles",
+            KernelCase(
+                SlotCase(
+                    [0, 2, 20],
+                    [7, 8] + list(range(18)),
+                    [[9, 4, 0, 0, 0], [2, 11, 5, 14, 1]],
+                    4,
+                    23,
+                ),
+                4,
+            ),  # fmt: skip
+        ),
+        (
+            "an empty request and a long padding tail",
+            KernelCase(SlotCase([0, 3, 3, 4], [0, 1, 2, 5], [[3, 0], [1, 0], [6, 2]], 3, 21), 8),
+        ),
+    ]
+
+
+@st.composite
+def random_cases(draw: st.DrawFn) -> KernelCase:
+    batch = draw(slot_cases(max_requests=3, max_length=20))
+    return KernelCase(batch, draw(st.sampled_from((4, 8, 16))))
+
+
+def _is_kernel(candidate: Any) -> bool:
+    # triton.jit gives a JITFunction, or an InterpretedFunction under TRITON_INTERPRET=1.
+    return hasattr(candidate, "__getitem__") and hasattr(candidate, "run")
+
+
+def judge(kernel: Any, case: KernelCase) -> None:
+    if not _is_kernel(kernel):
+        raise Wrong(
+            f"expected the @triton.jit kernel itself, got {type(kernel).__name__}",
+            hint="Pass the decorated function: check('02.first_kernel', first_kernel).",
+        )
+    try:
+        judge_slot_mapping(launch_first_kernel(kernel, case.tile_size), case.batch)
+    except Wrong:
+        raise
+    except Exception as error:
+        # The interpreter wraps what a kernel raises (InterpreterError): an untouched stub's
+        # NotImplementedError should still read "not done yet".
+        if "NotImplementedError" in f"{type(error).__name__}{error}":
+            raise NotImplementedError() from error
+        raise
+
+
+register(
+    Exercise(
+        id="02.first_kernel",
+        title="the first kernel: programs, tiles, masks, padding",
+        cases=named_cases,
+        strategy=random_cases,
+        judge=judge,
+        hint=HINT,
+        max_examples=25,
+    )
+)

@@ -1,0 +1,398 @@
+"""Lesson 03's exercises: the bounded-window gather.
+
+* ``03.window_size``: BLOCK_TABLE_WINDOW_SIZE for a tile and a block size. A window that is
+  too small is shown failing in the real production kernel.
+* ``03.window_kernel``: the windowed gather inside a teaching kernel (the production kernel's
+  plain case, with its argument names): min-reduction with the INT32_MAX sentinel, one
+  contiguous window load, ``tl.gather``. The judge launches the learner's kernel itself.
+* ``03.break_window``: an input that is valid in every way but the window precondition; the
+  judge checks that the launcher rejects it and that the unvalidated kernel gets a slot wrong.
+
+The exercises use a tile of ``TILE = 8`` tokens (production: 1024) so that tiny batches already
+have tiles that start in the middle of a block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from torch import Tensor
+
+from slotmap.exercises.cases import (
+    SlotCase,
+    explain_slot_mapping,
+    guarded_output,
+    judge_slot_mapping,
+    slot_cases,
+)
+from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.kernels.common import DEFAULT_GATHER_AS_FLOAT
+from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel, compute_slot_mapping
+from slotmap.layout import PAD_SLOT_ID, cdiv, window_size
+from slotmap.reference import slot_mapping_oracle
+
+TILE = 8  # tokens per tile in this lesson's exercises and figures
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers: a learner's kernel, and the production kernel with a window size of our choosing
+# ---------------------------------------------------------------------------------------------
+def launch_window_kernel(
+    kernel,
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    block_size: int,
+    *,
+    num_tokens: int,
+    max_num_tokens: int,
+    out: Tensor,
+    tile_size: int = TILE,
+    pad_id: int = PAD_SLOT_ID,
+) -> Tensor:
+    """Launch a lesson-03 kernel (the production argument names, plain case) on grid
+    ``(num_reqs + 1,)``: program q < num_reqs handles request q, the last one the padding tail.
+
+    query_start_loc: [num_reqs + 1] int32; positions: [>= num_tokens] int64;
+    block_table: [num_reqs, n] int32; out: [max_num_tokens] int32, written by the kernel.
+    """
+    num_reqs = query_start_loc.numel() - 1
+    kernel[(num_reqs + 1,)](
+        num_tokens,
+        max_num_tokens,
+        query_start_loc,
+        positions,
+        block_table,
+        block_table.stride(0),
+        block_size,
+        out,
+        PAD_ID=pad_id,
+        TILE_BLOCK_SIZE=tile_size,
+        BLOCK_TABLE_WINDOW_SIZE=window_size(tile_size, block_size),
+    )
+    return out
+
+
+def launch_production_with_window(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    block_size: int,
+    *,
+    window: int,
+    tile_size: int = TILE,
+    out: Tensor | None = None,
+    window_trace: Tensor | None = None,
+) -> Tensor:
+    """The production kernel, unvalidated, with ``BLOCK_TABLE_WINDOW_SIZE = window`` instead of
+    ``slotmap.window_size(tile_size, block_size)``: what a window without its +1 does.
+
+    Grid ``(num_reqs + 1,)``, one program per request, as production launches it. Returns
+    [num_tokens] int32 (or ``out``); ``window_trace`` as in ``slotmap.compute_slot_mapping``.
+    """
+    num_reqs = query_start_loc.numel() - 1
+    num_tokens = int(query_start_loc[-1])
+    if out is None:
+        out = torch.empty(num_tokens, dtype=torch.int32, device=positions.device)
+    _compute_slot_mapping_kernel[(num_reqs + 1, 1)](
+        num_tokens,
+        out.numel(),
+        query_start_loc,
+        positions,
+        block_table,
+        block_table.stride(0),
+        block_size,
+        out,
+        KV_CACHE_BLOCK_SIZE=block_size,
+        BLOCKS_PER_KV_BLOCK=1,
+        TOTAL_CP_WORLD_SIZE=1,
+        TOTAL_CP_RANK=0,
+        CP_KV_CACHE_INTERLEAVE_SIZE=1,
+        PAD_ID=PAD_SLOT_ID,
+        TILE_BLOCK_SIZE=tile_size,
+        BLOCK_TABLE_WINDOW_SIZE=window,
+        GATHER_AS_FLOAT=DEFAULT_GATHER_AS_FLOAT,
+        window_trace_ptr=window_trace,
+        window_trace_width=0 if window_trace is None else window_trace.shape[1],
+        TRACE_WINDOWS=window_trace is not None,
+    )
+    return out
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value >= 1 and value & (value - 1) == 0
+
+
+def blocks_touched(tile_size: int, block_size: int) -> int:
+    """Most logical blocks a tile of ``tile_size`` contiguous positions can touch: when it
+    starts on the last offset of a block."""
+    return (block_size - 1 + tile_size - 1) // block_size + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# 03.window_size
+# ---------------------------------------------------------------------------------------------
+def _window_size_cases() -> list[tuple[str, tuple[int, int]]]:
+    return [
+        ("tile 8, blocks of 4: a tile that starts mid-block touches 3 blocks", (8, 4)),
+        ("tile 16, blocks of 16", (16, 16)),
+        ("production: tile 1024, blocks of 128", (1024, 128)),
+        ("tile 8, blocks of 3", (8, 3)),
+        ("tile 16, blocks of 5", (16, 5)),
+        ("tile 8, blocks of 1", (8, 1)),
+        ("a block bigger than the tile: tile 8, blocks of 32", (8, 32)),
+    ]
+
+
+def _window_size_strategy() -> st.SearchStrategy:
+    tiles = st.sampled_from([2**k for k in range(11)])
+    return st.tuples(tiles, st.integers(1, 300))
+
+
+def _mid_block_failure(tile_size: int, block_size: int, window: int) -> str:
+    """Run the production kernel with a too-small window on the worst tile; say what broke."""
+    first = block_size - 1  # the tile starts on the last offset of block 0
+    needed = blocks_touched(tile_size, block_size)
+    row = [7 * b + 5 for b in range(needed)]  # distinct physical blocks
+    positions = list(range(first, first + tile_size))
+    qsl = torch.tensor([0, tile_size], dtype=torch.int32)
+    pos = torch.tensor(positions, dtype=torch.int64)
+    table = torch.tensor([row], dtype=torch.int32)
+    got = launch_production_with_window(
+        qsl, pos, table, block_size, window=window, tile_size=tile_size
+    ).tolist()
+    expected = slot_mapping_oracle(qsl, pos, table, block_size).tolist()
+    for token, (g, e) in enumerate(zip(got, expected, strict=True)):
+        if g != e:
+            return (
+                f"; the production kernel launched with it gives position {positions[token]} "
+                f"(logical block {positions[token] // block_size}) slot {g} instead of {e}"
+            )
+    return ""
+
+
+def judge_window_size(candidate: Callable[[int, int], int], case: tuple[int, int]) -> None:
+    tile_size, block_size = case
+    window = candidate(tile_size, block_size)
+    if isinstance(window, Tensor) or not isinstance(window, int):
+        try:
+            window = int(window)
+        except (TypeError, ValueError):
+            raise Wrong(
+                f"window_size({tile_size}, {block_size}) returned {window!r}, not an integer",
+                hint="Return a Python int (triton.cdiv and triton.next_power_of_2 give ints).",
+            ) from None
+    expected = window_size(tile_size, block_size)
+    needed = blocks_touched(tile_size, block_size)
+    if window < 1 or not _is_power_of_two(window):
+        raise Wrong(
+            f"a window of {window} entries is not a power of two (tile {tile_size}, blocks of "
+            f"{block_size})",
+            expected,
+            window,
+            "tl.arange needs a power-of-two length: round up with triton.next_power_of_2.",
+        )
+    if window < needed:
+        raise Wrong(
+            f"a tile of {tile_size} contiguous positions that starts at offset "
+            f"{block_size - 1} of a block touches {needed} logical blocks, but the window "
+            f"holds only {window} entries" + _mid_block_failure(tile_size, block_size, window),
+            expected,
+            window,
+            f"cdiv({tile_size}, {block_size}) = {cdiv(tile_size, block_size)} blocks cover a "
+            "tile that starts on a block boundary; one that starts mid-block spans one more.",
+        )
+    if window > expected:
+        raise Wrong(
+            f"a window of {window} entries is larger than needed: every tile fits in "
+            f"{expected} (tile {tile_size}, blocks of {block_size})",
+            expected,
+            window,
+            "Each tile loads the whole window: on Ascend it sits in the 192 KB Unified Buffer. "
+            "Use the smallest power of two that holds cdiv(tile, block_size) + 1 entries.",
+        )
+
+
+register(
+    Exercise(
+        id="03.window_size",
+        title="BLOCK_TABLE_WINDOW_SIZE",
+        cases=_window_size_cases,
+        strategy=_window_size_strategy,
+        judge=judge_window_size,
+        hint="next_power_of_2(cdiv(tile_size, block_size) + 1)",
+        max_examples=60,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 03.window_kernel
+# ---------------------------------------------------------------------------------------------
+def _window_kernel_cases() -> list[tuple[str, SlotCase]]:
+    return [
+        (
+            "one request, one tile starting on a block boundary",
+            SlotCase([0, 8], list(range(8)), [[5, 2]], 4),
+        ),
+        (
+            "a tile that starts mid-block (3 blocks for 8 tokens: the +1)",
+            SlotCase([0, 8], list(range(2, 10)), [[5, 2, 9]], 4),
+        ),
+        (
+            "masked lanes: a last tile of 3 tokens, far from block 0",
+            SlotCase([0, 11], list(range(20, 31)), [[30 + b for b in range(16)]], 2),
+        ),
+        (
+            "two requests and a padding tail",
+            SlotCase(
+                [0, 5, 13],
+                [3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16],
+                [[4, 8, 0, 0, 0], [6, 1, 3, 11, 2]],
+                4,
+                16,
+            ),
+        ),
+        (
+            "decode steps: one token per request, deep into its row",
+            SlotCase([0, 1, 2, 3], [13, 0, 7], [[9, 8, 7, 6], [2, 0, 0, 0], [1, 3, 0, 0]], 4),
+        ),
+    ]
+
+
+def _window_kernel_strategy() -> st.SearchStrategy:
+    return slot_cases(max_length=20)
+
+
+def stub_error(error: BaseException) -> bool:
+    """A kernel still holding the exercise's stub: the interpreter wraps its
+    NotImplementedError in its own error."""
+    return isinstance(error.__cause__, NotImplementedError) or "NotImplementedError" in str(error)
+
+
+def _gather_error(error: Exception) -> Wrong | None:
+    """The interpreter raises on a gather outside the window (a GPU reads garbage instead)."""
+    text = str(error)
+    if "out of bounds" in text:
+        return Wrong(
+            "a lane gathered outside the window: its relative block index was negative or "
+            f">= BLOCK_TABLE_WINDOW_SIZE ({text.strip()[:160]})",
+            hint="The window starts at the smallest logical block among the VALID lanes "
+            "(masked lanes offer INT32_MAX to tl.min); masked lanes gather index 0.",
+        )
+    return None
+
+
+def judge_window_kernel(kernel, case: SlotCase) -> None:
+    if not hasattr(kernel, "__getitem__"):
+        raise Wrong(
+            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
+            hint="Pass the kernel itself: check('03.window_kernel', window_kernel).",
+        )
+    try:
+        judge_slot_mapping(partial(launch_window_kernel, kernel), case)
+    except Wrong:
+        raise
+    except Exception as error:
+        if stub_error(error):
+            raise NotImplementedError() from None
+        wrong = _gather_error(error)
+        if wrong is None:
+            raise
+        raise wrong from None
+
+
+register(
+    Exercise(
+        id="03.window_kernel",
+        title="the windowed gather in a kernel",
+        cases=_window_kernel_cases,
+        strategy=_window_kernel_strategy,
+        judge=judge_window_kernel,
+        hint="block_idx_base = tl.min(tl.where(mask, block_indices, INT32_MAX), axis=0); load "
+        "BLOCK_TABLE_WINDOW_SIZE entries from there; tl.gather(window, relative index, 0).",
+        max_examples=30,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 03.break_window
+# ---------------------------------------------------------------------------------------------
+BREAK_CASE_NAME = f"your input, with tiles of {TILE} tokens"
+
+
+def _as_case(candidate: Any) -> SlotCase:
+    case = candidate() if callable(candidate) else candidate
+    if not isinstance(case, SlotCase):
+        raise Wrong(
+            f"expected a SlotCase (or a function returning one), got {type(case).__name__}",
+            hint="SlotCase(query_start_loc, positions, block_table, block_size)",
+        )
+    if case.options:
+        raise Wrong(
+            f"this exercise is about the plain case: leave options empty, got {case.options}",
+            hint="No circular cache, no context parallelism: just positions and a block table.",
+        )
+    return case
+
+
+def judge_break_window(candidate: Any, _label: Any = None) -> None:
+    case = _as_case(candidate)
+    qsl, positions, table = case.tensors("cpu")
+    counts = {"num_tokens": case.num_tokens, "max_num_tokens": case.padded_length}
+    try:
+        expected = slot_mapping_oracle(qsl, positions, table, case.block_size, **counts)
+    except ValueError as error:
+        raise Wrong(
+            f"your input is invalid for another reason than the window: {error}",
+            hint="Only the window precondition may break: every position needs a block in "
+            "its row, and query_start_loc must match the positions.",
+        ) from None
+    device_args = case.tensors()
+    try:
+        compute_slot_mapping(*device_args, case.block_size, tile_size=TILE, **counts)
+    except ValueError as error:
+        message = str(error)
+        if "window precondition" not in message:
+            raise Wrong(
+                f"the launcher rejected your input, but not for the window: {message}",
+                hint="Only the window precondition may break.",
+            ) from None
+    else:
+        raise Wrong(
+            f"the launcher accepted your input: in every tile of {TILE} tokens the logical "
+            "blocks fit in the window",
+            "ValueError (window precondition)",
+            "no error",
+            "Put two positions whose logical blocks are at least BLOCK_TABLE_WINDOW_SIZE apart "
+            "into one tile, e.g. positions far apart in one request.",
+        )
+    buffer, out = guarded_output(case.padded_length, device_args[1].device)
+    compute_slot_mapping(
+        *device_args, case.block_size, tile_size=TILE, validate=False, out=out, **counts
+    )
+    wrong = explain_slot_mapping(case, expected.tolist(), buffer.tolist())
+    if wrong is None:
+        raise Wrong(
+            "the launcher rejects your input, but the unvalidated kernel still gets every slot "
+            "right (the out-of-window lanes happen to find the same physical block)",
+            hint="Use distinct physical blocks in the block-table row.",
+        )
+
+
+register(
+    Exercise(
+        id="03.break_window",
+        title="an input that breaks the window precondition",
+        cases=lambda: [(BREAK_CASE_NAME, "the SlotCase you built")],
+        strategy=None,
+        judge=judge_break_window,
+        hint=f"Tiles hold {TILE} tokens: make one tile need two logical blocks at least "
+        "BLOCK_TABLE_WINDOW_SIZE apart.",
+    )
+)

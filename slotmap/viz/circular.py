@@ -1,0 +1,302 @@
+"""Lesson 04's figures and widget: a ring-buffer (circular) cache, drawn from real kernel runs.
+
+* ``draw_ring``: one request of a sliding-window layer decoding at ``position``. Its cache is
+  one block of ``block_size`` slots reused cyclically. The ring shows which position each
+  slot holds after every token 0..position was written (older tokens overwritten); the row
+  beside it is this step's batch, the last ``window`` positions, whose slots the kernel
+  computed (negative positions: the padded tail, PAD_ID).
+* ``draw_remainder``: ``p % B`` in Python (floor) and in Triton (truncating, like C), and the
+  slot the production kernel gives, for positions around 0.
+
+Patches carry a ``gid`` ("ring-window", "ring-stale", "ring-empty", "batch-slot", "batch-pad",
+...) so tests can count what a figure shows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from slotmap.backend import DEVICE
+from slotmap.exercises.lesson04 import triton_remainder
+from slotmap.kernels.slot_mapping import compute_slot_mapping
+from slotmap.layout import PAD_SLOT_ID
+from slotmap.reference import slot_mapping_oracle
+from slotmap.viz.style import (
+    EDGE,
+    EMPTY,
+    FONT_SIZE,
+    HIGHLIGHT,
+    PAD,
+    WIDTH,
+    boxes,
+    request_colour,
+)
+
+STALE = "#9ecae1"  # a slot holding a token older than the window: attention no longer reads it
+
+
+@dataclass
+class RingRun:
+    position: int  # the newest token's position
+    window: int  # sliding-window size: the batch holds positions position - window + 1 ..
+    block_size: int  # slots in the ring
+    block_number: int  # the request's one physical block
+    batch_positions: list[int]
+    batch_slots: list[int]  # from the kernel
+    batch_expected: list[int]  # from the oracle
+    holder: list[int | None]  # slot j of the ring -> position it holds after the last write
+    overwritten: list[list[int]]  # slot j -> positions written there before, oldest first
+
+
+def _slots(positions: list[int], block_number: int, block_size: int) -> tuple[list, list]:
+    """(kernel slots, oracle slots) of one circular request."""
+    qsl = torch.tensor([0, len(positions)], dtype=torch.int32, device=DEVICE)
+    pos = torch.tensor(positions, dtype=torch.int64, device=DEVICE)
+    table = torch.tensor([[block_number]], dtype=torch.int32, device=DEVICE)
+    kernel = compute_slot_mapping(qsl, pos, table, block_size, circular=True)
+    oracle = slot_mapping_oracle(qsl.cpu(), pos.cpu(), table.cpu(), block_size, circular=True)
+    return kernel.cpu().tolist(), oracle.tolist()
+
+
+def run_ring(position: int, window: int, block_size: int, block_number: int = 3) -> RingRun:
+    """The batch of this decode step and the ring's content, both through the kernel."""
+    batch = list(range(position - window + 1, position + 1))
+    batch_slots, batch_expected = _slots(batch, block_number, block_size)
+    holder: list[int | None] = [None] * block_size
+    overwritten: list[list[int]] = [[] for _ in range(block_size)]
+    if position >= 0:
+        # Every token 0..position was written once, in order: replay the writes.
+        history = list(range(position + 1))
+        written, _ = _slots(history, block_number, block_size)
+        for p, slot in zip(history, written, strict=True):
+            j = slot - block_number * block_size
+            if holder[j] is not None:
+                overwritten[j].append(holder[j])
+            holder[j] = p
+    return RingRun(
+        position,
+        window,
+        block_size,
+        block_number,
+        batch,
+        batch_slots,
+        batch_expected,
+        holder,
+        overwritten,
+    )
+
+
+def draw_ring(position: int = 13, window: int = 6, block_size: int = 8, block_number: int = 3):
+    """A ring buffer of ``block_size`` slots after writing positions 0..``position``, and the
+    slots of the batch of the last ``window`` positions; returns a matplotlib Figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Wedge
+
+    run = run_ring(position, window, block_size, block_number)
+    fig = plt.figure(figsize=(WIDTH, 4.6))
+    ring_ax = fig.add_axes([0.0, 0.02, 0.42, 0.8])
+    batch_ax = fig.add_axes([0.44, 0.3, 0.55, 0.45])
+    for ax in (ring_ax, batch_ax):
+        ax.set_axis_off()
+    ring_ax.set_aspect("equal")
+    ring_ax.set_xlim(-1.45, 1.45)
+    ring_ax.set_ylim(-1.3, 1.3)
+    in_window = set(range(position - window + 1, position + 1))
+    step = 360.0 / block_size
+    base = block_number * block_size
+    for j in range(block_size):
+        # Slot j spans a wedge clockwise from the top.
+        start = 90 - (j + 1) * step
+        held = run.holder[j]
+        if held is None:
+            colour, gid = EMPTY, "ring-empty"
+        elif held in in_window:
+            colour, gid = request_colour(0), "ring-window"
+        else:
+            colour, gid = STALE, "ring-stale"
+        newest = held == position
+        wedge = Wedge(
+            (0, 0),
+            1.0,
+            start,
+            start + step,
+            width=0.45,
+            facecolor=colour,
+            edgecolor=HIGHLIGHT if newest else EDGE,
+            linewidth=2.6 if newest else 0.8,
+            zorder=3 if newest else 2,
+            gid=gid,
+        )
+        ring_ax.add_patch(wedge)
+        angle = math.radians(start + step / 2)
+        cos, sin = math.cos(angle), math.sin(angle)
+        label = "" if held is None else f"p {held}"
+        ring_ax.text(
+            0.775 * cos,
+            0.775 * sin,
+            label,
+            ha="center",
+            va="center",
+            fontsize=FONT_SIZE if block_size <= 12 else FONT_SIZE - 2,
+            color="white" if gid == "ring-window" else "black",
+        )
+        ring_ax.text(
+            1.16 * cos,
+            1.16 * sin,
+            str(base + j),
+            ha="center",
+            va="center",
+            fontsize=FONT_SIZE - 1,
+            color="#555555",
+        )
+    overwritten = sum(len(o) for o in run.overwritten)
+    ring_ax.text(
+        0, 0.08, f"block {block_number}", ha="center", va="center", fontsize=FONT_SIZE + 1
+    )
+    ring_ax.text(
+        0,
+        -0.14,
+        f"{overwritten} tokens\noverwritten",
+        ha="center",
+        va="center",
+        fontsize=FONT_SIZE - 1,
+        color="#555555",
+    )
+
+    # The batch of this step: position and slot of each token, from the kernel.
+    n = len(run.batch_positions)
+    pad = [s == PAD_SLOT_ID for s in run.batch_slots]
+    token_colours = [PAD if p else request_colour(0) for p in pad]
+    boxes(batch_ax, 1.1, token_colours, [str(p) for p in run.batch_positions], text_colour="white")
+    # A ring smaller than the window makes two tokens of one batch share a slot.
+    shared = {s for s in run.batch_slots if s != PAD_SLOT_ID and run.batch_slots.count(s) > 1}
+    slot_colours = [
+        PAD if p else HIGHLIGHT if s in shared else EMPTY
+        for p, s in zip(pad, run.batch_slots, strict=True)
+    ]
+    slot_labels = ["PAD" if p else str(s) for p, s in zip(pad, run.batch_slots, strict=True)]
+    patches = boxes(batch_ax, 0, slot_colours, slot_labels)
+    for patch, is_pad, slot in zip(patches, pad, run.batch_slots, strict=True):
+        patch.set_gid(
+            "batch-pad" if is_pad else "batch-collision" if slot in shared else "batch-slot"
+        )
+    batch_ax.text(-0.3, 1.5, "position", ha="right", va="center", fontsize=FONT_SIZE)
+    batch_ax.text(-0.3, 0.4, "slot", ha="right", va="center", fontsize=FONT_SIZE)
+    batch_ax.set_xlim(-2.2, max(n, 8) + 0.2)
+    batch_ax.set_ylim(-0.3, 2.1)
+    batch_ax.set_title(
+        f"this step's batch: the last {window} positions (kernel output)", fontsize=FONT_SIZE
+    )
+    agree = run.batch_slots == run.batch_expected
+    verdict = "kernel = reference" if agree else "KERNEL DIFFERS FROM THE REFERENCE"
+    if shared:
+        verdict += (
+            f"; the window ({window}) is larger than the ring ({block_size} slots): "
+            f"tokens of this batch collide (red)"
+        )
+    fig.legend(
+        handles=[
+            Patch(facecolor=request_colour(0), edgecolor=EDGE, label="in the window"),
+            Patch(facecolor=STALE, edgecolor=EDGE, label="older than the window"),
+            Patch(facecolor=EMPTY, edgecolor=EDGE, label="never written"),
+            Patch(facecolor="white", edgecolor=HIGHLIGHT, linewidth=2, label="newest token"),
+            Patch(facecolor=PAD, edgecolor=EDGE, label="PAD (negative position)"),
+            Patch(facecolor=HIGHLIGHT, edgecolor=EDGE, label="slot used twice in the batch"),
+        ],
+        loc="lower right",
+        bbox_to_anchor=(0.99, 0.02),
+        ncol=3,
+        fontsize=FONT_SIZE - 1,
+        frameon=False,
+    )
+    fig.suptitle(
+        f"Ring buffer of one block ({block_size} slots), decoding position {position}: "
+        f"slot = {block_number}·{block_size} + p mod {block_size}; negative p -> PAD\n" + verdict,
+        fontsize=FONT_SIZE + 1,
+    )
+    fig.slotmap_run = run
+    return fig
+
+
+def draw_remainder(block_size: int = 4, low: int = -9, high: int = 6, block_number: int = 3):
+    """``p % B``: Python's floor, Triton's truncation (a kernel run), and the circular slot
+    the production kernel gives, for positions ``low..high``."""
+    from slotmap.viz.style import figure
+
+    positions = list(range(low, high + 1))
+    pos = torch.tensor(positions, dtype=torch.int64, device=DEVICE)
+    python = [p % block_size for p in positions]
+    triton = triton_remainder(pos, block_size).cpu().tolist()
+    slots, _ = _slots(positions, block_number, block_size)
+    fig, axes = figure(rows=4, height_per_row=0.55)
+    fig.set_figheight(fig.get_figheight() + 0.5)
+    fig.subplots_adjust(left=0.2, right=0.98, top=0.8, bottom=0.02, hspace=0.25)
+    negative = [p < 0 for p in positions]
+    rows = [
+        ("position p", [PAD if n else EMPTY for n in negative], positions, "position"),
+        (f"Python p % {block_size}\n(floor)", [EMPTY] * len(positions), python, "python"),
+        (
+            f"Triton p % {block_size}\n(truncates, like C)",
+            [HIGHLIGHT if t < 0 else EMPTY for t in triton],
+            triton,
+            "triton",
+        ),
+        (
+            "circular slot\n(kernel)",
+            [PAD if s == PAD_SLOT_ID else request_colour(0) for s in slots],
+            ["PAD" if s == PAD_SLOT_ID else s for s in slots],
+            "slot",
+        ),
+    ]
+    for ax, (label, colours, values, gid) in zip(axes, rows, strict=True):
+        text_colour = "white" if gid == "slot" else "black"
+        patches = boxes(
+            ax,
+            0,
+            colours,
+            [str(v) for v in values],
+            font_size=FONT_SIZE - 1,
+            text_colour=text_colour,
+        )
+        for patch, value in zip(patches, values, strict=True):
+            patch.set_gid(f"{gid}-negative" if isinstance(value, int) and value < 0 else gid)
+        ax.text(-0.4, 0.4, label, ha="right", va="center", fontsize=FONT_SIZE)
+        ax.set_xlim(-0.2, len(positions) + 0.2)
+        ax.set_ylim(-0.1, 0.9)
+    fig.suptitle(
+        f"p % {block_size} on negative p: Python floors, Triton and C truncate toward zero "
+        f"(red: negative offsets).\nThe kernel guards p < 0 before %: negative positions get "
+        f"PAD, the others block {block_number}'s slots",
+        fontsize=FONT_SIZE + 1,
+    )
+    fig.slotmap_values = {
+        "positions": positions,
+        "python": python,
+        "triton": triton,
+        "slots": slots,
+    }
+    return fig
+
+
+def ring_widget(position: int = 13, window: int = 6, block_size: int = 8):
+    """``draw_ring`` with sliders for the newest position, the window and the ring's size."""
+    import ipywidgets as widgets
+
+    from slotmap.viz.live import live_figure
+
+    style = {"description_width": "initial"}
+    controls = {
+        "position": widgets.IntSlider(
+            value=position, min=0, max=40, description="position", style=style
+        ),
+        "window": widgets.IntSlider(
+            value=window, min=1, max=16, description="window", style=style
+        ),
+        "block_size": widgets.IntSlider(
+            value=block_size, min=2, max=16, description="ring slots (block size)", style=style
+        ),
+    }
+    return live_figure(draw_ring, controls)

@@ -1,0 +1,42 @@
+"""The one widget pattern every lesson uses: controls, and a figure redrawn from a real kernel
+run at every change."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def live_figure(
+    draw: Callable[..., Any],
+    controls: dict[str, Any],
+    layout: Any | None = None,
+):
+    """Controls + an Output showing ``draw(**{name: control.value})``, redrawn on every change.
+
+    ``layout``: how the controls are arranged (default: one row). Returns the widget box, with
+    ``box.controls`` (name -> control; tests move them), ``box.figure`` (the latest figure)
+    and ``box.seconds`` (how long each redraw took: kernel run + figure, without the browser's
+    rendering)."""
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+
+    output = widgets.Output()
+    box = widgets.VBox([layout or widgets.HBox(list(controls.values())), output])
+    box.controls, box.figure, box.seconds = controls, None, []
+
+    def redraw(_change: Any = None) -> None:
+        start = time.perf_counter()
+        with output:
+            output.clear_output(wait=True)
+            if box.figure is not None:
+                plt.close(box.figure)
+            box.figure = draw(**{name: control.value for name, control in controls.items()})
+            plt.show()
+        box.seconds.append(time.perf_counter() - start)
+
+    for control in controls.values():
+        control.observe(redraw, names="value")
+    redraw()
+    return box

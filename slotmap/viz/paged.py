@@ -1,0 +1,297 @@
+"""Lesson 01's figure: token -> logical block -> physical block -> slot, from a real kernel run.
+
+``draw_paged`` builds a batch (request lengths, block size, a shuffled pool of physical
+blocks), runs the production kernel ``slotmap.compute_slot_mapping`` on the active backend
+and draws what it returned: the batch's tokens and their slots, each request's block-table
+row, and the KV cache with every slot a token landed in coloured by its request.
+``paged_widget`` redraws it on every change of its sliders.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from slotmap.viz import style
+
+CACHE_GAP = 0.4  # space between two physical blocks in the KV-cache picture, in cells
+
+
+@dataclass
+class PagedBatch:
+    """One batch for the figure, and the slot mapping the kernel returned for it."""
+
+    lengths: list[int]
+    positions: list[list[int]]  # per request
+    block_table: list[list[int]]  # one row per request (unused entries are 0)
+    blocks_used: list[int]  # entries of each row that the request's positions use
+    block_size: int
+    num_physical_blocks: int
+    max_num_tokens: int
+    slots: list[int]  # the kernel's output, [max_num_tokens]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.lengths)
+
+
+def paged_batch(
+    lengths: Sequence[int],
+    block_size: int,
+    *,
+    first_positions: Sequence[int] | None = None,
+    num_physical_blocks: int | None = None,
+    max_num_tokens: int | None = None,
+    seed: int = 0,
+) -> PagedBatch:
+    """Build a batch and run the production kernel on it (on ``slotmap.DEVICE``).
+
+    Request q holds positions ``first_positions[q] ..`` (0 by default: a prefill). Its
+    physical blocks are drawn, without repeats, from a shuffled pool of
+    ``num_physical_blocks`` (default: a few more than needed), so that a request's blocks
+    are scattered over the cache as they are in a real paged cache.
+    """
+    import slotmap
+
+    lengths = [int(n) for n in lengths]
+    firsts = [0] * len(lengths) if first_positions is None else [int(p) for p in first_positions]
+    positions = [list(range(f, f + n)) for f, n in zip(firsts, lengths, strict=True)]
+    # Blocks each row needs: up to the block of the request's last position.
+    blocks_used = [(f + n - 1) // block_size + 1 if n else 0
+                   for f, n in zip(firsts, lengths, strict=True)]  # fmt: skip
+    needed = sum(blocks_used)
+    if num_physical_blocks is None:
+        num_physical_blocks = max(needed + 3, 8)
+    if num_physical_blocks < needed:
+        raise ValueError(f"the batch needs {needed} physical blocks, the cache has only "
+                         f"{num_physical_blocks}")  # fmt: skip
+    pool = random.Random(seed).sample(range(num_physical_blocks), needed)
+    width = max(max(blocks_used, default=0), 1)
+    table, used = [], 0
+    for count in blocks_used:
+        table.append(pool[used : used + count] + [0] * (width - count))
+        used += count
+    num_tokens = sum(lengths)
+    max_num_tokens = num_tokens if max_num_tokens is None else max(max_num_tokens, num_tokens)
+
+    device = slotmap.DEVICE
+    starts = [0]
+    for n in lengths:
+        starts.append(starts[-1] + n)
+    slots = slotmap.compute_slot_mapping(
+        torch.tensor(starts, dtype=torch.int32, device=device),
+        torch.tensor([p for row in positions for p in row], dtype=torch.int64, device=device),
+        torch.tensor(table, dtype=torch.int32, device=device),
+        block_size,
+        max_num_tokens=max_num_tokens,
+    )
+    return PagedBatch(lengths, positions, table, blocks_used, block_size, num_physical_blocks,
+                      max_num_tokens, slots.cpu().tolist())  # fmt: skip
+
+
+def _cache_layout(batch: PagedBatch, width: float) -> tuple[int, float]:
+    """(physical blocks per line, width of a block with its gap) for a cache ``width`` wide."""
+    block_width = batch.block_size + CACHE_GAP
+    per_line = max(1, int((width + CACHE_GAP) // block_width))
+    return per_line, block_width
+
+
+def draw_paged(
+    lengths: Sequence[int] = (5, 11, 3),
+    block_size: int = 4,
+    *,
+    first_positions: Sequence[int] | None = None,
+    num_physical_blocks: int | None = None,
+    max_num_tokens: int | None = None,
+    seed: int = 0,
+):
+    """Run the kernel on a batch and draw token -> logical block -> physical block -> slot.
+
+    Patches and texts carry a gid (``token``, ``slot``, ``table-entry``, ``cache-slot``,
+    ``cache-label``, ...) so that a test can read the figure back.
+    """
+    batch = paged_batch(lengths, block_size, first_positions=first_positions,
+                        num_physical_blocks=num_physical_blocks,
+                        max_num_tokens=max_num_tokens, seed=seed)  # fmt: skip
+    return draw_batch(batch)
+
+
+def draw_batch(batch: PagedBatch):
+    """Draw a ``PagedBatch`` (see ``draw_paged``)."""
+    from matplotlib.patches import ConnectionPatch, Rectangle
+
+    block_size = batch.block_size
+    # Everything is measured in cells: one token, one table entry or one slot is 1 wide.
+    width = max(batch.max_num_tokens, 20.0)
+    per_line, block_width = _cache_layout(batch, width)
+    cache_lines = -(-batch.num_physical_blocks // per_line)
+    width = max(width, per_line * block_width - CACHE_GAP)
+    table_rows = len(batch.lengths)
+
+    # Rows from the top (y grows downwards in this layout, flipped at the end).
+    y_token, y_slot = 0.0, 1.0
+    y_table = 3.6
+    y_cache = y_table + table_rows * 1.15 + 1.6
+    line_height = 1.9
+    height = y_cache + cache_lines * line_height
+
+    cell_inches = style.WIDTH * 0.86 / width
+    font = max(5.5, min(style.FONT_SIZE, cell_inches * 72 * 0.36))
+    row_inches = max(cell_inches, 0.26)  # rows stay tall enough for their text
+    fig, (ax,) = style.figure(1, height_per_row=max(2.5, (height + 1.5) * row_inches))
+    ax.set_xlim(-0.12 * width, width + 0.3)
+    ax.set_ylim(height + 0.2, -1.3)
+
+    def cell(
+        x,
+        y,
+        colour,
+        label,
+        gid,
+        *,
+        hatch=None,
+        text_colour="black",
+        size=font,
+        edge=style.EDGE,
+        wide=1.0,
+    ):
+        patch = Rectangle((x, y), wide, 0.8, facecolor=colour, edgecolor=edge,
+                          linewidth=0.6, hatch=hatch)  # fmt: skip
+        patch.set_gid(gid)
+        ax.add_patch(patch)
+        if label != "":
+            ax.text(x + wide / 2, y + 0.4, str(label), ha="center", va="center", fontsize=size,
+                    color=text_colour, gid=gid)  # fmt: skip
+        return patch
+
+    def row_title(y, text):
+        ax.text(-0.2, y + 0.4, text, ha="right", va="center", fontsize=style.FONT_SIZE)
+
+    # 1. The batch: each token coloured by its request, labelled with its position, and
+    #    under it the slot the kernel wrote for it.
+    row_title(y_token, "token's position")
+    row_title(y_slot, "kernel's slot")
+    token = 0
+    for request, positions in enumerate(batch.positions):
+        colour = style.request_colour(request)
+        for position in positions:
+            cell(token, y_token, colour, position, "token", text_colour="white")
+            cell(token, y_slot, colour, batch.slots[token], "slot", text_colour="white")
+            token += 1
+    for pad in range(batch.num_tokens, batch.max_num_tokens):
+        cell(pad, y_token, style.PAD, "", "pad-token", hatch="///")
+        cell(pad, y_slot, style.PAD, batch.slots[pad], "pad-slot")
+    ax.text(0, y_token - 0.35, "batch tokens (colour: request)", fontsize=style.FONT_SIZE,
+            va="bottom")  # fmt: skip
+
+    # 2. Block tables: row q maps request q's logical block b to a physical block.
+    ax.text(0, y_table - 0.75, "block table (entry b: logical block b -> physical block)",
+            fontsize=style.FONT_SIZE, va="bottom")  # fmt: skip
+    entry = max(1.0, min(2.5, width / 20))  # a table entry is wider than a cell in wide figures
+    for b in range(len(batch.block_table[0]) if batch.block_table else 0):
+        ax.text((b + 0.5) * entry, y_table - 0.1, f"b={b}", ha="center", va="bottom",
+                fontsize=font * 0.85, color=style.EDGE)  # fmt: skip
+    entry_patches: dict[tuple[int, int], Rectangle] = {}
+    for request, row in enumerate(batch.block_table):
+        y = y_table + request * 1.15
+        row_title(y, f"request {request}")
+        for b, physical in enumerate(row):
+            used = b < batch.blocks_used[request]
+            colour = style.request_colour(request) if used else style.EMPTY
+            patch = cell(b * entry, y, colour, physical if used else "",
+                         "table-entry" if used else "table-unused", text_colour="white",
+                         wide=entry, size=style.FONT_SIZE if entry > 1 else font)  # fmt: skip
+            if used:
+                entry_patches[(request, b)] = patch
+
+    # 3. The KV cache: physical blocks of block_size slots; a slot is coloured where the
+    #    kernel put a token (label: that token's position), empty elsewhere.
+    landed: dict[int, tuple[int, int]] = {}  # slot -> (request, position)
+    token = 0
+    for request, positions in enumerate(batch.positions):
+        for position in positions:
+            landed[batch.slots[token]] = (request, position)
+            token += 1
+    # Slots of positions before a request's first one hold tokens of earlier steps (hatched).
+    earlier: dict[int, int] = {}  # slot -> request
+    for request, positions in enumerate(batch.positions):
+        for position in range(positions[0] if positions else 0):
+            row = batch.block_table[request]
+            earlier[row[position // block_size] * block_size + position % block_size] = request
+    hatched = "; hatched: written by earlier steps" if earlier else ""
+    ax.text(0, y_cache - 0.35, f"KV cache: {batch.num_physical_blocks} physical blocks of "
+            f"{block_size} slots (label: position stored there{hatched})",
+            fontsize=style.FONT_SIZE, va="bottom")  # fmt: skip
+    block_origin: dict[int, tuple[float, float]] = {}
+    for physical in range(batch.num_physical_blocks):
+        line, column = divmod(physical, per_line)
+        x0 = column * block_width
+        y = y_cache + line * line_height
+        block_origin[physical] = (x0, y)
+        ax.text(x0 + block_size / 2, y + 0.85, f"block {physical} · slots "
+                f"{physical * block_size}-{physical * block_size + block_size - 1}"
+                if block_size > 2 else f"block {physical}", ha="center", va="top",
+                fontsize=font * 0.8, color=style.EDGE)  # fmt: skip
+        for offset in range(block_size):
+            slot = physical * block_size + offset
+            if slot in landed:
+                request, position = landed[slot]
+                cell(x0 + offset, y, style.request_colour(request), position, "cache-slot",
+                     text_colour="white")  # fmt: skip
+            elif slot in earlier:
+                cell(x0 + offset, y, style.EMPTY, "", "cache-earlier", hatch="////",
+                     edge=style.request_colour(earlier[slot]))  # fmt: skip
+            else:
+                cell(x0 + offset, y, style.EMPTY, "", "cache-empty")
+    if cache_lines:
+        row_title(y_cache, "slots")
+
+    # Arrows: block-table entry -> the physical block it names.
+    for (request, b), patch in entry_patches.items():
+        physical = int(batch.block_table[request][b])
+        x0, y = block_origin[physical]
+        x, y_entry = patch.get_x() + entry / 2, patch.get_y() + 0.8
+        arrow = ConnectionPatch((x, y_entry), (x0 + block_size / 2, y), "data", "data",
+                                arrowstyle="-|>", color=style.request_colour(request),
+                                linewidth=0.8, alpha=0.5, mutation_scale=8)  # fmt: skip
+        arrow.set_gid("block-arrow")
+        ax.add_artist(arrow)
+
+    ax.set_title(
+        f"slot = block_table[q, p // {block_size}] * {block_size} + p % {block_size}: "
+        f"{batch.num_tokens} tokens of {len(batch.lengths)} requests, "
+        f"max_num_tokens={batch.max_num_tokens} (slotmap.compute_slot_mapping)",
+        fontsize=style.FONT_SIZE + 1,
+    )
+    return fig
+
+
+def paged_widget(lengths: Sequence[int] = (5, 11, 3), block_size: int = 4, seed: int = 0):
+    """Sliders for three request lengths, the block size, the padding tail and the shuffle of
+    physical blocks; every change re-runs the kernel and redraws (``slotmap.viz.live``)."""
+    import ipywidgets as widgets
+
+    from slotmap.viz.live import live_figure
+
+    lengths = list(lengths) + [0] * (3 - len(lengths))
+    controls = {
+        f"request_{q}": widgets.IntSlider(value=n, min=0, max=16, description=f"request {q}")
+        for q, n in enumerate(lengths[:3])
+    }
+    controls["block_size"] = widgets.IntSlider(
+        value=block_size, min=1, max=8, description="block size"
+    )
+    controls["padding"] = widgets.IntSlider(value=2, min=0, max=8, description="padding tail")
+    controls["seed"] = widgets.IntSlider(value=seed, min=0, max=20, description="shuffle")
+    names = list(controls)
+    layout = widgets.HBox([widgets.VBox([controls[n] for n in names[:3]]),
+                           widgets.VBox([controls[n] for n in names[3:]])])  # fmt: skip
+
+    def draw(request_0, request_1, request_2, block_size, padding, seed):
+        counts = [request_0, request_1, request_2]
+        return draw_paged(counts, block_size, seed=seed, max_num_tokens=sum(counts) + padding)
+
+    return live_figure(draw, controls, layout)

@@ -1,0 +1,288 @@
+"""Lesson 02's figure: requests -> programs -> tiles, masked lanes and the padding program,
+from a real run of the production kernel.
+
+``draw_tiles`` poisons the output (and the cells just past its end), launches the production
+kernel ``_compute_slot_mapping_kernel`` with production's grid ``(num_reqs + 1,)`` and its
+window trace on, and draws what came back: for every program the tiles it ran (from the
+trace) and the lanes each tile wrote or masked off, the padding program's tiles, and the
+output after the run, where anything still poisoned was never written. ``programs`` launches
+a shorter grid, to show what a missing program leaves behind.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from slotmap.viz import style
+
+POISON = -999  # every output cell, and the cells past its end, hold this before the launch
+
+
+@dataclass
+class TileRun:
+    """What one launch did."""
+
+    lengths: list[int]
+    starts: list[int]  # query_start_loc
+    positions: list[int]
+    block_size: int
+    tile_size: int
+    max_num_tokens: int
+    programs: int  # the launch grid (programs,)
+    buffer: list[int]  # the output followed by ``tile_size`` guard cells, after the run
+    trace: list[list[int]]  # window trace [num_reqs, tiles]: POISON where no tile ran
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.starts[-1]
+
+    @property
+    def output(self) -> list[int]:
+        return self.buffer[: self.max_num_tokens]
+
+    def tiles_run(self, request: int) -> list[int]:
+        """Start index of every tile that request ``request``'s program ran (from the trace)."""
+        row = self.trace[request]
+        return [self.starts[request] + t * self.tile_size
+                for t, base in enumerate(row) if base != POISON]  # fmt: skip
+
+    def padding_tiles(self) -> list[int]:
+        """Tiles of the padding program: ``_fill_pad`` walks [num_tokens, max_num_tokens)."""
+        return list(range(self.num_tokens, self.max_num_tokens, self.tile_size))
+
+
+def run_tiles(
+    lengths: Sequence[int] = (5, 11, 3),
+    block_size: int = 4,
+    tile_size: int = 4,
+    padding: int = 6,
+    *,
+    programs: int | None = None,
+    seed: int = 0,
+) -> TileRun:
+    """Launch the production kernel on a poisoned, guarded output (on ``slotmap.DEVICE``).
+
+    Request q holds positions 0 .. lengths[q] - 1 (a prefill). ``programs`` (default
+    ``num_reqs + 1``, production's grid) can launch fewer programs: the kernel takes the last
+    one as the padding program whatever the grid, so the requests left without a program are
+    never written.
+    """
+    import slotmap
+    from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel
+
+    device = slotmap.DEVICE
+    lengths = [int(n) for n in lengths]
+    num_reqs = len(lengths)
+    programs = num_reqs + 1 if programs is None else int(programs)
+    if not 1 <= programs <= num_reqs + 1:
+        raise ValueError(f"programs must be in 1..{num_reqs + 1}, got {programs}")
+    starts = [0]
+    for n in lengths:
+        starts.append(starts[-1] + n)
+    positions = [p for n in lengths for p in range(n)]
+    blocks = [max(1, -(-n // block_size)) for n in lengths]
+    # Few physical blocks, so that slots stay short enough to print inside a cell.
+    pool = random.Random(seed).sample(range(sum(blocks) + 6), sum(blocks))
+    width = max(blocks, default=1)
+    table, used = [], 0
+    for count in blocks:
+        table.append(pool[used : used + count] + [0] * (width - count))
+        used += count
+    max_num_tokens = starts[-1] + padding
+    tiles = max((-(-n // tile_size) for n in lengths), default=0) + 1
+
+    qsl = torch.tensor(starts, dtype=torch.int32, device=device)
+    pos = torch.tensor(positions + [0] * tile_size, dtype=torch.int64, device=device)
+    block_table = torch.tensor(table, dtype=torch.int32, device=device)
+    buffer = torch.full((max_num_tokens + tile_size,), POISON, dtype=torch.int32, device=device)
+    out = buffer[:max_num_tokens]
+    trace = torch.full((max(num_reqs, 1), tiles), POISON, dtype=torch.int32, device=device)
+    if programs == num_reqs + 1:
+        slotmap.compute_slot_mapping(qsl, pos[: len(positions)], block_table, block_size,
+                                     max_num_tokens=max_num_tokens, out=out,
+                                     tile_size=tile_size, parallel_tiles=1,
+                                     window_trace=trace[:num_reqs])  # fmt: skip
+    else:
+        # The launcher always launches num_reqs + 1 programs: call the kernel itself.
+        _compute_slot_mapping_kernel[(programs, 1)](
+            starts[-1], max_num_tokens, qsl, pos, block_table, block_table.stride(0),
+            block_size, out,
+            KV_CACHE_BLOCK_SIZE=block_size, BLOCKS_PER_KV_BLOCK=1, TOTAL_CP_WORLD_SIZE=1,
+            TOTAL_CP_RANK=0, CP_KV_CACHE_INTERLEAVE_SIZE=1, PAD_ID=slotmap.PAD_SLOT_ID,
+            TILE_BLOCK_SIZE=tile_size,
+            BLOCK_TABLE_WINDOW_SIZE=slotmap.window_size(tile_size, block_size),
+            window_trace_ptr=trace, window_trace_width=tiles, TRACE_WINDOWS=True,
+        )  # fmt: skip
+    return TileRun(lengths, starts, positions, block_size, tile_size, max_num_tokens, programs,
+                   buffer.cpu().tolist(), trace.cpu().tolist()[:num_reqs])  # fmt: skip
+
+
+def draw_tiles(
+    lengths: Sequence[int] = (5, 11, 3),
+    block_size: int = 4,
+    tile_size: int = 4,
+    padding: int = 6,
+    *,
+    programs: int | None = None,
+    seed: int = 0,
+):
+    """Run the kernel (``run_tiles``) and draw programs, tiles, masked lanes and the output.
+
+    Patches carry a gid for tests: ``lane`` (a lane that stored), ``masked`` (a lane masked
+    off), ``tile`` (a tile's outline), ``out`` / ``out-pad`` / ``unwritten`` / ``guard``
+    (the output after the run).
+    """
+    return draw_run(run_tiles(lengths, block_size, tile_size, padding, programs=programs,
+                              seed=seed))  # fmt: skip
+
+
+def draw_run(run: TileRun):
+    """Draw a ``TileRun`` (see ``draw_tiles``)."""
+    from matplotlib.patches import Patch, Rectangle
+
+    tile = run.tile_size
+    width = run.max_num_tokens + tile
+    padding_program = run.programs - 1  # the kernel's padding program: the last one
+    missing = list(range(padding_program, run.num_reqs))  # requests no program handled
+    rows = run.programs + 2 + (1 if missing else 0)
+    cell_inches = style.WIDTH * 0.8 / max(width, 16)
+    font = max(5.5, min(style.FONT_SIZE, cell_inches * 72 * 0.36))
+    row_inches = max(cell_inches * 1.25, 0.3)
+    fig, (ax,) = style.figure(1, height_per_row=(rows + 1.6) * row_inches)
+    ax.set_xlim(-0.2 * max(width, 16), max(width, 16) + 0.2)
+    ax.set_ylim(rows + 0.1, -1.0)
+
+    def cell(x, y, colour, label, gid, *, hatch=None, text_colour="black", edge=style.EDGE):
+        patch = Rectangle((x, y), 1, 0.8, facecolor=colour, edgecolor=edge, linewidth=0.5,
+                          hatch=hatch)  # fmt: skip
+        patch.set_gid(gid)
+        ax.add_patch(patch)
+        if label != "":
+            ax.text(x + 0.5, y + 0.4, str(label), ha="center", va="center", fontsize=font,
+                    color=text_colour, gid=gid)  # fmt: skip
+
+    def title(y, text, colour="black"):
+        ax.text(-0.3, y + 0.4, text, ha="right", va="center", fontsize=style.FONT_SIZE,
+                color=colour)  # fmt: skip
+
+    def outline(x, y):
+        patch = Rectangle((x - 0.06, y - 0.08), tile + 0.12, 0.96, fill=False,
+                          edgecolor="black", linewidth=1.6)  # fmt: skip
+        patch.set_gid("tile")
+        ax.add_patch(patch)
+
+    def request_of(token):
+        return next(q for q in range(run.num_reqs) if token < run.starts[q + 1])
+
+    # Row 0: the batch as the kernel sees it.
+    title(0, "batch (position)")
+    for token in range(run.num_tokens):
+        cell(token, 0, style.request_colour(request_of(token)), run.positions[token], "batch",
+             text_colour="white")  # fmt: skip
+    for token in range(run.num_tokens, run.max_num_tokens):
+        cell(token, 0, style.PAD, "", "batch-pad")
+    for x in range(run.max_num_tokens, width):
+        cell(x, 0, "white", "", "past-end", hatch="...", edge=style.PAD)
+
+    # One row per program: the tiles it ran and the lanes of each.
+    output = run.output
+    for program in range(run.programs):
+        y = 1.3 + program
+        if program == padding_program:
+            title(y, f"program {program} (padding)")
+            for start in run.padding_tiles():
+                for x in range(start, start + tile):
+                    if x < run.max_num_tokens:
+                        cell(x, y, style.PAD, output[x], "lane")
+                    else:
+                        cell(x, y, "white", "", "masked", hatch="xxx", edge=style.PAD)
+                outline(start, y)
+            continue
+        title(y, f"program {program} (request {program})", style.request_colour(program))
+        end = run.starts[program + 1]
+        for start in run.tiles_run(program):
+            for x in range(start, start + tile):
+                if x < end:
+                    cell(x, y, style.request_colour(program), output[x], "lane",
+                         text_colour="white")  # fmt: skip
+                else:
+                    cell(x, y, "white", "", "masked", hatch="xxx", edge=style.PAD)
+            outline(start, y)
+    if missing:
+        names = ", ".join(str(q) for q in missing)
+        ax.text(run.max_num_tokens / 2, 1.3 + run.programs + 0.4,
+                f"no program ran for request {names}: the last program always pads",
+                ha="center", va="center", fontsize=style.FONT_SIZE,
+                color=style.HIGHLIGHT)  # fmt: skip
+
+    # Last row: the output after the run (and the cells past its end).
+    y = rows - 0.6
+    title(y, "slot_mapping after the run")
+    for x, value in enumerate(run.buffer):
+        if x >= run.max_num_tokens:
+            written = value != POISON
+            cell(x, y, style.HIGHLIGHT if written else "white", value if written else "",
+                 "guard-written" if written else "guard", hatch=None if written else "...",
+                 edge=style.PAD)  # fmt: skip
+        elif value == POISON:
+            cell(x, y, "white", "?", "unwritten", text_colour=style.HIGHLIGHT,
+                 edge=style.HIGHLIGHT)  # fmt: skip
+        elif x >= run.num_tokens:
+            cell(x, y, style.PAD, value, "out-pad")
+        else:
+            cell(x, y, style.request_colour(request_of(x)), value, "out", text_colour="white")
+
+    handles = [
+        Patch(facecolor="white", edgecolor="black", linewidth=1.6, label=f"a tile ({tile} lanes)"),
+        Patch(facecolor="white", edgecolor=style.PAD, hatch="xxx", label="masked lane"),
+        Patch(facecolor=style.PAD, edgecolor=style.EDGE, label="PAD_ID (-1)"),
+        Patch(facecolor="white", edgecolor=style.PAD, hatch="...", label="past the output's end"),
+        Patch(facecolor="white", edgecolor=style.HIGHLIGHT, label="? never written"),
+    ]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5,
+              fontsize=style.FONT_SIZE - 1, frameon=False)  # fmt: skip
+    ax.set_title(
+        f"grid ({run.programs},): {run.num_reqs} requests, TILE_BLOCK_SIZE={tile}, "
+        f"num_tokens={run.num_tokens}, max_num_tokens={run.max_num_tokens}",
+        fontsize=style.FONT_SIZE + 1,
+    )
+    return fig
+
+
+def tiles_widget(lengths: Sequence[int] = (5, 11, 3), tile_size: int = 4, padding: int = 6):
+    """Sliders for three request lengths, the tile size and the padding tail, and a switch
+    that launches one program fewer; every change re-runs the kernel and redraws."""
+    import ipywidgets as widgets
+
+    from slotmap.viz.live import live_figure
+
+    lengths = list(lengths) + [0] * (3 - len(lengths))
+    controls = {
+        f"request_{q}": widgets.IntSlider(value=n, min=0, max=12, description=f"request {q}")
+        for q, n in enumerate(lengths[:3])
+    }
+    controls["tile_size"] = widgets.Dropdown(
+        options=[2, 4, 8], value=tile_size, description="tile size"
+    )
+    controls["padding"] = widgets.IntSlider(
+        value=padding, min=0, max=10, description="padding tail"
+    )
+    controls["short"] = widgets.Checkbox(value=False, description="launch one program fewer")
+    names = list(controls)
+    layout = widgets.HBox([widgets.VBox([controls[n] for n in names[:3]]),
+                           widgets.VBox([controls[n] for n in names[3:]])])  # fmt: skip
+
+    def draw(request_0, request_1, request_2, tile_size, padding, short):
+        counts = [request_0, request_1, request_2]
+        programs = len(counts) if short else None
+        return draw_tiles(counts, 4, tile_size, padding, programs=programs)
+
+    return live_figure(draw, controls, layout)

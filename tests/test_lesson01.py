@@ -1,0 +1,204 @@
+"""Lesson 01: the exercises reject known-wrong answers, the solutions pass, and the figure and
+widget show what the kernel returned."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import matplotlib
+import pytest
+import torch
+
+import slotmap
+from slotmap.exercises import get_exercise, run_check
+
+matplotlib.use("Agg")
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "01_paged_kv_cache.ipynb"
+
+
+def solution_namespace() -> dict:
+    """Run the solution notebook's code cells that define the answers."""
+    namespace: dict = {}
+    cells = json.loads(SOLUTION.read_text())["cells"]
+    for cell in cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and "check(" not in source:
+            exec(compile(source, str(SOLUTION), "exec"), namespace)
+    return namespace
+
+
+def failure(exercise_id: str, candidate) -> str:
+    result = run_check(get_exercise(exercise_id), candidate)
+    assert not result.passed, f"{exercise_id} accepted a wrong answer"
+    return result.failure.invariant
+
+
+# --- 01.slot_of ---------------------------------------------------------------------------------
+def test_slot_of_solution_passes():
+    assert run_check(get_exercise("01.slot_of"), solution_namespace()["slot_of"]).passed
+
+
+def test_slot_of_reference_passes():
+    assert run_check(get_exercise("01.slot_of"), slotmap.token_slot).passed
+
+
+def off_by_one(position, row, block_size):
+    return row[position // block_size + 1] * block_size + position % block_size
+
+
+def logical_as_physical(position, row, block_size):
+    return (position // block_size) * block_size + position % block_size
+
+
+def offset_wrong_divisor(position, row, block_size):
+    return row[position // block_size] * block_size + position % len(row)
+
+
+def float_division(position, row, block_size):
+    return row[int(position / block_size)] * block_size + position / block_size
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        pytest.param(off_by_one, "off by one", id="off-by-one-block-index"),
+        pytest.param(logical_as_physical, "never consulted", id="logical-block-as-physical"),
+        pytest.param(offset_wrong_divisor, "block offset", id="offset-from-wrong-divisor"),
+        pytest.param(float_division, "not an integer", id="float-division"),
+    ],
+)
+def test_slot_of_rejects(wrong, words):
+    assert words in failure("01.slot_of", wrong)
+
+
+def test_slot_of_report_names_expected_and_got():
+    result = run_check(get_exercise("01.slot_of"), off_by_one)
+    assert result.failure.expected == "slot 28" and result.failure.got == "slot 8"
+    assert "the first token" in result.failure.case_name
+
+
+# --- 01.slot_mapping ----------------------------------------------------------------------------
+def reference_slot_mapping(qsl, positions, table, block_size, *, num_tokens, max_num_tokens,
+                           out, pad_id=-1, row_of=None, position_of=None, pad=True):  # fmt: skip
+    starts, pos, rows = qsl.tolist(), positions.tolist(), table.tolist()
+    for q in range(len(starts) - 1):
+        for t in range(starts[q], starts[q + 1]):
+            p = pos[t] if position_of is None else position_of(t, starts[q])
+            row = rows[q if row_of is None else row_of(q)]
+            out[t] = row[p // block_size] * block_size + p % block_size
+    if pad:
+        out[num_tokens:max_num_tokens] = pad_id
+    return out
+
+
+def test_slot_mapping_solution_passes():
+    answer = solution_namespace()["slot_mapping"]
+    assert run_check(get_exercise("01.slot_mapping"), answer).passed
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        pytest.param({"pad": False}, "never written", id="forgot-padding"),
+        pytest.param({"row_of": lambda q: 0}, "collide", id="row-0-for-every-request"),
+        pytest.param(
+            {"position_of": lambda t, s: t - s}, "should be in slot", id="token-index-as-position"
+        ),  # fmt: skip
+    ],
+)
+def test_slot_mapping_rejects(options, words):
+    def wrong(*args, **kwargs):
+        return reference_slot_mapping(*args, **kwargs, **options)
+
+    assert words in failure("01.slot_mapping", wrong)
+
+
+def test_slot_mapping_rejects_a_new_tensor():
+    def returns_new(qsl, positions, table, block_size, *, out, **kwargs):
+        return slotmap.slot_mapping_oracle(qsl, positions, table, block_size, **kwargs)
+
+    assert "new tensor" in failure("01.slot_mapping", returns_new)
+
+
+# --- figure and widget --------------------------------------------------------------------------
+def by_gid(fig, gid, kind="patch"):
+    ax = fig.axes[0]
+    items = ax.patches if kind == "patch" else ax.texts
+    return [item for item in items if item.get_gid() == gid]
+
+
+@pytest.mark.parametrize(
+    "lengths, block_size, extra",
+    [
+        ((5, 11, 3), 4, {}),
+        ((3, 0, 7), 1, {"max_num_tokens": 12}),
+        ((2, 9), 3, {"first_positions": (6, 4)}),
+    ],  # fmt: skip
+)
+def test_draw_paged_shows_the_kernels_slots(lengths, block_size, extra):
+    from slotmap.viz.paged import draw_paged, paged_batch
+
+    fig = draw_paged(lengths, block_size, **extra)
+    batch = paged_batch(lengths, block_size, **extra)
+    starts = [0]
+    for n in lengths:
+        starts.append(starts[-1] + n)
+    expected = slotmap.slot_mapping_oracle(
+        torch.tensor(starts, dtype=torch.int32),
+        torch.tensor([p for row in batch.positions for p in row], dtype=torch.int64),
+        torch.tensor(batch.block_table, dtype=torch.int32),
+        block_size,
+        max_num_tokens=batch.max_num_tokens,
+    ).tolist()
+    num_tokens = sum(lengths)
+    # One coloured cache slot per real token, labelled with the positions stored there.
+    cache = by_gid(fig, "cache-slot")
+    assert len(cache) == num_tokens
+    labels = Counter(int(t.get_text()) for t in by_gid(fig, "cache-slot", "text"))
+    assert labels == Counter(p for row in batch.positions for p in row)
+    # The slot row shows the reference's slots; padding entries show PAD_SLOT_ID.
+    slot_texts = [int(t.get_text()) for t in by_gid(fig, "slot", "text")]
+    pad_texts = [int(t.get_text()) for t in by_gid(fig, "pad-slot", "text")]
+    assert slot_texts + pad_texts == expected
+    # Every used block-table entry has an arrow; every other cache slot is empty.
+    used = sum(batch.blocks_used)
+    assert len(by_gid(fig, "table-entry")) == used
+    assert len(by_gid(fig, "block-arrow")) == used
+    cells = len(cache) + len(by_gid(fig, "cache-empty")) + len(by_gid(fig, "cache-earlier"))
+    assert cells == batch.num_physical_blocks * block_size
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_draw_paged_places_each_token_in_its_slot():
+    from slotmap.viz import paged
+
+    batch = paged.paged_batch((5, 11, 3), 4)
+    fig = paged.draw_batch(batch)
+    per_line, block_width = paged._cache_layout(batch, max(batch.max_num_tokens, 20.0))
+    # Read back each coloured cache cell's slot from where it is drawn.
+    xs = sorted(
+        {round(p.get_y(), 3) for p in by_gid(fig, "cache-slot") + by_gid(fig, "cache-empty")}
+    )
+    drawn = set()
+    for patch in by_gid(fig, "cache-slot"):
+        line = xs.index(round(patch.get_y(), 3))
+        column, offset = divmod(round(patch.get_x() * 10), round(block_width * 10))
+        drawn.add((line * per_line + column) * batch.block_size + offset // 10)
+    assert drawn == set(batch.slots[: batch.num_tokens])
+
+
+def test_paged_widget_redraws_on_change():
+    from slotmap.viz.paged import paged_widget
+
+    box = paged_widget((5, 11, 3), block_size=4)
+    first = box.figure
+    assert len(by_gid(first, "cache-slot")) == 19
+    box.controls["request_0"].value = 9
+    assert box.figure is not first
+    assert len(by_gid(box.figure, "cache-slot")) == 23

@@ -1,0 +1,182 @@
+"""Lesson 02: the kernel exercise rejects known-wrong kernels, the solution passes, and the
+tiles figure and widget show what the production kernel wrote."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import matplotlib
+import pytest
+import torch
+
+import slotmap  # noqa: F401 - chooses the backend before any kernel below is decorated
+from slotmap.exercises import get_exercise, run_check
+
+matplotlib.use("Agg")
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "02_first_kernel.ipynb"
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+
+
+def solution_kernel_source() -> str:
+    """The solution notebook's kernel cell, answer included."""
+    cells = json.loads(SOLUTION.read_text())["cells"]
+    (source,) = ["".join(c["source"]) for c in cells
+                 if c["cell_type"] == "code" and BEGIN in "".join(c["source"])]  # fmt: skip
+    return "\n".join(line for line in source.split("\n") if line.strip() not in (BEGIN, END))
+
+
+def load_kernel(tmp_path: Path, source: str, name: str = "first_kernel"):
+    """Triton needs a kernel's source file: write one and import it."""
+    path = tmp_path / f"kernel_{abs(hash(source))}.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n" + source + "\n")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def mutate(source: str, old: str, new: str) -> str:
+    assert old in source, f"the solution no longer contains {old!r}"
+    return source.replace(old, new)
+
+
+def test_solution_passes(tmp_path):
+    kernel = load_kernel(tmp_path, solution_kernel_source())
+    assert run_check(get_exercise("02.first_kernel"), kernel).passed
+
+
+MUTANTS = {
+    "missing-store-mask": (
+        "tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)",
+        "tl.store(slot_mapping_ptr + offsets, slot_ids)",
+        "past the request's end",
+    ),
+    "forgotten-padding-program": (
+        "if req_idx == tl.num_programs(0) - 1:",
+        "if req_idx == tl.num_programs(0) + 1:",
+        "never written: padding entry",
+    ),
+    "padding-store-without-mask": (
+        "tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)",
+        "tl.store(slot_mapping_ptr + offsets, PAD_ID)",
+        "past the end of the output",
+    ),
+    "off-by-one-block-index": (
+        "block_indices = pos // block_size",
+        "block_indices = pos // block_size + 1",
+        "slot",
+    ),
+    "tile-loop-skips-last-partial-tile": (
+        "range(start_idx, end_idx, TILE_BLOCK_SIZE)",
+        "range(start_idx, end_idx - TILE_BLOCK_SIZE + 1, TILE_BLOCK_SIZE)",
+        "never written: token",
+    ),
+    "offset-from-wrong-divisor": (
+        "pos % block_size",
+        "pos % TILE_BLOCK_SIZE",
+        "slot",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_rejects_known_wrong_kernel(tmp_path, name):
+    old, new, words = MUTANTS[name]
+    kernel = load_kernel(tmp_path, mutate(solution_kernel_source(), old, new))
+    result = run_check(get_exercise("02.first_kernel"), kernel)
+    assert not result.passed, f"{name} passed the check"
+    assert words in result.failure.invariant, result.report()
+
+
+def test_missing_mask_is_caught_by_the_partial_tile_case(tmp_path):
+    old, new, _ = MUTANTS["missing-store-mask"]
+    kernel = load_kernel(tmp_path, mutate(solution_kernel_source(), old, new))
+    result = run_check(get_exercise("02.first_kernel"), kernel)
+    assert "ends in a partial tile, no padding tail" in result.failure.case_name
+
+
+def test_rejects_a_plain_python_function():
+    result = run_check(get_exercise("02.first_kernel"), lambda *args: None)
+    assert "@triton.jit kernel itself" in result.failure.invariant
+
+
+# --- figure and widget --------------------------------------------------------------------------
+def by_gid(fig, gid, kind="patch"):
+    ax = fig.axes[0]
+    items = ax.patches if kind == "patch" else ax.texts
+    return [item for item in items if item.get_gid() == gid]
+
+
+@pytest.mark.parametrize(
+    "lengths, tile, padding",
+    [((5, 11, 3), 4, 6), ((8, 0, 4), 4, 0), ((12, 12, 12), 8, 10), ((3, 1), 2, 3)],
+)
+def test_draw_tiles_shows_every_lane(lengths, tile, padding):
+    import matplotlib.pyplot as plt
+
+    from slotmap.viz.tiles import draw_run, run_tiles
+
+    run = run_tiles(lengths, 4, tile, padding)
+    fig = draw_run(run)
+    num_tokens, max_num_tokens = sum(lengths), sum(lengths) + padding
+    # Every output entry was stored by exactly one lane; the rest of each tile is masked.
+    assert len(by_gid(fig, "lane")) == max_num_tokens
+    tiles = sum(-(-n // tile) for n in lengths) + -(-padding // tile)
+    assert len(by_gid(fig, "tile")) == tiles
+    assert len(by_gid(fig, "masked")) == tiles * tile - max_num_tokens
+    # Lane labels and the output row are the kernel's output, equal to the reference's.
+    table = torch.tensor(run_table(run), dtype=torch.int32)
+    expected = slotmap.slot_mapping_oracle(
+        torch.tensor(run.starts, dtype=torch.int32),
+        torch.tensor(run.positions, dtype=torch.int64),
+        table,
+        4,
+        max_num_tokens=max_num_tokens,
+    ).tolist()
+    out = [int(t.get_text()) for t in by_gid(fig, "out", "text")]
+    out += [int(t.get_text()) for t in by_gid(fig, "out-pad", "text")]
+    assert out == expected
+    assert not by_gid(fig, "unwritten") and not by_gid(fig, "guard-written")
+    assert len(by_gid(fig, "guard")) == tile
+    assert num_tokens == len(by_gid(fig, "batch"))
+    plt.close(fig)
+
+
+def run_table(run):
+    """The block table run_tiles built, recovered from the slots (slot // block_size)."""
+    table = []
+    for q in range(run.num_reqs):
+        row = {}
+        for t in range(run.starts[q], run.starts[q + 1]):
+            row[run.positions[t] // run.block_size] = run.output[t] // run.block_size
+        table.append([row.get(b, 0) for b in range(max(row, default=0) + 1)])
+    width = max(len(r) for r in table)
+    return [r + [0] * (width - len(r)) for r in table]
+
+
+def test_one_program_fewer_leaves_the_last_request_unwritten():
+    import matplotlib.pyplot as plt
+
+    from slotmap.viz.tiles import draw_tiles
+
+    fig = draw_tiles((5, 11, 3), 4, 4, 6, programs=3)
+    assert len(by_gid(fig, "unwritten")) == 3  # request 2's tokens
+    assert len(by_gid(fig, "out-pad")) == 6  # the padding program still padded
+    plt.close(fig)
+
+
+def test_tiles_widget_redraws_on_change():
+    from slotmap.viz.tiles import tiles_widget
+
+    box = tiles_widget((5, 11, 3), tile_size=4, padding=6)
+    first = box.figure
+    assert not by_gid(first, "unwritten")
+    box.controls["short"].value = True  # launch one program fewer
+    assert box.figure is not first
+    assert len(by_gid(box.figure, "unwritten")) == 3
+    box.controls["tile_size"].value = 8  # tiles of 8 lanes
+    assert len(by_gid(box.figure, "tile")) == 1 + 2 + 1  # requests 0 and 1, then padding

@@ -1,0 +1,368 @@
+"""Lesson 03 (the bounded-window gather): its checks reject known-wrong answers and accept the
+solutions; its figures show what the kernel did; its widgets re-run the kernel on a change."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import slotmap
+from slotmap.exercises import get_exercise, run_check
+from slotmap.exercises.cases import SlotCase
+from slotmap.layout import cdiv, next_power_of_2
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from slotmap.viz import window as window_viz  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "03_window_gather.ipynb"
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def solution_module(tmp_path_factory):
+    """The solution notebook's code cells (without the checks) as an importable module: a
+    @triton.jit kernel needs a source file."""
+    notebook = json.loads(SOLUTION.read_text(encoding="utf-8"))
+    cells = []
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        if "check(" not in source:
+            cells.append(source)
+    path = tmp_path_factory.mktemp("solution03") / "solution03.py"
+    path.write_text("\n\n".join(cells) + "\n", encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("solution03", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def solution(tmp_path_factory):
+    return solution_module(tmp_path_factory)
+
+
+def failure(exercise_id: str, candidate):
+    result = run_check(get_exercise(exercise_id), candidate)
+    assert not result.passed, f"{exercise_id} accepted a wrong answer"
+    return result.failure
+
+
+# ---------------------------------------------------------------------------------------------
+# 03.window_size
+# ---------------------------------------------------------------------------------------------
+def test_window_size_solution_passes(solution):
+    assert run_check(get_exercise("03.window_size"), solution.block_table_window_size).passed
+
+
+def test_tighter_window_is_accepted():
+    # The smallest power of two that holds every tile: tighter than production for block 1.
+    def tight(tile: int, block: int) -> int:
+        return next_power_of_2((block - 1 + tile - 1) // block + 1)
+
+    assert run_check(get_exercise("03.window_size"), tight).passed
+
+
+def test_window_without_its_plus_one_is_rejected():
+    found = failure("03.window_size", lambda t, b: next_power_of_2(cdiv(t, b)))
+    assert "starts at offset 3 of a block touches 3 logical blocks" in found.invariant
+    assert "holds only 2 entries" in found.invariant
+    # The production kernel really ran with the small window and got a slot wrong.
+    assert "the production kernel launched with it gives position" in found.invariant
+    assert (found.expected, found.got) == ("4", "2")
+
+
+def test_window_not_a_power_of_two_is_rejected():
+    found = failure("03.window_size", lambda t, b: cdiv(t, b) + 1)
+    assert "not a power of two" in found.invariant
+
+
+def test_oversized_window_is_rejected():
+    found = failure("03.window_size", lambda t, b: 2 * next_power_of_2(cdiv(t, b) + 1))
+    assert "larger than needed" in found.invariant
+
+
+# ---------------------------------------------------------------------------------------------
+# 03.window_kernel: one kernel with the known mistakes as constexpr switches
+# ---------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens"])
+def _variant_kernel(
+    num_tokens,
+    max_num_tokens,
+    query_start_loc_ptr,
+    positions_ptr,
+    block_table_ptr,
+    block_table_stride,
+    block_size,
+    slot_mapping_ptr,
+    PAD_ID: tl.constexpr,
+    TILE_BLOCK_SIZE: tl.constexpr,
+    BLOCK_TABLE_WINDOW_SIZE: tl.constexpr,
+    SENTINEL: tl.constexpr = 2147483647,  # what masked lanes offer to tl.min
+    STORE_MASK: tl.constexpr = True,
+    HALF_WINDOW: tl.constexpr = False,  # the window without its +1 (cdiv a power of two)
+):
+    req_idx = tl.program_id(0)
+    if req_idx == tl.num_programs(0) - 1:
+        for tile_start in range(num_tokens, max_num_tokens, TILE_BLOCK_SIZE):
+            offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
+            tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
+        return
+    start_idx = tl.load(query_start_loc_ptr + req_idx)
+    end_idx = tl.load(query_start_loc_ptr + req_idx + 1)
+    row_ptr = block_table_ptr + req_idx * block_table_stride
+    for tile_start in range(start_idx, end_idx, TILE_BLOCK_SIZE):
+        offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
+        mask = offsets < end_idx
+        pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
+        block_indices = pos // block_size
+        slot_offsets = pos % block_size
+        base = tl.min(tl.where(mask, block_indices, SENTINEL), axis=0)
+        if HALF_WINDOW:
+            window_indices = base + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE // 2)
+            size = BLOCK_TABLE_WINDOW_SIZE // 2
+        else:
+            window_indices = base + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE)
+            size = BLOCK_TABLE_WINDOW_SIZE
+        window = tl.load(
+            row_ptr + window_indices, mask=window_indices < block_table_stride, other=0
+        )
+        relative = block_indices - base
+        # Clamp like production does, so a wrong window gives wrong slots rather than a crash.
+        relative = tl.where(mask & (relative >= 0) & (relative < size), relative, 0)
+        slots = tl.gather(window, relative, 0) * block_size + slot_offsets
+        if STORE_MASK:
+            tl.store(slot_mapping_ptr + offsets, slots, mask=mask)
+        else:
+            tl.store(slot_mapping_ptr + offsets, slots)
+
+
+class Variant:
+    """``kernel[grid](...)`` with extra constexpr arguments fixed."""
+
+    def __init__(self, **constants):
+        self.constants = constants
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            return _variant_kernel[grid](*args, **kwargs, **self.constants)
+
+        return launch
+
+
+def test_window_kernel_solution_passes(solution):
+    result = run_check(get_exercise("03.window_kernel"), solution.window_kernel)
+    assert result.passed, result.report()
+
+
+def test_window_kernel_variant_harness_is_right():
+    # The switches' defaults are a correct kernel: the failures below come from the switch.
+    assert run_check(get_exercise("03.window_kernel"), Variant()).passed
+
+
+def test_window_without_its_plus_one_in_the_kernel_is_rejected():
+    found = failure("03.window_kernel", Variant(HALF_WINDOW=True))
+    assert (
+        found.case_name
+        == "named case 'a tile that starts mid-block (3 blocks for 8 tokens: the +1)'"
+    )
+    assert "should be in slot" in found.invariant
+
+
+def test_dropped_sentinel_is_rejected():
+    found = failure("03.window_kernel", Variant(SENTINEL=0))
+    assert "masked lanes" in found.case_name
+    # The window starts at entry 0 instead of 10: tokens of the last tile land elsewhere.
+    assert "collide in slot" in found.invariant or "should be in slot" in found.invariant
+
+
+def test_missing_store_mask_is_rejected():
+    found = failure("03.window_kernel", Variant(STORE_MASK=False))
+    assert "past the request's end" in found.invariant or "padding entry" in found.invariant
+
+
+def test_gather_outside_the_window_is_reported_in_words():
+    @triton.jit
+    def unclamped(
+        num_tokens,
+        max_num_tokens,
+        query_start_loc_ptr,
+        positions_ptr,
+        block_table_ptr,
+        block_table_stride,
+        block_size,
+        slot_mapping_ptr,
+        PAD_ID: tl.constexpr,
+        TILE_BLOCK_SIZE: tl.constexpr,
+        BLOCK_TABLE_WINDOW_SIZE: tl.constexpr,
+    ):
+        req_idx = tl.program_id(0)
+        if req_idx == tl.num_programs(0) - 1:
+            return
+        start_idx = tl.load(query_start_loc_ptr + req_idx)
+        end_idx = tl.load(query_start_loc_ptr + req_idx + 1)
+        for tile_start in range(start_idx, end_idx, TILE_BLOCK_SIZE):
+            offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
+            mask = offsets < end_idx
+            pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
+            blocks = pos // block_size
+            window = tl.load(
+                block_table_ptr
+                + req_idx * block_table_stride
+                + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE)
+            )
+            physical = tl.gather(window, blocks, 0)  # relative to entry 0: no base at all
+            tl.store(
+                slot_mapping_ptr + offsets, physical * block_size + pos % block_size, mask=mask
+            )
+
+    if not slotmap.BACKEND.interpreted:
+        pytest.skip("only the interpreter raises on an out-of-bounds gather")
+    found = failure("03.window_kernel", unclamped)
+    assert "gathered outside the window" in found.invariant
+
+
+def test_not_a_kernel_is_rejected():
+    found = failure("03.window_kernel", lambda *args: None)
+    assert "expected a @triton.jit kernel" in found.invariant
+
+
+# ---------------------------------------------------------------------------------------------
+# 03.break_window
+# ---------------------------------------------------------------------------------------------
+def test_break_window_solution_passes(solution):
+    assert run_check(get_exercise("03.break_window"), solution.window_breaker).passed
+
+
+def test_contiguous_input_does_not_break_the_window():
+    contiguous = SlotCase([0, 12], list(range(3, 15)), [[5, 2, 9, 4]], 4)
+    found = failure("03.break_window", contiguous)
+    assert "the launcher accepted your input" in found.invariant
+
+
+def test_input_invalid_in_another_way_is_rejected():
+    outside_the_row = SlotCase([0, 2], [0, 26], [[3, 1, 4, 9, 5]], 4)
+    found = failure("03.break_window", lambda: outside_the_row)
+    assert "invalid for another reason" in found.invariant
+    assert "outside the block-table row" in found.invariant
+
+
+def test_window_break_that_hides_behind_equal_blocks_is_rejected():
+    same_block_everywhere = SlotCase([0, 2], [0, 16], [[3, 3, 3, 3, 3]], 4)
+    found = failure("03.break_window", same_block_everywhere)
+    assert "still gets every slot right" in found.invariant
+
+
+def test_break_window_wants_a_slot_case():
+    found = failure("03.break_window", lambda: [0, 16])
+    assert "expected a SlotCase" in found.invariant
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures: drawn from the kernel's run, content checked against the references
+# ---------------------------------------------------------------------------------------------
+def patches_with(ax, gid: str) -> list:
+    return [p for p in ax.patches if p.get_gid() == gid]
+
+
+@pytest.mark.parametrize(
+    ("tile", "block", "first", "tokens"),
+    [
+        pytest.param(8, 4, 5, 22, id="mid-block-b4"),
+        pytest.param(16, 3, 7, 40, id="b3-past-row"),
+        pytest.param(4, 1, 0, 9, id="b1"),
+    ],
+)
+def test_window_figure_shows_what_the_kernel_loaded(tile, block, first, tokens):
+    fig = window_viz.draw_windows(tile, block, first, tokens)
+    positions = list(range(first, first + tokens))
+    qsl = torch.tensor([0, tokens], dtype=torch.int32)
+    bases = slotmap.window_bases_oracle(qsl, torch.tensor(positions), block, tile_size=tile)[0]
+    window = slotmap.window_size(tile, block)
+    axes = fig.axes
+    assert len(axes) == 1 + len(bases)
+    assert len(patches_with(axes[0], "token")) == tokens
+    assert [t.get_text() for t in axes[0].texts[:tokens]] == [str(p) for p in positions]
+    for tile_index, base in enumerate(bases):
+        ax = axes[1 + tile_index]
+        tile_positions = positions[tile_index * tile : (tile_index + 1) * tile]
+        needed = sorted({p // block for p in tile_positions})
+        picked = patches_with(ax, "picked")
+        # One coloured entry per logical block the tile needs, at that entry.
+        assert sorted(int(p.get_x()) for p in picked) == needed
+        frame = patches_with(ax, "window")[0]
+        assert round(frame.get_x() + 0.08) == base
+        row_length = len(patches_with(ax, "picked")) + len(patches_with(ax, "entry"))
+        past = patches_with(ax, "window-past-row")
+        assert bool(past) == (base + window > row_length)
+    assert "kernel's slots = reference" in fig._suptitle.get_text()
+    assert "recorded window bases = window_bases_oracle" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize("mode", window_viz.FAILURE_MODES)
+def test_failure_figure_highlights_the_wrong_slots(mode):
+    fig = window_viz.draw_window_failure(mode, 8, 4, 3, 24, seed=0)
+    run = fig.slotmap_run
+    qsl = torch.tensor([0, 24], dtype=torch.int32)
+    pos = torch.tensor(run.positions)
+    table = torch.tensor([run.block_table_row], dtype=torch.int32)
+    expected = slotmap.slot_mapping_oracle(qsl, pos, table, 4).tolist()
+    kernel_ax, verdict_ax = fig.axes[2], fig.axes[3]
+    labels = [int(t.get_text()) for t in kernel_ax.texts[:24]]
+    wrong = [i for i in range(24) if labels[i] != expected[i]]
+    red = sorted(int(p.get_x()) for p in patches_with(kernel_ax, "wrong"))
+    assert red == wrong
+    message = verdict_ax.texts[0].get_text().replace("\n", " ")
+    if mode == "contiguous":
+        assert wrong == [] and "accepts" in message
+    elif mode == "shuffled across tiles":
+        assert wrong and "window precondition" in message and "ValueError" in message
+    else:
+        # Tiles start at positions 3, 11, 19: mid-block; each loses its third block.
+        assert wrong == [5, 6, 7, 13, 14, 15, 21, 22, 23]
+        assert "BLOCK_TABLE_WINDOW_SIZE = next_pow2(cdiv(8, 4)) = 2" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# Widgets: one change re-runs the kernel and redraws, well under a second
+# ---------------------------------------------------------------------------------------------
+def test_window_widget_redraws_on_a_change():
+    pytest.importorskip("ipywidgets")
+    box = window_viz.window_widget()
+    first = box.figure
+    start = time.perf_counter()
+    box.controls["block_size"].value = 3
+    elapsed = time.perf_counter() - start
+    second = box.figure
+    assert second is not first
+    assert second.slotmap_run.block_size == 3
+    assert second.slotmap_run.slots == second.slotmap_run.expected
+    print(f"window widget update: {elapsed * 1000:.0f} ms")
+
+
+def test_failure_widget_redraws_on_a_change():
+    pytest.importorskip("ipywidgets")
+    box = window_viz.window_failure_widget()
+    assert box.figure.slotmap_run.wrong_tokens  # shuffled by default
+    start = time.perf_counter()
+    box.controls["mode"].value = "contiguous"
+    elapsed = time.perf_counter() - start
+    assert box.figure.slotmap_run.mode == "contiguous"
+    assert box.figure.slotmap_run.wrong_tokens == []
+    print(f"failure widget update: {elapsed * 1000:.0f} ms")
