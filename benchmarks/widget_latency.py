@@ -1,0 +1,94 @@
+"""How long a lesson widget takes to follow a control, on the active backend.
+
+For each widget: build it, then move each of its controls through a few values; every move
+re-runs the real kernel and redraws (``box.seconds`` times that), and we also render the
+figure to PNG the way the notebook's inline backend does before the browser can show it.
+Prints a markdown table of medians and maxima over all moves.
+
+    SLOTMAP_BACKEND=cpu python benchmarks/widget_latency.py [--moves 3] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import slotmap  # noqa: E402  (chooses the backend first)
+from slotmap.viz.circular import ring_widget  # noqa: E402
+from slotmap.viz.paged import paged_widget  # noqa: E402
+from slotmap.viz.tiles import tiles_widget  # noqa: E402
+from slotmap.viz.window import window_failure_widget, window_widget  # noqa: E402
+
+WIDGETS = {
+    "01 paged_widget": paged_widget,
+    "02 tiles_widget": tiles_widget,
+    "03 window_widget": window_widget,
+    "03 window_failure_widget": window_failure_widget,
+    "04 ring_widget": ring_widget,
+}
+
+
+def values_to_try(control, moves: int) -> list:
+    if hasattr(control, "options"):
+        options = [o[1] if isinstance(o, tuple) else o for o in control.options]
+        return [o for o in options if o != control.value][:moves]
+    if isinstance(control.value, bool):
+        return [not control.value, control.value][:moves]
+    low, high = control.min, control.max
+    return [low + (high - low) * (i + 1) // (moves + 1) for i in range(moves)]
+
+
+def measure(build, moves: int) -> tuple[list[float], list[float]]:
+    # Outside a notebook, an Output widget prints its clear-screen codes: keep them out.
+    with contextlib.redirect_stdout(io.StringIO()):
+        return _measure(build, moves)
+
+
+def _measure(build, moves: int) -> tuple[list[float], list[float]]:
+    box = build()
+    update, render = [], []
+    for control in box.controls.values():
+        for value in values_to_try(control, moves):
+            control.value = value
+            update.append(box.seconds[-1])
+            start = time.perf_counter()
+            box.figure.savefig(io.BytesIO(), format="png", dpi=matplotlib.rcParams["figure.dpi"])
+            render.append(time.perf_counter() - start)
+    return update, render
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--moves", type=int, default=3)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    lines = [
+        f"Widget updates on backend `{slotmap.BACKEND.name}` ({args.moves} moves per control; ms)",
+        "",
+        "| widget | moves | update median | update max | + PNG render median | total max |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, build in WIDGETS.items():
+        update, render = measure(build, args.moves)
+        total = [u + r for u, r in zip(update, render, strict=True)]
+        lines.append(
+            f"| {name} | {len(update)} | {statistics.median(update) * 1e3:.0f} | "
+            f"{max(update) * 1e3:.0f} | {statistics.median(total) * 1e3:.0f} | "
+            f"{max(total) * 1e3:.0f} |"
+        )
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
