@@ -130,7 +130,7 @@ def draw_ring(position: int = 13, window: int = 6, block_size: int = 8, block_nu
             zorder=3 if newest else 2,
             gid=gid,
         )
-        ring_ax.add_patch(wedge)
+        ring_ax.add_artist(wedge)
         angle = math.radians(start + step / 2)
         cos, sin = math.cos(angle), math.sin(angle)
         label = "" if held is None else f"p {held}"

@@ -3,6 +3,7 @@ run at every change."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,10 +18,11 @@ def live_figure(
 
     ``layout``: how the controls are arranged (default: one row). Returns the widget box, with
     ``box.controls`` (name -> control; tests move them), ``box.figure`` (the latest figure)
-    and ``box.seconds`` (how long each redraw took: kernel run + figure, without the browser's
-    rendering)."""
+    and ``box.seconds`` (how long each redraw took: kernel run, figure and its PNG, without
+    the browser's part)."""
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
+    from IPython.display import Image, display
 
     output = widgets.Output()
     box = widgets.VBox([layout or widgets.HBox(list(controls.values())), output])
@@ -33,7 +35,11 @@ def live_figure(
             if box.figure is not None:
                 plt.close(box.figure)
             box.figure = draw(**{name: control.value for name, control in controls.items()})
-            plt.show()
+            # One PNG render: the inline backend's plt.show() would crop to a tight bounding
+            # box, which draws the figure twice (the course's figures fill their canvas).
+            png = io.BytesIO()
+            box.figure.savefig(png, format="png")
+            display(Image(png.getvalue()))
         box.seconds.append(time.perf_counter() - start)
 
     for control in controls.values():

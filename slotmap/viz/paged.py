@@ -161,7 +161,7 @@ def draw_batch(batch: PagedBatch):
         patch = Rectangle((x, y), wide, 0.8, facecolor=colour, edgecolor=edge,
                           linewidth=0.6, hatch=hatch)  # fmt: skip
         patch.set_gid(gid)
-        ax.add_patch(patch)
+        ax.add_artist(patch)
         if label != "":
             ax.text(x + wide / 2, y + 0.4, str(label), ha="center", va="center", fontsize=size,
                     color=text_colour, gid=gid)  # fmt: skip

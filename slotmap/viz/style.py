@@ -52,7 +52,7 @@ def boxes(
     for index, colour in enumerate(colours):
         x = x0 + index * width
         patch = Rectangle((x, y), width, height, facecolor=colour, edgecolor=edge, linewidth=0.6)
-        ax.add_patch(patch)
+        ax.add_artist(patch)
         patches.append(patch)
         if labels is not None and labels[index] != "":
             ax.text(x + width / 2, y + height / 2, str(labels[index]), ha="center",

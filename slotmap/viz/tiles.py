@@ -164,7 +164,7 @@ def draw_run(run: TileRun):
         patch = Rectangle((x, y), 1, 0.8, facecolor=colour, edgecolor=edge, linewidth=0.5,
                           hatch=hatch)  # fmt: skip
         patch.set_gid(gid)
-        ax.add_patch(patch)
+        ax.add_artist(patch)
         if label != "":
             ax.text(x + 0.5, y + 0.4, str(label), ha="center", va="center", fontsize=font,
                     color=text_colour, gid=gid)  # fmt: skip
@@ -177,7 +177,7 @@ def draw_run(run: TileRun):
         patch = Rectangle((x - 0.06, y - 0.08), tile + 0.12, 0.96, fill=False,
                           edgecolor="black", linewidth=1.6)  # fmt: skip
         patch.set_gid("tile")
-        ax.add_patch(patch)
+        ax.add_artist(patch)
 
     def request_of(token):
         return next(q for q in range(run.num_reqs) if token < run.starts[q + 1])

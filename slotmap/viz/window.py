@@ -118,9 +118,9 @@ def _window_outline(ax, base: int, window: int, row_length: int, y: float, colou
         linewidth=2.4,
         gid="window",
     )
-    ax.add_patch(frame)
+    ax.add_artist(frame)
     if inside < window:
-        ax.add_patch(
+        ax.add_artist(
             Rectangle(
                 (base + inside, y - 0.12),
                 window - inside,
