@@ -1,0 +1,398 @@
+"""Lesson 08's figures and widget: what the slot-mapping kernels cost, against the floor.
+
+Speed is only worth plotting from a compiled kernel. So the data come from one of two places,
+and every figure says which in its title:
+
+* on an accelerator, a live run of ``slotmap bench``'s own functions (``live_results``: the
+  small shapes decode256 and prefill8192, block 128, every variant, checked exactly against
+  the reference before and after timing; about half a minute, mostly compiling);
+* on the CPU interpreter, the committed H200 run (``benchmarks/results/h200.json``): timing
+  the interpreter would measure numpy, not a kernel.
+
+* ``draw_variants``: µs per call of every variant on one shape, block size and mode, with the
+  empty kernel (launch floor) and the copy of the same bytes (bandwidth floor) as lines and
+  the model's prediction, ``max(floor, bytes / bandwidth)``, on each kernel's bar.
+* ``draw_eager_vs_graph``: one variant and the empty kernel, eager and in a graph, per shape.
+* ``draw_prediction``: the model against every measured kernel (log-log).
+
+Bars carry a ``gid`` ("bar-<variant>") and each figure a ``slotmap_*`` attribute with the
+numbers it drew, so tests can compare a figure with the JSON.
+"""
+
+from __future__ import annotations
+
+from slotmap.exercises.lesson08 import (
+    AT_THE_FLOOR,
+    SHAPE_TOKENS,
+    bandwidth_gbps,
+    committed_results,
+    groups_of,
+    latency_floor_us,
+    lookup,
+    model_us,
+)
+from slotmap.viz.style import EDGE, FONT_SIZE, WIDTH
+
+VARIANT_COLOURS = {
+    "window": "#0072B2",
+    "direct": "#E69F00",
+    "fused-1": "#009E73",
+    "fused-2": "#56B4E9",
+    "fused-4": "#CC79A7",
+    "torch": "#D55E00",
+    "empty": "#9e9e9e",
+    "copy": "#cfcfcf",
+}
+KERNELS = ("window", "direct", "fused-1", "fused-2", "fused-4")  # what the model predicts
+LIVE_SHAPES = ("decode256", "prefill8192")
+LIVE_BLOCK_SIZES = (128,)
+_LIVE: dict | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# The data: live on an accelerator, committed elsewhere
+# ---------------------------------------------------------------------------------------------
+def measure_bandwidth_gbps(mode: str, megabytes: int = 512) -> float:
+    """A device-to-device copy of ``megabytes`` MB, read + write counted, in GB/s."""
+    import torch
+
+    from slotmap import bench
+    from slotmap.backend import DEVICE
+
+    n = megabytes * 10**6 // 2
+    source = torch.ones(n, dtype=torch.uint8, device=DEVICE)
+    target = torch.empty_like(source)
+    run = lambda: target.copy_(source)  # noqa: E731
+    us = bench.time_graph(run, 20, True) if mode == "graph" else bench.time_eager(run, True)
+    return 2 * n / (us * 1e3)
+
+
+def live_results(
+    shapes: tuple[str, ...] = LIVE_SHAPES,
+    block_sizes: tuple[int, ...] = LIVE_BLOCK_SIZES,
+    log=None,
+) -> dict:
+    """A quick ``slotmap bench`` run on the active backend, in the bench's JSON layout, plus
+    ``live: True`` and the card's copy bandwidth (``bandwidth_gbps``)."""
+    from slotmap import bench
+    from slotmap.backend import BACKEND, DEVICE
+
+    modes = ["eager", "graph"] if BACKEND.name == "cuda" else ["eager"]
+    result = {
+        "hardware": bench.hardware(),
+        "command": f"slotmap.viz.perf.live_results({list(shapes)}, {list(block_sizes)})",
+        "graph_calls": 20,
+        "records": [],
+        "launcher": [],
+        "live": True,
+    }
+    for name in shapes:
+        for block_size in block_sizes:
+            case = bench.build_case({**bench.SHAPES, **bench.TINY_SHAPES}[name], block_size,
+                                    DEVICE)  # fmt: skip
+            result["records"] += bench.measure_case(
+                case, list(bench.VARIANTS), modes, 20, True, log or (lambda line: None)
+            )
+    result["bandwidth_gbps"] = measure_bandwidth_gbps(modes[-1])
+    return result
+
+
+def results(refresh: bool = False) -> dict:
+    """The lesson's data: a live run on an accelerator (made once, then kept), the committed
+    H200 run on the CPU interpreter."""
+    global _LIVE
+    from slotmap.backend import BACKEND
+
+    if BACKEND.interpreted:
+        return committed_results()
+    if _LIVE is None or refresh:
+        _LIVE = live_results()
+    return _LIVE
+
+
+def describe(data: dict) -> str:
+    """Where the numbers come from, for titles: hardware, date, live or committed."""
+    hw = data["hardware"]
+    gpu = hw.get("gpu") or hw["backend"]
+    date = str(hw.get("date", ""))[:10]
+    where = "live run in this notebook" if data.get("live") else "committed run"
+    source = "" if data.get("live") else ": benchmarks/results/h200.json"
+    return f"{gpu}, {date}, {where}{source}"
+
+
+def shapes_of(data: dict) -> list[str]:
+    return list(dict.fromkeys(r["shape"] for r in data["records"]))
+
+
+def block_sizes_of(data: dict) -> list[int]:
+    return sorted({r["block_size"] for r in data["records"]}, reverse=True)
+
+
+def modes_of(data: dict) -> list[str]:
+    found = {r["mode"] for r in data["records"]}
+    return [m for m in ("graph", "eager") if m in found]
+
+
+def predicted_us(data: dict, shape: str, block_size: int, variant: str) -> float | None:
+    """The model's time for one kernel of the run (None: no prediction for this variant)."""
+    if variant not in KERNELS or shape not in SHAPE_TOKENS:
+        return None
+    num_tokens, max_num_tokens = SHAPE_TOKENS[shape]
+    mode = "graph" if "graph" in modes_of(data) else "eager"
+    floor = latency_floor_us(data, shape, block_size, mode)
+    return model_us(
+        num_tokens, max_num_tokens, groups_of(variant), bandwidth_gbps(data, block_size), floor
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------------------------
+def draw_variants(
+    shape: str = "huge", block_size: int = 128, mode: str = "graph", data: dict | None = None
+):
+    """µs per call of every variant (bars), the empty kernel and the copy of the same bytes
+    (lines), and the model's prediction (a black tick on each kernel's bar)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    data = data if data is not None else results()
+    records = {
+        r["variant"]: r
+        for r in data["records"]
+        if (r["shape"], r["block_size"], r["mode"]) == (shape, block_size, mode)
+    }
+    if not records:
+        raise ValueError(f"no records for {shape}/b{block_size} ({mode}) in {describe(data)}")
+    variants = [v for v in VARIANT_COLOURS if v in records]
+    heights = [records[v]["us"] for v in variants]
+    fig, ax = plt.subplots(figsize=(WIDTH, 4.4))
+    bars = ax.bar(
+        range(len(variants)),
+        heights,
+        0.7,
+        color=[VARIANT_COLOURS[v] for v in variants],
+        edgecolor=EDGE,
+        linewidth=0.6,
+    )
+    for bar, variant in zip(bars, variants, strict=True):
+        bar.set_gid(f"bar-{variant}")
+    handles = []
+    for variant, style, label in (
+        ("empty", "--", "launch floor: empty kernel, same grid"),
+        ("copy", ":", "bandwidth floor: copy of the same bytes"),
+    ):
+        if variant in records:
+            us = records[variant]["us"]
+            ax.axhline(us, color="#555555", linestyle=style, linewidth=1.2, zorder=0)
+            handles.append(
+                Line2D([], [], color="#555555", linestyle=style, label=f"{label} ({us:.3g} µs)")
+            )
+    predicted = {}
+    if mode == "graph" or "graph" not in modes_of(data):
+        for index, variant in enumerate(variants):
+            value = predicted_us(data, shape, block_size, variant)
+            if value is None:
+                continue
+            predicted[variant] = value
+            ax.plot([index - 0.42, index + 0.42], [value, value], color="black", linewidth=2.4,
+                    solid_capstyle="butt", gid=f"predicted-{variant}")  # fmt: skip
+        if predicted:
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color="black",
+                    linewidth=2.4,
+                    label="model: max(floor, bytes / bandwidth)",
+                )  # fmt: skip
+            )
+    for index, (variant, us) in enumerate(zip(variants, heights, strict=True)):
+        above = max(us, predicted.get(variant, 0.0))  # the label clears the model's tick
+        ax.text(index, above * 1.08, f"{us:.3g}", ha="center", va="bottom",
+                fontsize=FONT_SIZE - 1)  # fmt: skip
+    ax.set_yscale("log")
+    top = max(heights + list(predicted.values()))
+    bottom = min(heights + list(predicted.values()))
+    ax.set_ylim(bottom / 2.5, top * 4)
+    ax.set_xticks(range(len(variants)))
+    ax.set_xticklabels(variants, fontsize=FONT_SIZE)
+    ax.set_ylabel(f"µs per call ({mode})", fontsize=FONT_SIZE)
+    ax.tick_params(axis="y", labelsize=FONT_SIZE - 1)
+    ax.legend(handles=handles, loc="upper left", fontsize=FONT_SIZE - 1, frameon=False)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    num_tokens, max_num_tokens = SHAPE_TOKENS.get(shape, (None, None))
+    about = "" if num_tokens is None else f" ({num_tokens:,} tokens, padded to {max_num_tokens:,})"
+    what = (
+        "inside a CUDA graph of 20 calls: device time"
+        if mode == "graph"
+        else "eager: back-to-back Python calls, host launch cost included"
+    )
+    ax.set_title(
+        f"{shape}{about}, block {block_size}, {what}\n{describe(data)}",
+        fontsize=FONT_SIZE + 1,
+    )
+    fig.tight_layout()
+    fig.slotmap_bars = dict(zip(variants, heights, strict=True))
+    fig.slotmap_predicted = predicted
+    fig.slotmap_source = describe(data)
+    return fig
+
+
+def draw_eager_vs_graph(variant: str = "direct", block_size: int = 128, data: dict | None = None):
+    """``variant`` and the empty kernel, eager and in a graph, for every shape of the run."""
+    import matplotlib.pyplot as plt
+
+    data = data if data is not None else results()
+    shapes = [s for s in shapes_of(data) if lookup(data, s, block_size, variant, "eager")]
+    modes = modes_of(data)[::-1]  # eager first
+    series = [(v, m) for m in modes for v in (variant, "empty")]
+    fig, ax = plt.subplots(figsize=(WIDTH, 4.2))
+    width = 0.8 / len(series)
+    values = {}
+    for j, (v, m) in enumerate(series):
+        heights = [lookup(data, s, block_size, v, m)["us"] for s in shapes]
+        values[(v, m)] = heights
+        bars = ax.bar(
+            [i + (j - (len(series) - 1) / 2) * width for i in range(len(shapes))],
+            heights,
+            width,
+            color=VARIANT_COLOURS[v],
+            edgecolor=EDGE,
+            linewidth=0.6,
+            hatch="" if m == "graph" else "//",
+            label=f"{v}, {m}",
+        )
+        for bar, us in zip(bars, heights, strict=True):
+            bar.set_gid(f"bar-{v}-{m}")
+            ax.text(bar.get_x() + bar.get_width() / 2, us * 1.08, f"{us:.3g}", ha="center",
+                    va="bottom", fontsize=FONT_SIZE - 2)  # fmt: skip
+    ax.set_yscale("log")
+    every = [u for h in values.values() for u in h]
+    ax.set_ylim(min(every) / 2, max(every) * 5)
+    ax.set_xticks(range(len(shapes)))
+    ax.set_xticklabels(shapes, fontsize=FONT_SIZE)
+    ax.set_ylabel("µs per call", fontsize=FONT_SIZE)
+    ax.legend(ncol=len(series), loc="upper left", fontsize=FONT_SIZE - 1, frameon=False)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(
+        f"{variant} kernel and an empty kernel, block {block_size}: eager (hatched) pays the "
+        f"host's launch every call, a graph replays it\n{describe(data)}",
+        fontsize=FONT_SIZE + 1,
+    )
+    fig.tight_layout()
+    fig.slotmap_values = values
+    fig.slotmap_shapes = shapes
+    return fig
+
+
+SHAPE_MARKERS = {
+    "decode256": "o",
+    "decode1024": "s",
+    "mixed": "D",
+    "prefill8192": "^",
+    "huge": "*",
+}
+
+
+def draw_prediction(data: dict | None = None):
+    """Measured against predicted µs for every kernel record (graph mode where the run has
+    it): on the diagonal the kernel runs at the model's floor."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter
+
+    data = data if data is not None else results()
+    mode = "graph" if "graph" in modes_of(data) else "eager"
+    committed = data["hardware"] == committed_results()["hardware"]
+    fig, ax = plt.subplots(figsize=(WIDTH, 5.2))
+    points = []
+    for r in data["records"]:
+        if r["mode"] != mode or r["variant"] not in KERNELS:
+            continue
+        predicted = predicted_us(data, r["shape"], r["block_size"], r["variant"])
+        if predicted is None:
+            continue
+        checked = committed and (r["shape"], r["block_size"], r["variant"]) in AT_THE_FLOOR
+        points.append(dict(record=r, predicted=predicted, measured=r["us"], checked=checked))
+        ax.scatter(
+            predicted,
+            r["us"],
+            s=90 if r["shape"] == "huge" else 45,
+            marker=SHAPE_MARKERS.get(r["shape"], "o"),
+            facecolor=VARIANT_COLOURS[r["variant"]] if checked else "none",
+            edgecolor=VARIANT_COLOURS[r["variant"]],
+            linewidth=1.4,
+            zorder=3,
+        )
+    low = min(min(p["predicted"], p["measured"]) for p in points) / 1.5
+    high = max(max(p["predicted"], p["measured"]) for p in points) * 1.5
+    line = [low, high]
+    ax.plot(line, line, color="black", linewidth=1)
+    ax.fill_between(line, line, [1.25 * x for x in line], color="#d9f0d3", zorder=0)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+    ax.set_xlabel("predicted µs: max(floor, bytes / bandwidth)", fontsize=FONT_SIZE)
+    ax.set_ylabel(f"measured µs ({mode})", fontsize=FONT_SIZE)
+    variants = [v for v in KERNELS if any(p["record"]["variant"] == v for p in points)]
+    shapes = [s for s in SHAPE_MARKERS if any(p["record"]["shape"] == s for p in points)]
+    handles = [Patch(facecolor=VARIANT_COLOURS[v], edgecolor=EDGE, label=v) for v in variants]
+    handles += [
+        Line2D([], [], marker=SHAPE_MARKERS[s], linestyle="", color="#555555", label=s)
+        for s in shapes
+    ]
+    handles += [
+        Patch(facecolor="#d9f0d3", label="measured 1 to 1.25x the model"),
+        Line2D([], [], marker="o", linestyle="", markerfacecolor="none",
+               markeredgecolor="#555555", label="hollow: not in 08.predict_time's check"),
+    ]  # fmt: skip
+    ax.legend(handles=handles, loc="upper left", fontsize=FONT_SIZE - 1, ncol=2, frameon=False)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(
+        f"The model against every measured kernel ({len(points)} records)\n{describe(data)}",
+        fontsize=FONT_SIZE + 1,
+    )
+    fig.tight_layout()
+    fig.slotmap_points = points
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Widget
+# ---------------------------------------------------------------------------------------------
+def perf_widget(data: dict | None = None, shape: str | None = None):
+    """``draw_variants`` with a shape, a block size and a mode to pick."""
+    import ipywidgets as widgets
+
+    from slotmap.viz.live import live_figure
+
+    data = data if data is not None else results()
+    shapes = shapes_of(data)
+    style = {"description_width": "initial"}
+    controls = {
+        "shape": widgets.Dropdown(
+            options=shapes,
+            value=shape if shape in shapes else shapes[-1],
+            description="shape",
+            style=style,
+        ),
+        "block_size": widgets.ToggleButtons(
+            options=block_sizes_of(data), description="block size", style=style
+        ),
+        "mode": widgets.ToggleButtons(options=modes_of(data), description="mode", style=style),
+    }
+
+    def draw(shape: str, block_size: int, mode: str):
+        return draw_variants(shape, block_size, mode, data)
+
+    return live_figure(draw, controls)

@@ -1,0 +1,297 @@
+"""Lesson 08 (performance): its checks reject the classic byte-counting and model mistakes and
+accept the solutions; its figures draw the run's numbers; its widget redraws on a change."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from slotmap.exercises import get_exercise, lesson08, run_check
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from slotmap.viz import perf  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "08_performance.ipynb"
+COMMITTED = lesson08.committed_results()
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def solution(tmp_path_factory):
+    """The solution notebook's code cells (without the checks) as an importable module."""
+    notebook = json.loads(SOLUTION.read_text(encoding="utf-8"))
+    cells = [
+        "".join(cell["source"])
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "code" and "check(" not in "".join(cell["source"])
+    ]
+    path = tmp_path_factory.mktemp("solution08") / "solution08.py"
+    path.write_text("\n\n".join(cells) + "\n", encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("solution08", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def failure(exercise_id: str, candidate):
+    result = run_check(get_exercise(exercise_id), candidate)
+    assert not result.passed, f"{exercise_id} accepted a wrong answer"
+    return result.failure
+
+
+# ---------------------------------------------------------------------------------------------
+# 08.bytes_moved
+# ---------------------------------------------------------------------------------------------
+def test_bytes_moved_solution_passes(solution):
+    assert run_check(get_exercise("08.bytes_moved"), solution.bytes_moved).passed
+
+
+def test_int32_positions_are_rejected():
+    found = failure("08.bytes_moved", lambda n, m, g: g * (4 * n + 4 * m))
+    assert "positions counted as 4 bytes" in found.invariant
+    assert (found.expected, found.got) == ("3,072", "2,048")
+
+
+def test_one_groups_bytes_for_all_groups_is_rejected():
+    found = failure("08.bytes_moved", lambda n, m, g: 8 * n + 4 * m)
+    assert "one group's bytes for 4 groups" in found.invariant
+    assert "huge, four groups" in found.case_name
+
+
+def test_positions_counted_once_for_all_groups_is_rejected():
+    found = failure("08.bytes_moved", lambda n, m, g: 8 * n + 4 * g * m)
+    assert "counted once for all groups" in found.invariant
+
+
+def test_forgotten_padding_tail_is_rejected():
+    found = failure("08.bytes_moved", lambda n, m, g: g * 12 * n)
+    assert "padding tail was left out" in found.invariant
+    assert "6400 tokens padded to 8192" in found.case_name
+
+
+def test_a_float_answer_is_accepted_only_when_whole():
+    assert run_check(get_exercise("08.bytes_moved"), lambda n, m, g: float(g * (8 * n + 4 * m)))
+    found = failure("08.bytes_moved", lambda n, m, g: g * (8 * n + 4 * m) + 0.5)
+    assert "not a whole number of bytes" in found.invariant
+
+
+# ---------------------------------------------------------------------------------------------
+# 08.predict_time: against the committed H200 measurements, then the model
+# ---------------------------------------------------------------------------------------------
+def right(n, m, g, gbps, floor):
+    return max(floor, g * (8 * n + 4 * m) / (gbps * 1e3))
+
+
+def test_predict_time_solution_passes(solution):
+    result = run_check(get_exercise("08.predict_time"), solution.predict_us)
+    assert result.passed, result.report()
+    assert result.named == 4 and result.random > 0
+
+
+def test_the_model_fits_every_record_the_check_uses():
+    for key in lesson08.AT_THE_FLOOR:
+        case = lesson08.record_case(COMMITTED, *key)
+        ratio = case.measured_us / right(*case.args())
+        assert lesson08.BAND[0] <= ratio <= lesson08.BAND[1], (key, ratio)
+
+
+def test_forgetting_the_floor_is_rejected():
+    found = failure(
+        "08.predict_time", lambda n, m, g, gbps, floor: g * (8 * n + 4 * m) / gbps / 1e3
+    )
+    assert "decode256/128/direct (graph), measured 1.998 µs" in found.invariant
+    assert "too fast" in found.invariant and "has no floor" in found.invariant
+
+
+def test_adding_the_floor_is_rejected():
+    found = failure(
+        "08.predict_time", lambda n, m, g, gbps, floor: floor + right(n, m, g, gbps, 0)
+    )
+    assert "huge/128/direct (graph), measured 12.99 µs" in found.invariant
+    assert "1.25x too slow" in found.invariant
+    assert "the larger of the two" in found.invariant
+
+
+def test_int32_positions_in_the_prediction_are_rejected():
+    found = failure(
+        "08.predict_time",
+        lambda n, m, g, gbps, floor: max(floor, g * (4 * n + 4 * m) / gbps / 1e3),
+    )
+    assert "huge/128/direct" in found.invariant and "1.53x too fast" in found.invariant
+    assert "positions counted as 4 bytes" in found.invariant
+
+
+def test_ignoring_groups_is_rejected():
+    found = failure(
+        "08.predict_time", lambda n, m, g, gbps, floor: max(floor, (8 * n + 4 * m) / gbps / 1e3)
+    )
+    assert "huge/16/fused-4 (graph), measured 53.24 µs: 4.21x too fast" in found.invariant
+    assert "did you count the bytes per token for every group?" in found.invariant
+
+
+def test_positions_read_once_for_all_groups_is_rejected():
+    found = failure(
+        "08.predict_time",
+        lambda n, m, g, gbps, floor: max(floor, (8 * n + 4 * g * m) / gbps / 1e3),
+    )
+    assert "huge/16/fused-4" in found.invariant and "2.11x too fast" in found.invariant
+    assert "counted once for all groups" in found.invariant
+
+
+def test_forgotten_padding_in_the_prediction_is_rejected():
+    # The measured shapes are not padded: the model cases catch it.
+    found = failure(
+        "08.predict_time", lambda n, m, g, gbps, floor: max(floor, g * 12 * n / gbps / 1e3)
+    )
+    assert "padded batch" in found.case_name
+    assert "padding tail was left out" in found.invariant
+
+
+def test_gigabytes_as_two_to_the_thirty_are_rejected():
+    # 7% off: inside the measured band, outside the model's 0.1%.
+    found = failure(
+        "08.predict_time",
+        lambda n, m, g, gbps, floor: max(floor, g * (8 * n + 4 * m) / (gbps * 2**30 / 1e6)),
+    )
+    assert "10^9 bytes a second" in found.invariant
+
+
+def test_seconds_instead_of_microseconds_are_rejected():
+    found = failure("08.predict_time", lambda *args: right(*args) * 1e-6)
+    assert "in seconds" in found.invariant
+
+
+def test_a_prediction_that_is_not_a_number_is_rejected():
+    found = failure("08.predict_time", lambda *args: "fast")
+    assert "not a number of µs" in found.invariant
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures: what they draw is the JSON's numbers
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("shape", "block_size", "mode"),
+    [
+        pytest.param("huge", 128, "graph", id="huge-b128-graph"),
+        pytest.param("decode256", 16, "graph", id="decode256-b16-graph"),
+        pytest.param("mixed", 128, "eager", id="mixed-b128-eager"),
+    ],
+)
+def test_variant_bars_are_the_records(shape, block_size, mode):
+    fig = perf.draw_variants(shape, block_size, mode, COMMITTED)
+    ax = fig.axes[0]
+    bars = {p.get_gid()[4:]: p.get_height() for p in ax.patches if p.get_gid()}
+    expected = {
+        r["variant"]: r["us"]
+        for r in COMMITTED["records"]
+        if (r["shape"], r["block_size"], r["mode"]) == (shape, block_size, mode)
+    }
+    assert bars == expected and len(bars) == 8
+    floors = sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() != "-")
+    assert floors == sorted([expected["empty"], expected["copy"]])
+    ticks = {line.get_gid()[10:]: line.get_ydata()[0] for line in ax.get_lines() if line.get_gid()}
+    if mode == "graph":
+        assert set(ticks) == {"window", "direct", "fused-1", "fused-2", "fused-4"}
+        floor = lesson08.latency_floor_us(COMMITTED, shape, block_size)
+        n, m = lesson08.SHAPE_TOKENS[shape]
+        gbps = lesson08.bandwidth_gbps(COMMITTED, block_size)
+        assert ticks["fused-4"] == pytest.approx(right(n, m, 4, gbps, floor))
+    else:
+        assert ticks == {}
+    assert "NVIDIA H200, 2026-11-29, committed run" in ax.get_title()
+
+
+def test_huge_direct_is_drawn_at_the_copy():
+    fig = perf.draw_variants("huge", 128, "graph", COMMITTED)
+    bars = fig.slotmap_bars
+    assert bars["direct"] / bars["copy"] == pytest.approx(12.9867 / 12.7766, rel=1e-3)
+    assert fig.slotmap_predicted["direct"] == pytest.approx(50331648 / 3939.05e3, rel=1e-4)
+
+
+def test_eager_vs_graph_shows_every_shape_both_ways():
+    fig = perf.draw_eager_vs_graph("direct", 128, COMMITTED)
+    ax = fig.axes[0]
+    shapes = perf.shapes_of(COMMITTED)
+    assert fig.slotmap_shapes == shapes
+    for variant in ("direct", "empty"):
+        for mode in ("eager", "graph"):
+            heights = [
+                p.get_height() for p in ax.patches if p.get_gid() == f"bar-{variant}-{mode}"
+            ]
+            want = [lesson08.lookup(COMMITTED, s, 128, variant, mode)["us"] for s in shapes]
+            assert heights == want
+    # Eager pays the host's launch: on every shape at least 10x the graph.
+    eager, graph = fig.slotmap_values[("direct", "eager")], fig.slotmap_values[("direct", "graph")]
+    assert all(e > 2 * g for e, g in zip(eager, graph, strict=True))
+
+
+def test_prediction_plot_has_a_point_per_kernel_record():
+    fig = perf.draw_prediction(COMMITTED)
+    points = fig.slotmap_points
+    kernels = [
+        r for r in COMMITTED["records"] if r["mode"] == "graph" and r["variant"] in perf.KERNELS
+    ]
+    assert len(points) == len(kernels) == 50
+    assert len(fig.axes[0].collections) >= 50
+    checked = {
+        (p["record"]["shape"], p["record"]["block_size"], p["record"]["variant"])
+        for p in points
+        if p["checked"]
+    }
+    assert checked == set(lesson08.AT_THE_FLOOR)
+    for p in points:
+        r = p["record"]
+        case_floor = lesson08.latency_floor_us(COMMITTED, r["shape"], r["block_size"])
+        n, m = lesson08.SHAPE_TOKENS[r["shape"]]
+        gbps = lesson08.bandwidth_gbps(COMMITTED, r["block_size"])
+        assert p["predicted"] == pytest.approx(
+            right(n, m, lesson08.groups_of(r["variant"]), gbps, case_floor)
+        )
+        assert p["measured"] == r["us"]
+
+
+def test_the_cpu_uses_the_committed_run():
+    import slotmap
+
+    if not slotmap.BACKEND.interpreted:
+        pytest.skip("an accelerator measures live")
+    assert perf.results() is COMMITTED
+    assert perf.describe(COMMITTED).endswith("committed run: benchmarks/results/h200.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# Widget
+# ---------------------------------------------------------------------------------------------
+def test_perf_widget_redraws_on_a_change():
+    pytest.importorskip("ipywidgets")
+    box = perf.perf_widget(COMMITTED)
+    first = box.figure
+    assert box.controls["shape"].value == "huge"
+    start = time.perf_counter()
+    box.controls["shape"].value = "decode1024"
+    elapsed = time.perf_counter() - start
+    assert box.figure is not first
+    assert (
+        box.figure.slotmap_bars["direct"]
+        == lesson08.lookup(COMMITTED, "decode1024", 128, "direct", "graph")["us"]
+    )
+    box.controls["mode"].value = "eager"
+    assert (
+        box.figure.slotmap_bars["empty"]
+        == lesson08.lookup(COMMITTED, "decode1024", 128, "empty", "eager")["us"]
+    )
+    assert box.figure.slotmap_predicted == {}
+    print(f"perf widget update: {elapsed * 1000:.0f} ms")
