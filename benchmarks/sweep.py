@@ -88,6 +88,18 @@ def check(out, want, label):
         raise AssertionError(f"{label}: not exact")
 
 
+def checked_graph_time(run, out, want, label):
+    """``run``'s graph-replay time in µs, its output checked exactly before and after timing."""
+    out.fill_(-999)
+    run()
+    torch.cuda.synchronize()
+    check(out, want, label)
+    out.fill_(-999)
+    us = time_graph(run, CALLS, quick=False)
+    check(out, want, label)
+    return us
+
+
 def sweep_single(case, launcher_name, configs, results):
     launcher = {
         "window": slotmap.compute_slot_mapping,
@@ -108,13 +120,7 @@ def sweep_single(case, launcher_name, configs, results):
                 tile_size=tile, num_warps=warps, parallel_tiles=parallel,
             )  # fmt: skip
 
-        out.fill_(-999)
-        run()
-        torch.cuda.synchronize()
-        check(out, want, label)
-        out.fill_(-999)
-        us = time_graph(run, CALLS, quick=False)
-        check(out, want, label)
+        us = checked_graph_time(run, out, want, label)
         gbps = case.bytes_moved(1) / us / 1e3
         print(f"{label:<48} {us:9.3f} us {gbps:8.0f} GB/s", flush=True)
         results.append(dict(label=label, us=us, gbps=gbps))
@@ -138,13 +144,7 @@ def sweep_fused(case, configs, results):
                     num_warps=warps, parallel_tiles=parallel,
                 )  # fmt: skip
 
-            out.fill_(-999)
-            run()
-            torch.cuda.synchronize()
-            check(out, want, label)
-            out.fill_(-999)
-            us = time_graph(run, CALLS, quick=False)
-            check(out, want, label)
+            us = checked_graph_time(run, out, want, label)
             print(f"{label:<48} {us:9.3f} us", flush=True)
             results.append(dict(label=label, us=us))
 

@@ -38,9 +38,8 @@ import triton
 from torch import Tensor
 
 import slotmap
-from slotmap.kernels.common import launch_shape
+from slotmap.kernels.common import launch_shape, slot_mapping_args, slot_mapping_constants
 from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel
-from slotmap.layout import PAD_SLOT_ID, window_size
 
 POISON = -999  # fills every output before a run: never a slot, never pad_id
 VARIANTS = ["window", "direct", "fused-1", "fused-2", "fused-4", "torch", "empty", "copy"]
@@ -353,26 +352,15 @@ def raw_window_launch(case: Case, out: Tensor) -> Callable[[], object]:
     num_tokens, m = case.shape.num_tokens, case.shape.max_num_tokens
     tile, parallel, options = launch_shape(num_tokens, case.num_reqs, None, None, None)
     grid = (case.num_reqs + 1, parallel)
-    table = case.block_tables[0]
-    args = (
-        num_tokens, m, case.query_start_loc, case.positions, table, table.stride(0),
+    args = slot_mapping_args(
+        num_tokens, m, case.query_start_loc, case.positions, case.block_tables[0],
         case.block_size, out,
     )  # fmt: skip
     constants = dict(
-        KV_CACHE_BLOCK_SIZE=case.block_size,
-        BLOCKS_PER_KV_BLOCK=1,
-        TOTAL_CP_WORLD_SIZE=1,
-        TOTAL_CP_RANK=0,
-        CP_KV_CACHE_INTERLEAVE_SIZE=1,
-        PAD_ID=PAD_SLOT_ID,
-        TILE_BLOCK_SIZE=tile,
-        BLOCK_TABLE_WINDOW_SIZE=window_size(tile, case.block_size),
-        IS_CIRCULAR=False,
-        GATHER_AS_FLOAT=slotmap.kernels.common.DEFAULT_GATHER_AS_FLOAT,
+        **slot_mapping_constants(case.block_size, tile, parallel_tiles=parallel),
         window_trace_ptr=None,
         window_trace_width=0,
         TRACE_WINDOWS=False,
-        PARALLEL_TILES=parallel,
         **options,
     )
     return lambda: _compute_slot_mapping_kernel[grid](*args, **constants)
@@ -473,11 +461,16 @@ def lookup(records: list[dict], shape: str, block: int, variant: str, mode: str)
     return None
 
 
+def blocks_of(records: list[dict], shape: str) -> list[int]:
+    """The block sizes measured on this shape, smallest first."""
+    return sorted({r["block_size"] for r in records if r["shape"] == shape})
+
+
 def targets(records: list[dict], launcher: list[dict]) -> list[dict]:
     """Every PERF.md target with the number reached and its ratio to the same run's floor."""
     rows = []
     for shape, goal in LATENCY_TARGETS.items():
-        for block in sorted({r["block_size"] for r in records if r["shape"] == shape}):
+        for block in blocks_of(records, shape):
             empty = lookup(records, shape, block, "empty", "graph")
             for variant in ("direct", "window"):
                 r = lookup(records, shape, block, variant, "graph")
@@ -491,7 +484,7 @@ def targets(records: list[dict], launcher: list[dict]) -> list[dict]:
                         met=r["us"] <= goal,
                     )
                 )
-    for block in sorted({r["block_size"] for r in records if r["shape"] == "huge"}):
+    for block in blocks_of(records, "huge"):
         copy = lookup(records, "huge", block, "copy", "graph")
         for variant in ("direct", "window"):
             r = lookup(records, "huge", block, variant, "graph")
@@ -507,7 +500,7 @@ def targets(records: list[dict], launcher: list[dict]) -> list[dict]:
                 )
             )
     for shape in dict.fromkeys(r["shape"] for r in records):
-        for block in sorted({r["block_size"] for r in records if r["shape"] == shape}):
+        for block in blocks_of(records, shape):
             one = lookup(records, shape, block, "fused-1", "graph")
             four = lookup(records, shape, block, "fused-4", "graph")
             if one is None or four is None:
@@ -569,7 +562,7 @@ def markdown(result: dict) -> str:
         lines.append("| shape | block | " + " | ".join(variants) + " |")
         lines.append("| --- | --- | " + " | ".join("---" for _ in variants) + " |")
         for shape in shapes:
-            for block in sorted({r["block_size"] for r in records if r["shape"] == shape})[::-1]:
+            for block in blocks_of(records, shape)[::-1]:
                 cells = []
                 for v in variants:
                     r = lookup(records, shape, block, v, mode)
@@ -582,7 +575,7 @@ def markdown(result: dict) -> str:
         lines.append("| shape | block | " + " | ".join(v for v in variants if v != "empty") + " |")
         lines.append("| --- | --- | " + " | ".join("---" for v in variants if v != "empty") + " |")
         for shape in shapes:
-            for block in sorted({r["block_size"] for r in records if r["shape"] == shape})[::-1]:
+            for block in blocks_of(records, shape)[::-1]:
                 cells = []
                 for v in variants:
                     if v == "empty":

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from lesson_helpers import TRITON_IMPORTS, code_cells, import_source
 
 import slotmap
-from slotmap.exercises import Exercise, Wrong, register, run_check
+from slotmap.exercises import Exercise, Wrong, get_exercise, register, run_check
 from slotmap.exercises.build import (
     BEGIN,
     END,
@@ -122,6 +123,22 @@ def test_unfinished_and_crashing_code_is_reported_not_raised():
     failure = run_check(DEMO, typo).failure
     assert failure.invariant.startswith("your code raised AttributeError")
     assert "in typo, line" in failure.invariant and "no_such_thing" in failure.invariant
+
+
+@pytest.mark.parametrize(
+    ("notebook", "kernel", "exercise_id"),
+    [
+        ("02_first_kernel.ipynb", "first_kernel", "02.first_kernel"),
+        ("03_window_gather.ipynb", "window_kernel", "03.window_kernel"),
+        ("04_circular.ipynb", "circular_kernel", "04.circular_kernel"),
+    ],
+)
+def test_an_untouched_kernel_stub_is_reported_not_done(tmp_path, notebook, kernel, exercise_id):
+    # Triton wraps the NotImplementedError raised inside a kernel in an error of its own.
+    (source,) = [c for c in code_cells(ROOT / "exercises" / notebook) if f"def {kernel}(" in c]
+    stub = getattr(import_source(tmp_path / f"{kernel}.py", TRITON_IMPORTS + source), kernel)
+    result = run_check(get_exercise(exercise_id), stub)
+    assert not result.passed and "not done yet" in result.failure.invariant, result.report()
 
 
 def test_a_new_tensor_instead_of_out_is_refused():

@@ -3,43 +3,27 @@ widget show what the kernel returned."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 
 import matplotlib
 import pytest
 import torch
+from lesson_helpers import by_gid, failure, solution_module
 
 import slotmap
 from slotmap.exercises import get_exercise, run_check
 
 matplotlib.use("Agg")
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "01_paged_kv_cache.ipynb"
 
-
-def solution_namespace() -> dict:
-    """Run the solution notebook's code cells that define the answers."""
-    namespace: dict = {}
-    cells = json.loads(SOLUTION.read_text())["cells"]
-    for cell in cells:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and "check(" not in source:
-            exec(compile(source, str(SOLUTION), "exec"), namespace)
-    return namespace
-
-
-def failure(exercise_id: str, candidate) -> str:
-    result = run_check(get_exercise(exercise_id), candidate)
-    assert not result.passed, f"{exercise_id} accepted a wrong answer"
-    return result.failure.invariant
+@pytest.fixture(scope="module")
+def solution(tmp_path_factory):
+    return solution_module(tmp_path_factory.mktemp("solution01"), "01_paged_kv_cache.ipynb")
 
 
 # --- 01.slot_of ---------------------------------------------------------------------------------
-def test_slot_of_solution_passes():
-    assert run_check(get_exercise("01.slot_of"), solution_namespace()["slot_of"]).passed
+def test_slot_of_solution_passes(solution):
+    assert run_check(get_exercise("01.slot_of"), solution.slot_of).passed
 
 
 def test_slot_of_reference_passes():
@@ -72,7 +56,7 @@ def float_division(position, row, block_size):
     ],
 )
 def test_slot_of_rejects(wrong, words):
-    assert words in failure("01.slot_of", wrong)
+    assert words in failure("01.slot_of", wrong).invariant
 
 
 def test_slot_of_report_names_expected_and_got():
@@ -95,9 +79,8 @@ def reference_slot_mapping(qsl, positions, table, block_size, *, num_tokens, max
     return out
 
 
-def test_slot_mapping_solution_passes():
-    answer = solution_namespace()["slot_mapping"]
-    assert run_check(get_exercise("01.slot_mapping"), answer).passed
+def test_slot_mapping_solution_passes(solution):
+    assert run_check(get_exercise("01.slot_mapping"), solution.slot_mapping).passed
 
 
 @pytest.mark.parametrize(
@@ -114,23 +97,17 @@ def test_slot_mapping_rejects(options, words):
     def wrong(*args, **kwargs):
         return reference_slot_mapping(*args, **kwargs, **options)
 
-    assert words in failure("01.slot_mapping", wrong)
+    assert words in failure("01.slot_mapping", wrong).invariant
 
 
 def test_slot_mapping_rejects_a_new_tensor():
     def returns_new(qsl, positions, table, block_size, *, out, **kwargs):
         return slotmap.slot_mapping_oracle(qsl, positions, table, block_size, **kwargs)
 
-    assert "new tensor" in failure("01.slot_mapping", returns_new)
+    assert "new tensor" in failure("01.slot_mapping", returns_new).invariant
 
 
 # --- figure and widget --------------------------------------------------------------------------
-def by_gid(fig, gid, kind="patch"):
-    ax = fig.axes[0]
-    items = ax.patches if kind == "patch" else ax.texts
-    return [item for item in items if item.get_gid() == gid]
-
-
 @pytest.mark.parametrize(
     "lengths, block_size, extra",
     [

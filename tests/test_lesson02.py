@@ -3,20 +3,19 @@ tiles figure and widget show what the production kernel wrote."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import matplotlib
 import pytest
 import torch
+from lesson_helpers import ROOT, TRITON_IMPORTS, by_gid, import_source
 
 import slotmap  # noqa: F401 - chooses the backend before any kernel below is decorated
 from slotmap.exercises import get_exercise, run_check
 
 matplotlib.use("Agg")
 
-ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "02_first_kernel.ipynb"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 
@@ -32,11 +31,7 @@ def solution_kernel_source() -> str:
 def load_kernel(tmp_path: Path, source: str, name: str = "first_kernel"):
     """Triton needs a kernel's source file: write one and import it."""
     path = tmp_path / f"kernel_{abs(hash(source))}.py"
-    path.write_text("import triton\nimport triton.language as tl\n\n" + source + "\n")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, name)
+    return getattr(import_source(path, TRITON_IMPORTS + source), name)
 
 
 def mutate(source: str, old: str, new: str) -> str:
@@ -105,12 +100,6 @@ def test_rejects_a_plain_python_function():
 
 
 # --- figure and widget --------------------------------------------------------------------------
-def by_gid(fig, gid, kind="patch"):
-    ax = fig.axes[0]
-    items = ax.patches if kind == "patch" else ax.texts
-    return [item for item in items if item.get_gid() == gid]
-
-
 @pytest.mark.parametrize(
     "lengths, tile, padding",
     [((5, 11, 3), 4, 6), ((8, 0, 4), 4, 0), ((12, 12, 12), 8, 10), ((3, 1), 2, 3)],

@@ -3,15 +3,13 @@ solutions; its figures show what the kernel did; its widgets re-run the kernel o
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import time
-from pathlib import Path
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from lesson_helpers import failure, solution_module
 
 import slotmap
 from slotmap.exercises import get_exercise, run_check
@@ -24,9 +22,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from slotmap.viz import window as window_viz  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "03_window_gather.ipynb"
-
 
 @pytest.fixture(autouse=True)
 def _close_figures():
@@ -34,34 +29,9 @@ def _close_figures():
     plt.close("all")
 
 
-def solution_module(tmp_path_factory):
-    """The solution notebook's code cells (without the checks) as an importable module: a
-    @triton.jit kernel needs a source file."""
-    notebook = json.loads(SOLUTION.read_text(encoding="utf-8"))
-    cells = []
-    for cell in notebook["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        source = "".join(cell["source"])
-        if "check(" not in source:
-            cells.append(source)
-    path = tmp_path_factory.mktemp("solution03") / "solution03.py"
-    path.write_text("\n\n".join(cells) + "\n", encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("solution03", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def solution(tmp_path_factory):
-    return solution_module(tmp_path_factory)
-
-
-def failure(exercise_id: str, candidate):
-    result = run_check(get_exercise(exercise_id), candidate)
-    assert not result.passed, f"{exercise_id} accepted a wrong answer"
-    return result.failure
+    return solution_module(tmp_path_factory.mktemp("solution03"), "03_window_gather.ipynb")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,16 +3,14 @@ solutions; its figures show what the kernel wrote; its widget re-runs the kernel
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
 import time
-from pathlib import Path
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from lesson_helpers import failure, solution_module
 
 import slotmap
 from slotmap.exercises import get_exercise, run_check
@@ -23,9 +21,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from slotmap.viz import circular as circular_viz  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "04_circular.ipynb"
-
 
 @pytest.fixture(autouse=True)
 def _close_figures():
@@ -35,25 +30,7 @@ def _close_figures():
 
 @pytest.fixture(scope="module")
 def solution(tmp_path_factory):
-    """The solution notebook's code cells (without the checks) as an importable module."""
-    notebook = json.loads(SOLUTION.read_text(encoding="utf-8"))
-    cells = [
-        "".join(cell["source"])
-        for cell in notebook["cells"]
-        if cell["cell_type"] == "code" and "check(" not in "".join(cell["source"])
-    ]
-    path = tmp_path_factory.mktemp("solution04") / "solution04.py"
-    path.write_text("\n\n".join(cells) + "\n", encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("solution04", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def failure(exercise_id: str, candidate):
-    result = run_check(get_exercise(exercise_id), candidate)
-    assert not result.passed, f"{exercise_id} accepted a wrong answer"
-    return result.failure
+    return solution_module(tmp_path_factory.mktemp("solution04"), "04_circular.ipynb")
 
 
 # ---------------------------------------------------------------------------------------------

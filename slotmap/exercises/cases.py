@@ -19,6 +19,7 @@ from torch import Tensor
 
 from slotmap.backend import DEVICE
 from slotmap.exercises.core import Wrong
+from slotmap.kernels.common import slot_mapping_args
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
 
@@ -186,6 +187,43 @@ def judge_slot_mapping(
     )
     if wrong is not None:
         raise wrong
+
+
+def launch_learner_kernel(
+    kernel: Any,
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    block_size: int,
+    *,
+    num_tokens: int,
+    max_num_tokens: int,
+    out: Tensor,
+    tile_size: int,
+    pad_id: int = PAD_SLOT_ID,
+    spare_entry: bool = False,
+    **constants: Any,
+) -> Tensor:
+    """Run a learner's kernel as ``compute_slot_mapping`` runs the production kernel, on grid
+    ``(num_reqs + 1,)``: program q < num_reqs handles request q, the last one the padding tail.
+
+    The kernel takes the production kernel's runtime arguments (``num_tokens, max_num_tokens,
+    query_start_loc_ptr, positions_ptr, block_table_ptr, block_table_stride, block_size,
+    slot_mapping_ptr``), then ``PAD_ID=pad_id``, ``TILE_BLOCK_SIZE=tile_size`` and
+    ``constants`` (its other ``tl.constexpr``). Writes and returns ``out``.
+    ``spare_entry``: launch with one more query_start_loc entry, repeating num_tokens, so that
+    a kernel that forgets the padding program treats the last program as an empty request
+    (and is caught for the unwritten padding) instead of reading past the end of
+    query_start_loc.
+    """
+    num_reqs = query_start_loc.numel() - 1
+    if spare_entry:
+        query_start_loc = torch.cat([query_start_loc, query_start_loc[-1:]])
+    args = slot_mapping_args(
+        num_tokens, max_num_tokens, query_start_loc, positions, block_table, block_size, out
+    )
+    kernel[(num_reqs + 1,)](*args, PAD_ID=pad_id, TILE_BLOCK_SIZE=tile_size, **constants)
+    return out
 
 
 @st.composite

@@ -11,15 +11,18 @@ guarded output (``judge_slot_mapping``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-import torch
 from hypothesis import strategies as st
-from torch import Tensor
 
-from slotmap.exercises.cases import SlotCase, judge_slot_mapping, slot_cases
+from slotmap.exercises.cases import (
+    SlotCase,
+    judge_slot_mapping,
+    launch_learner_kernel,
+    slot_cases,
+)
 from slotmap.exercises.core import Exercise, Wrong, register
-from slotmap.layout import PAD_SLOT_ID
 
 HINT = (
     "Program q < num_reqs: for tile_start in range(start, end, TILE_BLOCK_SIZE), "
@@ -38,43 +41,6 @@ class KernelCase:
 
     def __str__(self) -> str:
         return f"{self.batch}, TILE_BLOCK_SIZE={self.tile_size}"
-
-
-def launch_first_kernel(kernel: Any, tile_size: int):
-    """A launcher with ``compute_slot_mapping``'s signature that runs ``kernel`` on grid
-    ``(num_reqs + 1,)``, writing into ``out``."""
-
-    def launcher(
-        query_start_loc: Tensor,
-        positions: Tensor,
-        block_table: Tensor,
-        block_size: int,
-        *,
-        num_tokens: int,
-        max_num_tokens: int,
-        out: Tensor,
-        pad_id: int = PAD_SLOT_ID,
-    ) -> Tensor:
-        num_reqs = query_start_loc.numel() - 1
-        # One spare entry repeating num_tokens: a kernel that forgets the padding program
-        # treats the last program as an empty request (and is caught for the unwritten
-        # padding) instead of reading past the end of query_start_loc.
-        spare = torch.cat([query_start_loc, query_start_loc[-1:]])
-        kernel[(num_reqs + 1,)](
-            num_tokens,
-            max_num_tokens,
-            spare,
-            positions,
-            block_table,
-            block_table.stride(0),
-            block_size,
-            out,
-            PAD_ID=pad_id,
-            TILE_BLOCK_SIZE=tile_size,
-        )
-        return out
-
-    return launcher
 
 
 def named_cases() -> list[tuple[str, KernelCase]]:
@@ -131,16 +97,9 @@ def judge(kernel: Any, case: KernelCase) -> None:
             f"expected the @triton.jit kernel itself, got {type(kernel).__name__}",
             hint="Pass the decorated function: check('02.first_kernel', first_kernel).",
         )
-    try:
-        judge_slot_mapping(launch_first_kernel(kernel, case.tile_size), case.batch)
-    except Wrong:
-        raise
-    except Exception as error:
-        # The interpreter wraps what a kernel raises (InterpreterError): an untouched stub's
-        # NotImplementedError should still read "not done yet".
-        if "NotImplementedError" in f"{type(error).__name__}{error}":
-            raise NotImplementedError() from error
-        raise
+    # The spare entry catches a forgotten padding program as unwritten padding.
+    launcher = partial(launch_learner_kernel, kernel, tile_size=case.tile_size, spare_entry=True)
+    judge_slot_mapping(launcher, case.batch)
 
 
 register(

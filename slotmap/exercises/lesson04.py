@@ -12,7 +12,6 @@ a real slot, C's truncating ``%`` leaving a negative offset, and a forgotten blo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import triton
 import triton.language as tl
@@ -24,10 +23,10 @@ from slotmap.exercises.cases import (
     SlotCase,
     explain_slot_mapping,
     guarded_output,
+    launch_learner_kernel,
     slot_cases,
 )
 from slotmap.exercises.core import Exercise, Wrong, register
-from slotmap.exercises.lesson03 import stub_error
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle, token_slot
 
@@ -143,41 +142,6 @@ register(
 # ---------------------------------------------------------------------------------------------
 # 04.circular_kernel
 # ---------------------------------------------------------------------------------------------
-def launch_circular_kernel(
-    kernel,
-    query_start_loc: Tensor,
-    positions: Tensor,
-    block_table: Tensor,
-    block_size: int,
-    *,
-    num_tokens: int,
-    max_num_tokens: int,
-    out: Tensor,
-    tile_size: int = TILE,
-    pad_id: int = PAD_SLOT_ID,
-    **options: Any,
-) -> Tensor:
-    """Launch a lesson-04 kernel on grid ``(num_reqs + 1,)``; the last program pads.
-
-    block_table: [num_reqs, >= 1] int32, each row's entry 0 is the request's ring buffer.
-    ``options`` (``circular=True`` from the cases) describe the case and are not passed on.
-    """
-    num_reqs = query_start_loc.numel() - 1
-    kernel[(num_reqs + 1,)](
-        num_tokens,
-        max_num_tokens,
-        query_start_loc,
-        positions,
-        block_table,
-        block_table.stride(0),
-        block_size,
-        out,
-        PAD_ID=pad_id,
-        TILE_BLOCK_SIZE=tile_size,
-    )
-    return out
-
-
 def _circular(query_start_loc, positions, block_table, block_size, max_num_tokens=None):
     return SlotCase(
         query_start_loc, positions, block_table, block_size, max_num_tokens, {"circular": True}
@@ -224,12 +188,8 @@ def judge_circular_kernel(kernel, case: SlotCase) -> None:
         qsl.cpu(), positions.cpu(), table.cpu(), case.block_size, **counts, **case.options
     ).tolist()
     buffer, out = guarded_output(case.padded_length, positions.device)
-    try:
-        launch_circular_kernel(kernel, qsl, positions, table, case.block_size, out=out, **counts)
-    except Exception as error:
-        if stub_error(error):
-            raise NotImplementedError() from None
-        raise
+    launch_learner_kernel(kernel, qsl, positions, table, case.block_size, out=out, tile_size=TILE,
+                          **counts)  # fmt: skip
     values = buffer.tolist()
     wrong = explain_slot_mapping(case, expected, values)
     if wrong is None:

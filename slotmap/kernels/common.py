@@ -13,13 +13,15 @@ Backend notes, because one code path serves three targets:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from slotmap.backend import BACKEND
-from slotmap.layout import INT32_MAX
+from slotmap.layout import INT32_MAX, PAD_SLOT_ID, window_size
 from slotmap.validate import check_slot_mapping_inputs, resolve_counts
 
 DEFAULT_GATHER_AS_FLOAT = BACKEND.name == "npu"
@@ -155,6 +157,21 @@ def check_grid(grid: tuple[int, ...]) -> None:
         raise ValueError(f"launch grid {grid} exceeds 65535 programs along an axis")
 
 
+def check_window_trace(window_trace: Tensor, num_reqs: int) -> None:
+    """The trace is written in place: one contiguous int32 row per request."""
+    if window_trace.dtype != torch.int32 or window_trace.dim() != 2:
+        raise ValueError(
+            f"window_trace must be a 2-D int32 tensor, got {window_trace.dtype} "
+            f"with shape {tuple(window_trace.shape)}"
+        )
+    if window_trace.shape[0] != num_reqs or not window_trace.is_contiguous():
+        raise ValueError(
+            f"window_trace must be contiguous with one row per request ({num_reqs}), "
+            f"got shape {tuple(window_trace.shape)}"
+        )
+    check_launch_device(window_trace)
+
+
 # ---------------------------------------------------------------------------------------------
 # The hot path: ``validate=False`` with ``num_tokens`` and ``out`` given, as a serving loop
 # calls it. Triton's own ``kernel[grid](...)`` costs ~19 µs of Python on the H200's host, and
@@ -166,10 +183,6 @@ def check_grid(grid: tuple[int, ...]) -> None:
 LAUNCH_DEVICE_TYPE = "cpu" if BACKEND.interpreted else BACKEND.device
 _PLANS: dict[tuple, list] = {}
 _PLANS_SIZE = 256
-
-
-def cached_plan(key: tuple) -> list | None:
-    return _PLANS.get(key)
 
 
 def remember_plan(key: tuple, plan: list) -> None:
@@ -225,6 +238,35 @@ def hot_inputs_ok(
         and block_table.shape[0] >= query_start_loc.shape[0] - 1
         and 1 <= block_table.shape[1] <= INT32_MAX // max(block_table.shape[0], 1)
     )
+
+
+def launch_cached_plan(
+    kernel: Any,
+    key: tuple,
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    block_size: int,
+    out: Tensor | None,
+    num_tokens: int | None,
+    max_num_tokens: int | None,
+) -> bool:
+    """A hot call: launch ``kernel`` with the plan cached under ``key`` (a launcher's integer
+    arguments) and return True, when there is one and the tensors pass the structural checks.
+    False: the caller goes the full way (``launch_slot_mapping``)."""
+    plan = _PLANS.get(key)
+    if plan is None or not (
+        same_tensors(plan[2], query_start_loc, positions, block_table, out)
+        or hot_inputs_ok(query_start_loc, positions, block_table, out, num_tokens, max_num_tokens)
+    ):
+        return False
+    grid, constants, _ = plan
+    plan[2] = (query_start_loc, positions, block_table, out)
+    kernel[grid](
+        num_tokens, out.shape[0], query_start_loc, positions, block_table,
+        block_table.stride(0), block_size, out, **constants,
+    )  # fmt: skip
+    return True
 
 
 # Programs one launch may spread over the parallel-tile axis (grid axis 1 allows 65535).
@@ -289,7 +331,71 @@ def warps_option(tile_size: int, num_warps: int | None) -> dict:
     return {"num_warps": num_warps or min(max(tile_size // 128, 1), 8)}
 
 
-def prepare_slot_mapping_launch(
+def slot_mapping_args(
+    num_tokens: int,
+    max_num_tokens: int,
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    block_size: int,
+    out: Tensor,
+) -> tuple:
+    """The runtime arguments of a single-group kernel, in the production kernel's order."""
+    return (
+        num_tokens,
+        max_num_tokens,
+        query_start_loc,
+        positions,
+        block_table,
+        block_table.stride(0),
+        block_size,
+        out,
+    )
+
+
+def slot_mapping_constants(
+    block_size: int,
+    tile_size: int,
+    *,
+    kv_cache_block_size: int | None = None,
+    cp_world_size: int = 1,
+    cp_rank: int = 0,
+    cp_interleave: int = 1,
+    pad_id: int = PAD_SLOT_ID,
+    circular: bool = False,
+    parallel_tiles: int = 1,
+    window: bool = True,
+    gather_as_float: bool | None = None,
+) -> dict:
+    """The compile-time constants of a single-group kernel; by default production's plain case.
+
+    ``window``: the window kernel's (``_compute_slot_mapping_kernel``), which adds
+    BLOCK_TABLE_WINDOW_SIZE and GATHER_AS_FLOAT (None: the backend's default) to the direct
+    kernel's. A launch that wants another window overrides BLOCK_TABLE_WINDOW_SIZE.
+    """
+    kv_cache_block_size = kv_cache_block_size or block_size
+    constants = dict(
+        KV_CACHE_BLOCK_SIZE=kv_cache_block_size,
+        BLOCKS_PER_KV_BLOCK=kv_cache_block_size // block_size,
+        TOTAL_CP_WORLD_SIZE=cp_world_size,
+        TOTAL_CP_RANK=cp_rank,
+        CP_KV_CACHE_INTERLEAVE_SIZE=cp_interleave,
+        PAD_ID=pad_id,
+        TILE_BLOCK_SIZE=tile_size,
+        IS_CIRCULAR=circular,
+        PARALLEL_TILES=parallel_tiles,
+    )
+    if window:
+        constants["BLOCK_TABLE_WINDOW_SIZE"] = window_size(tile_size, block_size)
+        constants["GATHER_AS_FLOAT"] = (
+            DEFAULT_GATHER_AS_FLOAT if gather_as_float is None else gather_as_float
+        )
+    return constants
+
+
+def launch_slot_mapping(
+    kernel: Any,
+    key: tuple,
     query_start_loc: Tensor,
     positions: Tensor,
     block_table: Tensor,
@@ -302,23 +408,27 @@ def prepare_slot_mapping_launch(
     cp_rank: int,
     cp_interleave: int,
     circular: bool,
+    pad_id: int,
     out: Tensor | None,
     validate: bool,
     tile_size: int | None,
     parallel_tiles: int | None,
     num_warps: int | None,
     window: bool,
-) -> tuple[int, int, int, Tensor, int, int, dict]:
-    """What a single-group launcher does before its launch, shared by window and direct.
+    gather_as_float: bool | None = None,
+    window_trace: Tensor | None = None,
+) -> Tensor:
+    """What a single-group launcher does after a miss of its hot path, shared by window and
+    direct: check the arguments, allocate ``out`` on the inputs' device when the caller gave
+    none, launch ``kernel`` and cache its plan under ``key`` for the hot path. Returns ``out``.
 
-    Returns (num_tokens, max_num_tokens, kv_cache_block_size, out, tile, parallel tiles,
-    launch options), allocating ``out`` on the inputs' device when the caller gave none.
-    ``window`` adds the window precondition (for the tile the launch will use).
+    ``window``: ``kernel`` is the window kernel, which adds the window precondition and its
+    constants. ``window_trace`` (window kernel only) is checked and passed on, never cached.
     """
+    num_reqs = query_start_loc.numel() - 1
     if num_tokens is None:
         # The launch shape depends on the batch: read num_tokens first (one device sync).
         num_tokens, _ = resolve_counts(query_start_loc, positions, None, max_num_tokens, validate)
-    num_reqs = query_start_loc.numel() - 1
     tile_size, parallel_tiles, options = launch_shape(
         num_tokens, num_reqs, tile_size, parallel_tiles, num_warps
     )
@@ -332,7 +442,29 @@ def prepare_slot_mapping_launch(
     )  # fmt: skip
     check_launch_device(positions)
     check_int32_extent("block_table", block_table)
-    check_grid((num_reqs + 1, parallel_tiles))
+    grid = (num_reqs + 1, parallel_tiles)
+    check_grid(grid)
     if out is None:
         out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
-    return num_tokens, max_num_tokens, kv_cache_block_size, out, tile_size, parallel_tiles, options
+    constants = slot_mapping_constants(
+        block_size, tile_size, kv_cache_block_size=kv_cache_block_size,
+        cp_world_size=cp_world_size, cp_rank=cp_rank, cp_interleave=cp_interleave,
+        pad_id=pad_id, circular=circular, parallel_tiles=parallel_tiles, window=window,
+        gather_as_float=gather_as_float,
+    )  # fmt: skip
+    constants.update(options)
+    trace = {}
+    if window_trace is None:
+        remember_plan(key, [grid, constants, ()])
+    else:
+        check_window_trace(window_trace, num_reqs)
+        trace = dict(
+            window_trace_ptr=window_trace,
+            window_trace_width=window_trace.shape[1],
+            TRACE_WINDOWS=True,
+        )
+    args = slot_mapping_args(
+        num_tokens, max_num_tokens, query_start_loc, positions, block_table, block_size, out
+    )
+    kernel[grid](*args, **constants, **trace)
+    return out

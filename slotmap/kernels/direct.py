@@ -16,11 +16,8 @@ from torch import Tensor
 from slotmap.kernels.common import (
     _block_and_offset,
     _fill_pad,
-    cached_plan,
-    hot_inputs_ok,
-    prepare_slot_mapping_launch,
-    remember_plan,
-    same_tensors,
+    launch_cached_plan,
+    launch_slot_mapping,
 )
 from slotmap.layout import PAD_SLOT_ID
 
@@ -111,69 +108,23 @@ def compute_slot_mapping_direct(
     Same arguments and result as ``compute_slot_mapping`` and ``slot_mapping_oracle``;
     ``tile_size``, ``parallel_tiles`` and ``num_warps`` as there.
     """
-    num_reqs = query_start_loc.numel() - 1
     # The hot path (see slotmap.kernels.common): a cached plan and structural checks only.
     key = (
-        "direct", num_reqs, num_tokens, max_num_tokens, block_size, kv_cache_block_size,
-        cp_world_size, cp_rank, cp_interleave, circular, pad_id, tile_size, parallel_tiles,
-        num_warps,
+        "direct", query_start_loc.numel() - 1, num_tokens, max_num_tokens, block_size,
+        kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id, tile_size,
+        parallel_tiles, num_warps,
     )  # fmt: skip
-    plan = None if validate else cached_plan(key)
-    if plan is not None and (
-        same_tensors(plan[2], query_start_loc, positions, block_table, out)
-        or hot_inputs_ok(query_start_loc, positions, block_table, out, num_tokens, max_num_tokens)
-    ):
-        grid, constants, _ = plan
-        plan[2] = (query_start_loc, positions, block_table, out)
-        _compute_slot_mapping_direct_kernel[grid](
-            num_tokens, out.shape[0], query_start_loc, positions, block_table,
-            block_table.stride(0), block_size, out, **constants,
-        )  # fmt: skip
+    if not validate and launch_cached_plan(
+        _compute_slot_mapping_direct_kernel, key,
+        query_start_loc, positions, block_table, block_size, out, num_tokens, max_num_tokens,
+    ):  # fmt: skip
         return out
-    num_tokens, max_num_tokens, kv_cache_block_size, out, tile_size, parallel_tiles, options = (
-        prepare_slot_mapping_launch(
-            query_start_loc,
-            positions,
-            block_table,
-            block_size,
-            num_tokens=num_tokens,
-            max_num_tokens=max_num_tokens,
-            kv_cache_block_size=kv_cache_block_size,
-            cp_world_size=cp_world_size,
-            cp_rank=cp_rank,
-            cp_interleave=cp_interleave,
-            circular=circular,
-            out=out,
-            validate=validate,
-            tile_size=tile_size,
-            parallel_tiles=parallel_tiles,
-            num_warps=num_warps,
-            window=False,
-        )  # fmt: skip
-    )
-    grid = (num_reqs + 1, parallel_tiles)
-    constants = dict(
-        KV_CACHE_BLOCK_SIZE=kv_cache_block_size,
-        BLOCKS_PER_KV_BLOCK=kv_cache_block_size // block_size,
-        TOTAL_CP_WORLD_SIZE=cp_world_size,
-        TOTAL_CP_RANK=cp_rank,
-        CP_KV_CACHE_INTERLEAVE_SIZE=cp_interleave,
-        PAD_ID=pad_id,
-        TILE_BLOCK_SIZE=tile_size,
-        IS_CIRCULAR=circular,
-        PARALLEL_TILES=parallel_tiles,
-        **options,
-    )
-    remember_plan(key, [grid, constants, ()])
-    _compute_slot_mapping_direct_kernel[grid](
-        num_tokens,
-        max_num_tokens,
-        query_start_loc,
-        positions,
-        block_table,
-        block_table.stride(0),
-        block_size,
-        out,
-        **constants,
-    )
-    return out
+    return launch_slot_mapping(
+        _compute_slot_mapping_direct_kernel, key,
+        query_start_loc, positions, block_table, block_size,
+        num_tokens=num_tokens, max_num_tokens=max_num_tokens,
+        kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
+        cp_interleave=cp_interleave, circular=circular, pad_id=pad_id, out=out,
+        validate=validate, tile_size=tile_size, parallel_tiles=parallel_tiles,
+        num_warps=num_warps, window=False,
+    )  # fmt: skip

@@ -7,24 +7,18 @@ additions come after the production parameters, with defaults.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from slotmap.kernels.common import (
-    DEFAULT_GATHER_AS_FLOAT,
     _block_and_offset,
     _fill_pad,
     _gather_from_window,
-    cached_plan,
-    check_launch_device,
-    hot_inputs_ok,
-    prepare_slot_mapping_launch,
-    remember_plan,
-    same_tensors,
+    launch_cached_plan,
+    launch_slot_mapping,
 )
-from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, window_size
+from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE
 
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens"])
@@ -115,21 +109,6 @@ def _compute_slot_mapping_kernel(
             tl.store(trace_ptr, window_base, mask=tile_index < window_trace_width)
 
 
-def check_window_trace(window_trace: Tensor, num_reqs: int) -> None:
-    """The trace is written in place: one contiguous int32 row per request."""
-    if window_trace.dtype != torch.int32 or window_trace.dim() != 2:
-        raise ValueError(
-            f"window_trace must be a 2-D int32 tensor, got {window_trace.dtype} "
-            f"with shape {tuple(window_trace.shape)}"
-        )
-    if window_trace.shape[0] != num_reqs or not window_trace.is_contiguous():
-        raise ValueError(
-            f"window_trace must be contiguous with one row per request ({num_reqs}), "
-            f"got shape {tuple(window_trace.shape)}"
-        )
-    check_launch_device(window_trace)
-
-
 def compute_slot_mapping(
     query_start_loc: Tensor,
     positions: Tensor,
@@ -173,79 +152,26 @@ def compute_slot_mapping(
     (``slotmap.window_bases_oracle`` says what to expect).
     Same arguments and result as ``slotmap.slot_mapping_oracle``.
     """
-    num_reqs = query_start_loc.numel() - 1
     # The hot path (see slotmap.kernels.common): a cached plan and structural checks only.
     key = (
-        "window", num_reqs, num_tokens, max_num_tokens, block_size, kv_cache_block_size,
-        cp_world_size, cp_rank, cp_interleave, circular, pad_id, tile_size, parallel_tiles,
-        num_warps, gather_as_float,
+        "window", query_start_loc.numel() - 1, num_tokens, max_num_tokens, block_size,
+        kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id, tile_size,
+        parallel_tiles, num_warps, gather_as_float,
     )  # fmt: skip
-    plan = None if validate or window_trace is not None else cached_plan(key)
-    if plan is not None and (
-        same_tensors(plan[2], query_start_loc, positions, block_table, out)
-        or hot_inputs_ok(query_start_loc, positions, block_table, out, num_tokens, max_num_tokens)
-    ):
-        grid, constants, _ = plan
-        plan[2] = (query_start_loc, positions, block_table, out)
-        _compute_slot_mapping_kernel[grid](
-            num_tokens, out.shape[0], query_start_loc, positions, block_table,
-            block_table.stride(0), block_size, out, **constants,
-        )  # fmt: skip
+    if not validate and window_trace is None and launch_cached_plan(
+        _compute_slot_mapping_kernel, key,
+        query_start_loc, positions, block_table, block_size, out, num_tokens, max_num_tokens,
+    ):  # fmt: skip
         return out
     if window_trace is not None and tile_size is None:
         tile_size = PRODUCTION_TILE  # traces are read against the lessons' 1024 tiles
-    num_tokens, max_num_tokens, kv_cache_block_size, out, tile_size, parallel_tiles, options = (
-        prepare_slot_mapping_launch(
-            query_start_loc,
-            positions,
-            block_table,
-            block_size,
-            num_tokens=num_tokens,
-            max_num_tokens=max_num_tokens,
-            kv_cache_block_size=kv_cache_block_size,
-            cp_world_size=cp_world_size,
-            cp_rank=cp_rank,
-            cp_interleave=cp_interleave,
-            circular=circular,
-            out=out,
-            validate=validate,
-            tile_size=tile_size,
-            parallel_tiles=parallel_tiles,
-            num_warps=num_warps,
-            window=True,
-        )  # fmt: skip
-    )
-    if window_trace is not None:
-        check_window_trace(window_trace, num_reqs)
-    grid = (num_reqs + 1, parallel_tiles)
-    constants = dict(
-        KV_CACHE_BLOCK_SIZE=kv_cache_block_size,
-        BLOCKS_PER_KV_BLOCK=kv_cache_block_size // block_size,
-        TOTAL_CP_WORLD_SIZE=cp_world_size,
-        TOTAL_CP_RANK=cp_rank,
-        CP_KV_CACHE_INTERLEAVE_SIZE=cp_interleave,
-        PAD_ID=pad_id,
-        TILE_BLOCK_SIZE=tile_size,
-        BLOCK_TABLE_WINDOW_SIZE=window_size(tile_size, block_size),
-        IS_CIRCULAR=circular,
-        GATHER_AS_FLOAT=DEFAULT_GATHER_AS_FLOAT if gather_as_float is None else gather_as_float,
-        PARALLEL_TILES=parallel_tiles,
-        **options,
-    )
-    if window_trace is None:
-        remember_plan(key, [grid, constants, ()])
-    _compute_slot_mapping_kernel[grid](
-        num_tokens,
-        max_num_tokens,
-        query_start_loc,
-        positions,
-        block_table,
-        block_table.stride(0),
-        block_size,
-        out,
-        **constants,
-        window_trace_ptr=window_trace,
-        window_trace_width=0 if window_trace is None else window_trace.shape[1],
-        TRACE_WINDOWS=window_trace is not None,
-    )
-    return out
+    return launch_slot_mapping(
+        _compute_slot_mapping_kernel, key,
+        query_start_loc, positions, block_table, block_size,
+        num_tokens=num_tokens, max_num_tokens=max_num_tokens,
+        kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
+        cp_interleave=cp_interleave, circular=circular, pad_id=pad_id, out=out,
+        validate=validate, tile_size=tile_size, parallel_tiles=parallel_tiles,
+        num_warps=num_warps, window=True, gather_as_float=gather_as_float,
+        window_trace=window_trace,
+    )  # fmt: skip

@@ -76,6 +76,7 @@ def run_tiles(
     never written.
     """
     import slotmap
+    from slotmap.kernels.common import slot_mapping_constants
     from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel
 
     device = slotmap.DEVICE
@@ -114,11 +115,7 @@ def run_tiles(
         # The launcher always launches num_reqs + 1 programs: call the kernel itself.
         _compute_slot_mapping_kernel[(programs, 1)](
             starts[-1], max_num_tokens, qsl, pos, block_table, block_table.stride(0),
-            block_size, out,
-            KV_CACHE_BLOCK_SIZE=block_size, BLOCKS_PER_KV_BLOCK=1, TOTAL_CP_WORLD_SIZE=1,
-            TOTAL_CP_RANK=0, CP_KV_CACHE_INTERLEAVE_SIZE=1, PAD_ID=slotmap.PAD_SLOT_ID,
-            TILE_BLOCK_SIZE=tile_size,
-            BLOCK_TABLE_WINDOW_SIZE=slotmap.window_size(tile_size, block_size),
+            block_size, out, **slot_mapping_constants(block_size, tile_size),
             window_trace_ptr=trace, window_trace_width=tiles, TRACE_WINDOWS=True,
         )  # fmt: skip
     return TileRun(lengths, starts, positions, block_size, tile_size, max_num_tokens, programs,
