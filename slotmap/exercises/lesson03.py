@@ -22,6 +22,7 @@ import torch
 from hypothesis import strategies as st
 from torch import Tensor
 
+from slotmap.backend import DEVICE
 from slotmap.exercises.cases import (
     SlotCase,
     explain_slot_mapping,
@@ -115,9 +116,9 @@ def _mid_block_failure(tile_size: int, block_size: int, window: int) -> str:
     needed = blocks_touched(tile_size, block_size)
     row = [7 * b + 5 for b in range(needed)]  # distinct physical blocks
     positions = list(range(first, first + tile_size))
-    qsl = torch.tensor([0, tile_size], dtype=torch.int32)
-    pos = torch.tensor(positions, dtype=torch.int64)
-    table = torch.tensor([row], dtype=torch.int32)
+    qsl = torch.tensor([0, tile_size], dtype=torch.int32, device=DEVICE)
+    pos = torch.tensor(positions, dtype=torch.int64, device=DEVICE)
+    table = torch.tensor([row], dtype=torch.int32, device=DEVICE)
     got = launch_production_with_window(
         qsl, pos, table, block_size, window=window, tile_size=tile_size
     ).tolist()
