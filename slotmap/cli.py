@@ -130,6 +130,38 @@ def course_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
+COURSE_FOLDERS = ("notebooks", "solutions", "exercises")
+
+
+def keep_course_notebooks_clean(model: dict, path: str, contents_manager, **kwargs) -> None:
+    """JupyterLab's pre-save hook for the course: a lesson, solution or exercise notebook is
+    saved without outputs and with the metadata it has on disk.
+
+    A learner running a lesson autosaves it. Without this, git would see every lesson as
+    modified (a ``git pull`` of a course update would then conflict), and reopening a lesson
+    would show its saved widgets as "model not found". The learner's own copies in
+    ``my_work/`` are saved as they are.
+    """
+    if model.get("type") != "notebook" or path.strip("/").split("/")[0] not in COURSE_FOLDERS:
+        return
+    notebook = model["content"]
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+        cell.get("metadata", {}).pop("execution", None)
+    on_disk = Path(contents_manager.root_dir) / path.strip("/")
+    if on_disk.exists():
+        try:
+            import json
+
+            notebook["metadata"] = json.loads(on_disk.read_text(encoding="utf-8"))["metadata"]
+        except (ValueError, KeyError, OSError):
+            notebook.get("metadata", {}).pop("widgets", None)
+    else:
+        notebook.get("metadata", {}).pop("widgets", None)
+
+
 def lab_command(
     port: int | None = None,
     no_browser: bool = False,
@@ -144,6 +176,7 @@ def lab_command(
         f"--ServerApp.root_dir={root}",
         f"--ServerApp.ip={ip}",
         "--LabApp.default_url=/lab/tree/notebooks",
+        "--ContentsManager.pre_save_hook=slotmap.cli.keep_course_notebooks_clean",
     ]  # fmt: skip
     if port is not None:
         command += [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
@@ -241,7 +274,12 @@ def main(argv: list[str] | None = None) -> int:
         from slotmap import bench
 
         bench.add_arguments(bench_parser)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "lab":
+        # Options slotmap does not know go to JupyterLab (after an optional "--").
+        args.jupyter_args = [a for a in args.jupyter_args + unknown if a != "--"]
     if args.command == "bench":
         return bench.run(args)
     commands = {"doctor": doctor, "lab": lab, "exercises": exercises, "grade": grade}

@@ -122,3 +122,119 @@ def test_exercises_build_check_reports_drift_and_exits_1(tmp_path, monkeypatch, 
     assert "exercises/01_new.ipynb is missing" in capsys.readouterr().out
     assert main(["exercises", "build"]) == 0
     assert main(["exercises", "build", "--check"]) == 0
+
+
+def test_lab_accepts_jupyter_options(capsys):
+    from slotmap.cli import main
+
+    assert main(["lab", "--dry-run", "--no-browser", "--LabApp.news_url=", "--", "--x=1"]) == 0
+    command = capsys.readouterr().out.split()
+    assert "--LabApp.news_url=" in command and "--x=1" in command and "--" not in command
+    assert "--ContentsManager.pre_save_hook=slotmap.cli.keep_course_notebooks_clean" in command
+
+
+def test_the_lab_saves_course_notebooks_without_outputs(tmp_path, monkeypatch):
+    """A learner's autosave of a lesson keeps git clean; their own copies keep everything."""
+    import json
+    import socket
+    import time
+    import urllib.request
+
+    pytest.importorskip("jupyterlab")
+    from slotmap.cli import lab_command
+
+    course = tmp_path / "course"
+    for folder in ("notebooks", "my_work"):
+        (course / folder).mkdir(parents=True)
+    shipped_metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+    }
+    (course / "notebooks" / "01_x.ipynb").write_text(
+        json.dumps({"cells": [], "metadata": shipped_metadata, "nbformat": 4, "nbformat_minor": 5})
+    )
+    monkeypatch.chdir(course)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    jupyter_dirs = {
+        name: str(tmp_path / name)
+        for name in (
+            "JUPYTER_CONFIG_DIR",
+            "JUPYTER_DATA_DIR",
+            "JUPYTER_RUNTIME_DIR",
+            "IPYTHONDIR",
+            "JUPYTERLAB_SETTINGS_DIR",
+            "JUPYTERLAB_WORKSPACES_DIR",
+        )
+    }
+    env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", **jupyter_dirs)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    server = subprocess.Popen(
+        lab_command(port=port, no_browser=True, token="t"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def call(method, path, body=None):
+        request = urllib.request.Request(
+            f"{base}{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": "token t", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.read()
+
+    try:
+        for _ in range(300):
+            try:
+                call("GET", "/api/status")
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read()
+                time.sleep(0.1)
+        cell = {
+            "cell_type": "code",
+            "id": "a",
+            "source": "print(1)",
+            "execution_count": 7,
+            "metadata": {"execution": {"x": 1}},
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}],
+        }
+        saved = {
+            "cells": [cell],
+            "nbformat": 4,
+            "nbformat_minor": 5,
+            "metadata": {
+                **shipped_metadata,
+                "widgets": {"state": {}},
+                "language_info": {"name": "python", "version": "3.11.2"},
+            },
+        }
+        for folder in ("notebooks", "my_work"):
+            call(
+                "PUT",
+                f"/api/contents/{folder}/01_x.ipynb",
+                {"type": "notebook", "format": "json", "content": saved},
+            )
+        lesson = json.loads((course / "notebooks" / "01_x.ipynb").read_text())
+        assert lesson["cells"][0]["outputs"] == []
+        assert lesson["cells"][0]["execution_count"] is None
+        assert "".join(lesson["cells"][0]["source"]) == "print(1)"
+        assert lesson["metadata"] == shipped_metadata
+        mine = json.loads((course / "my_work" / "01_x.ipynb").read_text())
+        assert mine["cells"][0]["outputs"] and mine["cells"][0]["execution_count"] == 7
+    finally:
+        try:
+            call("POST", "/api/shutdown")
+            server.wait(timeout=20)
+        except Exception:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()

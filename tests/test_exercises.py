@@ -312,6 +312,18 @@ def test_a_learners_copy_is_never_overwritten(tmp_path):
     assert copy_to_workspace(exercises, mine)[-1] == f"new  {mine / '02_next.ipynb'}"
 
 
+def test_the_learners_copy_says_it_is_theirs(tmp_path):
+    solutions, exercises, mine = (tmp_path / d for d in ("solutions", "exercises", "my_work"))
+    write(solutions / "01_demo.ipynb", notebook(("code", f"{BEGIN}\nx = 1\n{END}")))
+    build_exercises(solutions, exercises)
+    copy_to_workspace(exercises, mine)
+    shipped = json.loads((exercises / "01_demo.ipynb").read_text())["cells"][0]["source"]
+    copied = json.loads((mine / "01_demo.ipynb").read_text())["cells"]
+    assert "do not edit it here" in "".join(shipped)
+    assert "".join(copied[0]["source"]).startswith("> **Your copy** of `exercises/01_demo.ipynb`")
+    assert "raise NotImplementedError()" in "".join(copied[1]["source"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Grading a folder
 # ---------------------------------------------------------------------------------------------

@@ -42,10 +42,26 @@ def test_the_course_has_its_lessons_and_exercises():
     assert [p.name for p in EXERCISES] == [p.name for p in SOLUTIONS]
 
 
+def frozen_figures(notebook) -> list[int]:
+    """Cells that show a widget and, beside it, a static image: a figure the widget left open,
+    which the inline backend shows again under the live one, and which never changes."""
+    frozen = []
+    for index, cell in enumerate(notebook.cells):
+        kinds = [set(o.get("data", {})) for o in cell.get("outputs", [])]
+        widget = any(WIDGET in k for k in kinds)
+        if widget and any("image/png" in k for k in kinds):
+            frozen.append(index)
+    return frozen
+
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=ids(LESSONS))
 def test_lesson_runs_top_to_bottom(path):
     notebook = execute_notebook(path, allow_errors=True)
     assert errors(notebook) == []
+    assert frozen_figures(notebook) == []
     failed = [e for e, passed in check_records(notebook).items() if not passed]
     assert failed == [], f"checks failed in the lesson: {failed}"
 

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +23,12 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 MD_BEGIN, MD_END = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"
 STUB_ANSWER = "*Your answer here.*"
 
+MY_BANNER = (
+    "> **Your copy** of `exercises/{name}`, made once by `slotmap exercises copy` (or `make "
+    "lab`): edit it freely, nothing overwrites it. Fill in every `# YOUR CODE HERE`, then run "
+    "the check cell below it. To start over, delete this file and run `slotmap exercises "
+    "copy` again."
+)
 BANNER = (
     "> **Exercise notebook**, generated from `solutions/{name}` by `slotmap exercises build`: "
     "do not edit it here. Work in your own copy, `my_work/{name}` (`slotmap exercises copy` "
@@ -156,6 +161,10 @@ def copy_to_workspace(exercises: Path = EXERCISES, workspace: Path = WORKSPACE) 
             if exercise.stat().st_mtime > mine.stat().st_mtime:
                 messages.append(f"kept {mine} (yours): {exercise} changed since you copied it")
             continue
-        shutil.copyfile(exercise, mine)
+        notebook = json.loads(exercise.read_text(encoding="utf-8"))
+        for cell in notebook["cells"]:
+            if cell.get("id") == "slotmap-banner":
+                cell["source"] = _lines(MY_BANNER.format(name=exercise.name))
+        mine.write_text(_dump(notebook), encoding="utf-8")
         messages.append(f"new  {mine}")
     return messages

@@ -25,21 +25,24 @@ def live_figure(
     from IPython.display import Image, display
 
     output = widgets.Output()
-    box = widgets.VBox([layout or widgets.HBox(list(controls.values())), output])
+    # Controls wrap onto a second row rather than squeezing their sliders.
+    row = widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap"))
+    box = widgets.VBox([layout or row, output])
     box.controls, box.figure, box.seconds = controls, None, []
 
     def redraw(_change: Any = None) -> None:
         start = time.perf_counter()
         with output:
             output.clear_output(wait=True)
-            if box.figure is not None:
-                plt.close(box.figure)
             box.figure = draw(**{name: control.value for name, control in controls.items()})
             # One PNG render: the inline backend's plt.show() would crop to a tight bounding
             # box, which draws the figure twice (the course's figures fill their canvas).
             png = io.BytesIO()
             box.figure.savefig(png, format="png")
             display(Image(png.getvalue()))
+        # Closed, so that the inline backend does not show it a second time, frozen, under the
+        # widget when the cell ends (the Figure object stays usable: tests inspect it).
+        plt.close(box.figure)
         box.seconds.append(time.perf_counter() - start)
 
     for control in controls.values():
