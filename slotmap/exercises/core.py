@@ -137,7 +137,7 @@ def _show(result: CheckResult) -> None:
     background = "#eef7f0" if result.passed else "#fdeeee"
     markup = (
         f'<pre style="border-left: 4px solid {colour}; background: {background}; '
-        f'padding: 6px 10px; white-space: pre-wrap; word-break: normal; '
+        f"padding: 6px 10px; white-space: pre-wrap; word-break: normal; "
         f'overflow-wrap: break-word">{html.escape(text)}</pre>'
     )
     display(
