@@ -14,6 +14,9 @@ pytest.importorskip("nbclient")
 from slotmap.exercises.grade import check_records, execute_notebook, expected_exercises  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+# Seconds a cell may take. The slowest takes about 10 s on 2 busy cores; a short limit also
+# bounds the stall of a finished cell that nbclient can wait out (see execute_notebook).
+CELL_TIMEOUT = 120
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
@@ -59,7 +62,7 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 
 @pytest.mark.parametrize("path", LESSONS, ids=ids(LESSONS))
 def test_lesson_runs_top_to_bottom(path):
-    notebook = execute_notebook(path, allow_errors=True)
+    notebook = execute_notebook(path, timeout=CELL_TIMEOUT, allow_errors=True)
     assert errors(notebook) == []
     assert frozen_figures(notebook) == []
     failed = [e for e, passed in check_records(notebook).items() if not passed]
@@ -68,7 +71,7 @@ def test_lesson_runs_top_to_bottom(path):
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=ids(SOLUTIONS))
 def test_solution_passes_every_check(path):
-    notebook = execute_notebook(path, allow_errors=True)
+    notebook = execute_notebook(path, timeout=CELL_TIMEOUT, allow_errors=True)
     assert errors(notebook) == []
     records = check_records(notebook)
     assert records == {exercise: True for exercise in expected_exercises(path)}
@@ -76,7 +79,7 @@ def test_solution_passes_every_check(path):
 
 @pytest.mark.parametrize("path", EXERCISES, ids=ids(EXERCISES))
 def test_shipped_exercise_runs_and_its_checks_fail(path):
-    notebook = execute_notebook(path, allow_errors=True)
+    notebook = execute_notebook(path, timeout=CELL_TIMEOUT, allow_errors=True)
     assert errors(notebook) == [], "an exercise must run to the end with its stubs in place"
     records = check_records(notebook)
     assert records == {exercise: False for exercise in expected_exercises(path)}
