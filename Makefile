@@ -22,6 +22,12 @@ ifeq ($(EXTRA),npu)
 PIP_INSTALL_ARGS += --extra-index-url https://download.pytorch.org/whl/cpu
 endif
 
+# EXTRA=cpu: PyPI's x86-64 torch is a CUDA build (several GB). Setup first tries PyTorch's
+# own CPU index for the same pin, and falls back to PyPI when that index cannot be reached
+# (a machine that sees only a package mirror). Keep in step with pyproject.toml's cpu extra.
+CPU_TORCH := torch==2.13.0
+CPU_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
 VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.slotmap-$(EXTRA).stamp
 
@@ -74,6 +80,11 @@ $(STAMP): pyproject.toml | $(VENV_PY)
 	  fi; \
 	done
 	$(VENV_PY) -m pip install --upgrade pip
+ifeq ($(EXTRA),cpu)
+	@$(VENV_PY) -m pip install --retries 1 --timeout 15 --index-url $(CPU_TORCH_INDEX) \
+	    "$(CPU_TORCH)" \
+	  || echo "PyTorch's CPU index ($(CPU_TORCH_INDEX)) is unreachable: torch comes from PyPI"
+endif
 	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[$(EXTRA),lab,test]"
 ifeq ($(EXTRA),npu)
 	@# A dependency that asks for upstream triton overwrites triton-ascend's files: put them back.

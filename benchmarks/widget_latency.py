@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import slotmap  # noqa: E402  (chooses the backend first)
 from slotmap.viz.circular import ring_widget  # noqa: E402
 from slotmap.viz.paged import paged_widget  # noqa: E402
+from slotmap.viz.perf import perf_widget  # noqa: E402
 from slotmap.viz.tiles import tiles_widget  # noqa: E402
 from slotmap.viz.window import window_failure_widget, window_widget  # noqa: E402
 
@@ -31,6 +32,7 @@ WIDGETS = {
     "03 window_widget": window_widget,
     "03 window_failure_widget": window_failure_widget,
     "04 ring_widget": ring_widget,
+    "08 perf_widget": perf_widget,
 }
 
 

@@ -238,3 +238,14 @@ def test_the_lab_saves_course_notebooks_without_outputs(tmp_path, monkeypatch):
                 server.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 server.kill()
+
+
+def test_the_makefiles_cpu_torch_is_the_cpu_extras_pin():
+    import re
+    import tomllib
+
+    cpu_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["cpu"]
+    pinned = re.search(r"^CPU_TORCH := (\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    assert pinned in cpu_extra
