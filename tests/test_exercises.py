@@ -362,13 +362,15 @@ def test_grade_prints_a_notebook_by_exercise_table(tmp_path, capsys):
         ("code", "raise RuntimeError('bob broke a cell')"),
         ("code", "check('97.triple', lambda x: 3 * x)"),
     ))  # fmt: skip
+    # Carol hands in her copy of demo.ipynb in a folder of her own.
     write(
-        folder / "carol.ipynb", notebook(("code", DEMO_CELL), ("code", "check('97.double', abs)"))
+        folder / "carol" / "demo.ipynb",
+        notebook(("code", DEMO_CELL), ("code", "check('97.double', abs)")),
     )
-    # Carol's solution checks both exercises: the one she deleted shows as missing.
+    # demo.ipynb's solution checks both exercises: the one Carol deleted shows as missing.
     solutions = tmp_path / "solutions"
     write(
-        solutions / "carol.ipynb",
+        solutions / "demo.ipynb",
         notebook(("code", "check('97.double', f)\ncheck('97.triple', g)")),
     )
     report = tmp_path / "grades.json"
@@ -378,7 +380,7 @@ def test_grade_prints_a_notebook_by_exercise_table(tmp_path, capsys):
     assert grades == {
         "alice.ipynb": {"97.double": "PASS", "97.triple": "PASS"},
         "bob.ipynb": {"97.double": "FAIL", "97.triple": "PASS"},
-        "carol.ipynb": {"97.double": "FAIL", "97.triple": "missing"},
+        "carol/demo.ipynb": {"97.double": "FAIL", "97.triple": "missing"},
     }
     table = capsys.readouterr().out
     assert table.splitlines()[0].split() == ["notebook", "97.double", "97.triple", "passed"]

@@ -43,9 +43,17 @@ def execute_notebook(path: Path, *, timeout: int = 300, allow_errors: bool = Fal
     return notebook
 
 
+def solution_of(path: Path, solutions: Path = SOLUTIONS) -> Path | None:
+    """The solution a submitted notebook answers: same file name, or a name that ends with a
+    solution's (``alice_01_paged_kv_cache.ipynb``, ``alice/01_paged_kv_cache.ipynb``)."""
+    names = sorted(solutions.glob("*.ipynb"), key=lambda s: -len(s.name))
+    return next((s for s in names if path.name.endswith(s.name)), None)
+
+
 def expected_exercises(path: Path, solutions: Path = SOLUTIONS) -> list[str]:
-    """The exercise ids that the solution of this notebook checks, in order."""
-    source = solutions / path.name if (solutions / path.name).exists() else path
+    """The exercise ids that this notebook's solution checks (or, without one, that the
+    notebook itself checks), in order."""
+    source = solution_of(path, solutions) or path
     notebook = json.loads(source.read_text(encoding="utf-8"))
     ids: list[str] = []
     for cell in notebook["cells"]:
@@ -73,8 +81,10 @@ class Grade:
     error: str = ""  # a notebook that could not run at all
 
 
-def grade_notebook(path: Path, *, timeout: int = 300, solutions: Path = SOLUTIONS) -> Grade:
-    grade = Grade(path.name)
+def grade_notebook(
+    path: Path, *, timeout: int = 300, solutions: Path = SOLUTIONS, name: str | None = None
+) -> Grade:
+    grade = Grade(name or path.name)
     expected = expected_exercises(path, solutions)
     try:
         records = check_records(execute_notebook(path, timeout=timeout, allow_errors=True))
@@ -117,7 +127,10 @@ def table(grades: list[Grade]) -> str:
 
 
 def grade_folder(folder: Path, *, timeout: int = 300, solutions: Path = SOLUTIONS) -> list[Grade]:
-    notebooks = sorted(
-        p for p in Path(folder).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
-    )
-    return [grade_notebook(path, timeout=timeout, solutions=solutions) for path in notebooks]
+    folder = Path(folder)
+    notebooks = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    return [
+        grade_notebook(path, timeout=timeout, solutions=solutions,
+                       name=path.relative_to(folder).as_posix())
+        for path in notebooks
+    ]  # fmt: skip
