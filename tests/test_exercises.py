@@ -385,3 +385,11 @@ def test_grade_prints_a_notebook_by_exercise_table(tmp_path, capsys):
     table = capsys.readouterr().out
     assert table.splitlines()[0].split() == ["notebook", "97.double", "97.triple", "passed"]
     assert table.splitlines()[3].split() == ["bob.ipynb", "FAIL", "PASS", "1/2"]
+
+
+def test_an_untouched_stub_gets_no_hint_that_gives_the_answer_away():
+    def unfinished(*args, **kwargs):
+        raise NotImplementedError()
+
+    failure = run_check(DEMO, unfinished).failure
+    assert "the demo hint" not in failure.hint and "YOUR CODE HERE" in failure.hint

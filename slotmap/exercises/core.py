@@ -170,7 +170,16 @@ def _is_stub(error: BaseException | None) -> bool:
 def _crash(error: BaseException, hint: str) -> tuple[str, str, str, str]:
     """A candidate that raised: the exception and the line of the learner's code it came from."""
     if _is_stub(error):
-        return "not done yet: the exercise's code still raises NotImplementedError", "", "", hint
+        # No exercise hint yet: it would give the answer away before the first attempt.
+        return (
+            "not done yet: the exercise's code still raises NotImplementedError",
+            "",
+            "",
+            (
+                "replace `# YOUR CODE HERE` and the `raise NotImplementedError()` under it with "
+                "your code, run that cell, then this one"
+            ),
+        )
     where = ""
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         if not _is_library_frame(frame.filename):
