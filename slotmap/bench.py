@@ -50,7 +50,7 @@ MODES = ["eager", "graph"]
 class Shape:
     name: str
     lengths: tuple[int, ...]  # tokens of each request
-    max_num_tokens: int  # the graph-captured batch size (>= sum of lengths)
+    max_num_tokens: int  # the persistent output buffer's length (>= sum of lengths)
     about: str
 
     @property

@@ -24,7 +24,7 @@ from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens"])
 def _compute_slot_mapping_kernel(
     num_tokens,  # int: real tokens in the batch (= query_start_loc[num_reqs])
-    max_num_tokens,  # int: length of slot_mapping (the graph-captured batch size)
+    max_num_tokens,  # int: length of slot_mapping (a persistent buffer; past num_tokens: PAD_ID)
     query_start_loc_ptr,  # [num_reqs + 1], int32: request q owns tokens [qsl[q], qsl[q+1])
     positions_ptr,  # [>= num_tokens], int64: each token's position in its request
     block_table_ptr,  # [max_num_reqs, block_table_stride], int32: logical -> physical block

@@ -3,8 +3,8 @@
 * ``draw_ring``: one request of a sliding-window layer decoding at ``position``. Its cache is
   one block of ``block_size`` slots reused cyclically. The ring shows which position each
   slot holds after every token 0..position was written (older tokens overwritten); the row
-  beside it is this step's batch, the last ``window`` positions, whose slots the kernel
-  computed (negative positions: the padded tail, PAD_ID).
+  beside it the whole sliding window, the last ``window`` positions run as one batch, with
+  the slots the kernel computed (negative positions, before position 0: PAD_ID).
 * ``draw_remainder``: ``p % B`` in Python (floor) and in Triton (truncating, like C), and the
   slot the production kernel gives, for positions around 0.
 
@@ -188,7 +188,8 @@ def draw_ring(position: int = 13, window: int = 6, block_size: int = 8, block_nu
     batch_ax.set_xlim(-2.2, max(n, 8) + 0.2)
     batch_ax.set_ylim(-0.3, 2.1)
     batch_ax.set_title(
-        f"this step's batch: the last {window} positions (kernel output)", fontsize=FONT_SIZE
+        f"the sliding window as one batch: the last {window} positions (kernel output)",
+        fontsize=FONT_SIZE,
     )
     agree = run.batch_slots == run.batch_expected
     verdict = "kernel = reference" if agree else "KERNEL DIFFERS FROM THE REFERENCE"
