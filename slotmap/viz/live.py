@@ -49,3 +49,13 @@ def live_figure(
         control.observe(redraw, names="value")
     redraw()
     return box
+
+
+def columns(*groups: list):
+    """Controls in side-by-side columns that wrap under each other in a narrow notebook."""
+    import ipywidgets as widgets
+
+    return widgets.HBox(
+        [widgets.VBox(list(group)) for group in groups],
+        layout=widgets.Layout(flex_flow="row wrap"),
+    )

@@ -274,7 +274,7 @@ def paged_widget(lengths: Sequence[int] = (5, 11, 3), block_size: int = 4, seed:
     physical blocks; every change re-runs the kernel and redraws (``slotmap.viz.live``)."""
     import ipywidgets as widgets
 
-    from slotmap.viz.live import live_figure
+    from slotmap.viz.live import columns, live_figure
 
     lengths = list(lengths) + [0] * (3 - len(lengths))
     controls = {
@@ -287,8 +287,7 @@ def paged_widget(lengths: Sequence[int] = (5, 11, 3), block_size: int = 4, seed:
     controls["padding"] = widgets.IntSlider(value=2, min=0, max=8, description="padding tail")
     controls["seed"] = widgets.IntSlider(value=seed, min=0, max=20, description="shuffle")
     names = list(controls)
-    layout = widgets.HBox([widgets.VBox([controls[n] for n in names[:3]]),
-                           widgets.VBox([controls[n] for n in names[3:]])])  # fmt: skip
+    layout = columns([controls[n] for n in names[:3]], [controls[n] for n in names[3:]])
 
     def draw(request_0, request_1, request_2, block_size, padding, seed):
         counts = [request_0, request_1, request_2]

@@ -259,7 +259,7 @@ def tiles_widget(lengths: Sequence[int] = (5, 11, 3), tile_size: int = 4, paddin
     that launches one program fewer; every change re-runs the kernel and redraws."""
     import ipywidgets as widgets
 
-    from slotmap.viz.live import live_figure
+    from slotmap.viz.live import columns, live_figure
 
     lengths = list(lengths) + [0] * (3 - len(lengths))
     controls = {
@@ -274,8 +274,7 @@ def tiles_widget(lengths: Sequence[int] = (5, 11, 3), tile_size: int = 4, paddin
     )
     controls["short"] = widgets.Checkbox(value=False, description="launch one program fewer")
     names = list(controls)
-    layout = widgets.HBox([widgets.VBox([controls[n] for n in names[:3]]),
-                           widgets.VBox([controls[n] for n in names[3:]])])  # fmt: skip
+    layout = columns([controls[n] for n in names[:3]], [controls[n] for n in names[3:]])
 
     def draw(request_0, request_1, request_2, tile_size, padding, short):
         counts = [request_0, request_1, request_2]
