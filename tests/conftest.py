@@ -20,10 +20,12 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -609,3 +611,12 @@ def multi_group_cases(
         large_blocks=draw(st.booleans()),
         pad_id=draw(st.sampled_from(PAD_IDS)),
     )
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Figures a test drew are closed after it (only where matplotlib was imported)."""
+    yield
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")

@@ -3,53 +3,24 @@ accept the solutions; its figures draw the run's numbers; its widget redraws on 
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import time
-from pathlib import Path
 
 import pytest
+from lesson_helpers import failure, solution_module
 
 from slotmap.exercises import get_exercise, lesson08, run_check
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 from slotmap.viz import perf  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "08_performance.ipynb"
 COMMITTED = lesson08.committed_results()
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
 
 
 @pytest.fixture(scope="module")
 def solution(tmp_path_factory):
-    """The solution notebook's code cells (without the checks) as an importable module."""
-    notebook = json.loads(SOLUTION.read_text(encoding="utf-8"))
-    cells = [
-        "".join(cell["source"])
-        for cell in notebook["cells"]
-        if cell["cell_type"] == "code" and "check(" not in "".join(cell["source"])
-    ]
-    path = tmp_path_factory.mktemp("solution08") / "solution08.py"
-    path.write_text("\n\n".join(cells) + "\n", encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("solution08", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def failure(exercise_id: str, candidate):
-    result = run_check(get_exercise(exercise_id), candidate)
-    assert not result.passed, f"{exercise_id} accepted a wrong answer"
-    return result.failure
+    return solution_module(tmp_path_factory.mktemp("solution08"), "08_performance.ipynb")
 
 
 # ---------------------------------------------------------------------------------------------
