@@ -1,0 +1,226 @@
+"""Run one function on several processes joined by torch.distributed: one process per rank.
+
+Context parallelism splits a request's KV cache across ranks, and the course shows that with
+real processes, not a loop that pretends. ``run_ranks(fn, world_size, *args)`` starts
+``world_size`` fresh Python processes (the ``spawn`` start method, so each one imports torch,
+Triton and slotmap itself and picks the same backend as the caller), joins them in a process
+group (gloo on the CPU, nccl on NVIDIA GPUs with one GPU per rank, hccl on Ascend NPUs), calls
+``fn(ctx, *args)`` on every rank and returns the ranks' results in rank order.
+
+``fn`` must be importable by name (defined in a module, not in a notebook cell): a spawned
+process cannot see a notebook's globals. Results travel back through ``torch.save``, so tensors
+come back on the CPU whatever device they were computed on.
+
+Bounded and clean: every run has a deadline, the first rank that fails stops the others, and
+no process outlives ``run_ranks`` (terminated, then killed), also on Ctrl+C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import multiprocessing as mp
+import os
+import queue as queue_module
+import socket
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from slotmap.backend import BACKEND, ENV_VAR
+
+# Process-group backend for each slotmap backend.
+COMMUNICATION = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
+
+# NVLink multicast (NVLS) can take a shared host's GPUs out of service: keep it off in NCCL,
+# PyTorch's symmetric memory and NVSHMEM for every rank we start.
+MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What a rank knows about itself: passed as ``fn``'s first argument."""
+
+    rank: int
+    world_size: int
+    device: torch.device  # this rank's device: its own GPU/NPU, or the CPU
+    backend: str  # slotmap backend: "cpu", "cuda" or "npu"
+    communication: str  # torch.distributed backend: "gloo", "nccl" or "hccl"
+
+
+class RankFailed(RuntimeError):
+    """A rank raised, died or missed the deadline; the message carries its traceback."""
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rank_device(rank: int, backend: str) -> torch.device:
+    """One accelerator per rank, round robin over the visible ones; the CPU for every rank."""
+    if backend == "cuda":
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    if backend == "npu":
+        return torch.device("npu", rank % torch.npu.device_count())  # type: ignore[attr-defined]
+    return torch.device("cpu")
+
+
+def _dumps(value: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def _loads(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+def _rank_main(
+    rank: int,
+    world_size: int,
+    port: int,
+    timeout_s: float,
+    fn: Callable[..., Any],
+    args: tuple,
+    results: Any,
+) -> None:
+    """Body of each spawned process: join the group, run ``fn``, report, leave the group."""
+    import torch.distributed as dist
+
+    try:
+        backend = BACKEND.name
+        device = rank_device(rank, backend)
+        if backend == "cuda":
+            torch.cuda.set_device(device)
+        elif backend == "npu":
+            torch.npu.set_device(device)  # type: ignore[attr-defined]
+        communication = COMMUNICATION[backend]
+        dist.init_process_group(
+            communication,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            **({"device_id": device} if backend != "cpu" else {}),
+        )
+        try:
+            ctx = RankContext(rank, world_size, device, backend, communication)
+            value = fn(ctx, *args)
+        finally:
+            dist.destroy_process_group()
+        results.put((rank, True, _dumps(value)))
+    except BaseException:  # noqa: BLE001 - the parent must hear about every failure
+        results.put((rank, False, f"rank {rank}:\n{traceback.format_exc()}"))
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables while children are spawned (they copy it), then restore."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+def _stop(processes: list) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + 5.0
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join(5.0)
+
+
+def run_ranks(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout_s: float = 120.0,
+) -> list[Any]:
+    """Run ``fn(ctx, *args)`` on ``world_size`` processes; return their results in rank order.
+
+    Raises ``RankFailed`` with the failing rank's traceback if any rank raises, dies or does
+    not finish within ``timeout_s`` seconds; every process is stopped before it returns.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if BACKEND.name != "cpu":
+        available = (
+            torch.cuda.device_count() if BACKEND.name == "cuda" else torch.npu.device_count()  # type: ignore[attr-defined]
+        )
+        if available < world_size:
+            # Two ranks on one GPU would deadlock NCCL: say so instead of hanging.
+            raise ValueError(
+                f"world_size={world_size} needs {world_size} {BACKEND.name} devices, "
+                f"{available} visible; run on the CPU (SLOTMAP_BACKEND=cpu) to use gloo"
+            )
+    if getattr(fn, "__module__", "__main__") == "__main__" or "<locals>" in getattr(
+        fn, "__qualname__", ""
+    ):
+        raise ValueError(
+            f"{getattr(fn, '__qualname__', fn)!r} is defined in __main__ or inside a function: "
+            "a spawned rank cannot import it. Put it in a module."
+        )
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    processes = []
+    environment = {ENV_VAR: BACKEND.name, **MULTICAST_OFF}
+    try:
+        with _environment(environment):
+            for rank in range(world_size):
+                process = context.Process(
+                    target=_rank_main,
+                    args=(rank, world_size, port, timeout_s, fn, args, results),
+                    name=f"slotmap-rank-{rank}",
+                    daemon=True,
+                )
+                process.start()
+                processes.append(process)
+        deadline = time.monotonic() + timeout_s
+        values: dict[int, Any] = {}
+        while len(values) < world_size:
+            try:
+                rank, ok, payload = results.get(timeout=0.2)
+            except queue_module.Empty:
+                for rank, process in enumerate(processes):
+                    if rank not in values and process.exitcode not in (None, 0):
+                        raise RankFailed(
+                            f"rank {rank} died with exit code {process.exitcode}"
+                        ) from None
+                if time.monotonic() > deadline:
+                    missing = sorted(set(range(world_size)) - set(values))
+                    raise RankFailed(
+                        f"ranks {missing} did not finish within {timeout_s:.0f} s"
+                    ) from None
+                continue
+            if not ok:
+                raise RankFailed(payload)
+            values[rank] = _loads(payload)
+        for process in processes:
+            process.join(timeout_s)
+        return [values[rank] for rank in range(world_size)]
+    finally:
+        _stop(processes)
+        results.close()

@@ -1,0 +1,42 @@
+"""Rank functions for tests/test_distributed.py: a spawned rank imports them by name."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from slotmap.distributed import RankContext
+
+
+def sum_of_ranks(ctx: RankContext, scale: int) -> dict:
+    value = torch.tensor([ctx.rank * scale], device=ctx.device)
+    dist.all_reduce(value)
+    return {
+        "rank": ctx.rank,
+        "world": ctx.world_size,
+        "sum": int(value.item()),
+        "pid": os.getpid(),
+        "nvls": os.environ.get("NCCL_NVLS_ENABLE"),
+    }
+
+
+def fail_on_rank_one(ctx: RankContext) -> int:
+    if ctx.rank == 1:
+        raise ValueError("rank one refuses")
+    time.sleep(60)  # the others would wait: run_ranks must stop them
+    return ctx.rank
+
+
+def sleep_forever(ctx: RankContext) -> int:
+    time.sleep(3600)
+    return ctx.rank
+
+
+def die_on_rank_zero(ctx: RankContext) -> int:
+    if ctx.rank == 0:
+        os._exit(3)
+    time.sleep(60)
+    return ctx.rank

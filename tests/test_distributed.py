@@ -1,0 +1,52 @@
+"""slotmap.distributed.run_ranks: real processes, real collectives, bounded and cleaned up."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import rank_jobs
+
+from slotmap.distributed import RankFailed, run_ranks
+
+
+def test_ranks_run_in_separate_processes_and_communicate():
+    results = run_ranks(rank_jobs.sum_of_ranks, 3, 10)
+    assert [r["rank"] for r in results] == [0, 1, 2]
+    assert all(r["world"] == 3 for r in results)
+    assert all(r["sum"] == 0 + 10 + 20 for r in results)
+    pids = {r["pid"] for r in results}
+    assert len(pids) == 3 and os.getpid() not in pids
+    assert all(r["nvls"] == "0" for r in results)
+    assert "NCCL_NVLS_ENABLE" not in os.environ or os.environ["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_a_failing_rank_reports_its_traceback_and_stops_the_others():
+    start = time.monotonic()
+    with pytest.raises(RankFailed, match=r"rank 1:(.|\n)*ValueError: rank one refuses"):
+        run_ranks(rank_jobs.fail_on_rank_one, 2, timeout_s=60)
+    assert time.monotonic() - start < 40  # not the sleeping rank's 60 s
+
+
+def test_a_rank_that_dies_is_reported():
+    with pytest.raises(RankFailed, match="rank 0 died with exit code 3"):
+        run_ranks(rank_jobs.die_on_rank_zero, 2, timeout_s=60)
+
+
+def test_the_deadline_stops_every_process():
+    with pytest.raises(RankFailed, match=r"did not finish within 8 s"):
+        run_ranks(rank_jobs.sleep_forever, 2, timeout_s=8)
+    import multiprocessing
+
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("slotmap-rank")]
+
+
+def test_functions_a_rank_cannot_import_are_refused():
+    def local(ctx):
+        return ctx.rank
+
+    with pytest.raises(ValueError, match="cannot import it"):
+        run_ranks(local, 2)
+    with pytest.raises(ValueError, match="world_size must be >= 1"):
+        run_ranks(rank_jobs.sum_of_ranks, 0, 1)
