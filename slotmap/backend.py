@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 BACKENDS = ("npu", "cuda", "cpu")
 ENV_VAR = "SLOTMAP_BACKEND"
+QUIET_VAR = "SLOTMAP_QUIET"  # "1": do not announce the backend on import
 
 
 @dataclass(frozen=True)
@@ -99,4 +100,5 @@ _activate(BACKEND)
 DEVICE: str = BACKEND.device
 
 _where = "Triton interpreter on the CPU" if BACKEND.interpreted else f"Triton on {DEVICE}"
-print(f"slotmap: backend {BACKEND.name} ({_where}; {BACKEND.reason})")
+if os.environ.get(QUIET_VAR) != "1":  # set in the ranks slotmap.distributed starts
+    print(f"slotmap: backend {BACKEND.name} ({_where}; {BACKEND.reason})")

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from slotmap.backend import BACKEND, ENV_VAR
+from slotmap.backend import BACKEND, ENV_VAR, QUIET_VAR
 
 # Process-group backend for each slotmap backend.
 COMMUNICATION = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
@@ -186,7 +186,8 @@ def run_ranks(
     results = context.Queue()
     port = free_port()
     processes = []
-    environment = {ENV_VAR: BACKEND.name, **MULTICAST_OFF}
+    # The ranks use the caller's backend and do not each announce it.
+    environment = {ENV_VAR: BACKEND.name, QUIET_VAR: "1", **MULTICAST_OFF}
     try:
         with _environment(environment):
             for rank in range(world_size):

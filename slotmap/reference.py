@@ -14,6 +14,7 @@ Every public function here takes the same arguments as the launcher of the same 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -24,6 +25,41 @@ from slotmap.validate import (
     check_slot_mapping_inputs,
     check_slot_mappings_inputs,
 )
+
+
+@dataclass(frozen=True)
+class CPSteps:
+    """SPEC §2's context-parallel steps for one position, every intermediate value named."""
+
+    position: int
+    virtual_block_size: int  # 1. V = kv_cache_block_size * W: one physical block per rank
+    virtual_block: int  #       vb = p // V
+    virtual_offset: int  #      vo = p % V
+    segment: int  # 2.          vo // I
+    owner: int  #               segment % W: the rank that stores p
+    local_offset: int  # 3.     lo = (vo // (W * I)) * I + vo % I: the owner's segments, packed
+    block: int  # 4.            b = vb * BLOCKS_PER_KV_BLOCK + lo // block_size
+    offset: int  #              o = lo % block_size
+
+
+def cp_steps(
+    position: int, block_size: int, kv_cache_block_size: int, world_size: int, interleave: int
+) -> CPSteps:
+    """Steps 1-4 of context parallelism for one position >= 0 (step 5, the slot, needs the
+    owner's block table). ``token_block_and_offset`` answers with these on the owner."""
+    blocks_per_kv_block = kv_cache_block_size // block_size
+    virtual_block_size = kv_cache_block_size * world_size
+    virtual_block, virtual_offset = divmod(position, virtual_block_size)
+    segment = virtual_offset // interleave
+    local_offset = (
+        virtual_offset // (world_size * interleave) * interleave + virtual_offset % interleave
+    )
+    return CPSteps(
+        position, virtual_block_size, virtual_block, virtual_offset, segment,
+        segment % world_size, local_offset,
+        virtual_block * blocks_per_kv_block + local_offset // block_size,
+        local_offset % block_size,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -54,18 +90,10 @@ def token_block_and_offset(
         # Common case: context parallelism is not used.
         return position // block_size, position % block_size
     # Context parallelism: the five steps.
-    blocks_per_kv_block = kv_cache_block_size // block_size
-    virtual_block_size = kv_cache_block_size * cp_world_size  # 1. W physical blocks
-    virtual_block, virtual_offset = divmod(position, virtual_block_size)
-    owner = (virtual_offset // cp_interleave) % cp_world_size  # 2. whose token is it?
-    if owner != cp_rank:
+    steps = cp_steps(position, block_size, kv_cache_block_size, cp_world_size, cp_interleave)
+    if steps.owner != cp_rank:
         return None
-    local_offset = (  # 3. this rank's segments, packed
-        virtual_offset // (cp_world_size * cp_interleave) * cp_interleave
-        + virtual_offset % cp_interleave
-    )
-    block = virtual_block * blocks_per_kv_block + local_offset // block_size  # 4.
-    return block, local_offset % block_size
+    return steps.block, steps.offset
 
 
 def token_slot(

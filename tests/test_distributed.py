@@ -11,8 +11,9 @@ import rank_jobs
 from slotmap.distributed import RankFailed, run_ranks
 
 
-def test_ranks_run_in_separate_processes_and_communicate():
+def test_ranks_run_in_separate_processes_and_communicate(capfd):
     results = run_ranks(rank_jobs.sum_of_ranks, 3, 10)
+    assert "slotmap: backend" not in capfd.readouterr().out  # the ranks stay quiet
     assert [r["rank"] for r in results] == [0, 1, 2]
     assert all(r["world"] == 3 for r in results)
     assert all(r["sum"] == 0 + 10 + 20 for r in results)

@@ -1,0 +1,469 @@
+"""Lesson 05's exercises: context parallelism.
+
+* ``05.is_local``: steps 1 and 2, in Python: does rank ``r`` store position ``p``?
+* ``05.local_block_and_offset``: steps 3 and 4, in Python: the logical block and block offset
+  of a position on the rank that stores it (the rank's segments packed one after another).
+* ``05.cp_kernel``: all of it inside a teaching kernel (lesson 02's kernel, one block-table
+  load per lane), run once per rank; the judge checks the ranks together.
+
+The judges speak in the partition invariant's words: a position with no owner, a position two
+ranks claim, two positions that land in the same place on one rank, a rank whose positions are
+not packed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+from torch import Tensor
+
+from slotmap.cp import five_steps, local_position, owner_of
+from slotmap.exercises.cases import (
+    GUARD,
+    SlotCase,
+    explain_slot_mapping,
+    guarded_output,
+    launch_learner_kernel,
+    slot_cases,
+)
+from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.layout import PAD_SLOT_ID
+from slotmap.reference import slot_mapping_oracle
+
+TILE = 8  # tokens per tile in this lesson's kernel exercise
+
+
+@dataclass(frozen=True)
+class CPConfig:
+    """A context-parallel configuration: what the Python exercises are checked on."""
+
+    world_size: int
+    interleave: int
+    kv_cache_block_size: int
+    block_size: int | None = None  # 05.local_block_and_offset only
+
+    def __str__(self) -> str:
+        text = (
+            f"world_size={self.world_size}, interleave={self.interleave}, "
+            f"kv_cache_block_size={self.kv_cache_block_size}"
+        )
+        if self.block_size is not None:
+            text += f", block_size={self.block_size}"
+        return text + f" (positions 0..{_span(self.world_size, self.kv_cache_block_size) - 1})"
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _span(world_size: int, kv_cache_block_size: int) -> int:
+    """Positions a check walks through: two virtual blocks and a bit of a third."""
+    return 2 * world_size * kv_cache_block_size + 3
+
+
+def why_owner(position: int, world_size: int, interleave: int, kv_cache_block_size: int) -> str:
+    """Steps 1 and 2 for one position, in words."""
+    s = five_steps(position, kv_cache_block_size, kv_cache_block_size, world_size, interleave)
+    return (
+        f"V = {kv_cache_block_size}·{world_size} = {s.virtual_block_size}, virtual offset "
+        f"{position} % {s.virtual_block_size} = {s.virtual_offset}, segment "
+        f"{s.virtual_offset} // {interleave} = {s.segment}, owner {s.segment} % {world_size} = "
+        f"{s.owner}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 05.is_local
+# ---------------------------------------------------------------------------------------------
+IS_LOCAL_HINT = (
+    "Step 1: vo = p % (kv_cache_block_size * W). Step 2: the segment vo // I lives on rank "
+    "(vo // I) % W; is_local is that rank == r."
+)
+
+
+def _is_local_cases() -> list[tuple[str, CPConfig]]:
+    return [
+        ("two ranks, interleave 1: positions alternate", CPConfig(2, 1, 4)),
+        ("two ranks, interleave 2", CPConfig(2, 2, 4)),
+        ("three ranks, interleave 2, kv block 4", CPConfig(3, 2, 4)),
+        ("interleave = kv block: whole blocks per rank", CPConfig(2, 4, 4)),
+        ("one rank: no context parallelism", CPConfig(1, 1, 4)),
+        ("four ranks, interleave 3, kv block 6", CPConfig(4, 3, 6)),
+    ]
+
+
+@st.composite
+def _cp_config(draw: st.DrawFn) -> CPConfig:
+    kv = draw(st.sampled_from((1, 2, 3, 4, 6, 8)))
+    return CPConfig(draw(st.integers(1, 4)), draw(st.sampled_from(_divisors(kv))), kv)
+
+
+def _as_bool(value: Any, call: str) -> bool:
+    if isinstance(value, Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    if type(value).__name__ == "bool_":  # numpy
+        return bool(value)
+    raise Wrong(f"{call} returned {value!r}, not True or False", "True or False", repr(value))
+
+
+def _pattern(owners: dict[int, int], world: int, interleave: int, kv: int) -> str:
+    """A well-known wrong rule that explains every owner the candidate chose, in words."""
+    rules = {
+        "p % W (as if the interleave were 1)": lambda p: p % world,
+        "(p // kv_cache_block_size) % W (whole kv blocks per rank, not segments of I)": (
+            lambda p: (p // kv) % world
+        ),
+        "(p % V) // I without the final % W (the segment, not its rank)": (
+            lambda p: (p % (kv * world)) // interleave
+        ),
+    }
+    for words, rule in rules.items():
+        if all(rule(p) == owner for p, owner in owners.items()):
+            return f"; your owners follow {words}"
+    return ""
+
+
+def judge_is_local(candidate: Callable[..., Any], case: CPConfig) -> None:
+    world, interleave, kv = case.world_size, case.interleave, case.kv_cache_block_size
+    owners: dict[int, int] = {}
+    for p in range(_span(world, kv)):
+        claimed = [
+            r
+            for r in range(world)
+            if _as_bool(
+                candidate(p, r, world, interleave, kv),
+                f"is_local({p}, {r}, {world}, {interleave}, {kv})",
+            )
+        ]
+        owner = owner_of(p, world, interleave, kv)
+        if not claimed:
+            raise Wrong(
+                f"position {p} has no owner: is_local({p}, r, {world}, {interleave}, {kv}) is "
+                f"False for every rank r in 0..{world - 1}",
+                f"True on rank {owner} ({why_owner(p, world, interleave, kv)})",
+                "False on every rank",
+                IS_LOCAL_HINT,
+            )
+        if len(claimed) > 1:
+            ranks = ", ".join(map(str, claimed[:-1])) + f" and {claimed[-1]}"
+            raise Wrong(
+                f"position {p} is claimed by ranks {ranks}: exactly one rank may store it",
+                f"only rank {owner} ({why_owner(p, world, interleave, kv)})",
+                f"ranks {claimed}",
+                IS_LOCAL_HINT,
+            )
+        owners[p] = claimed[0]
+    for p, got in owners.items():
+        owner = owner_of(p, world, interleave, kv)
+        if got != owner:
+            raise Wrong(
+                f"position {p} is stored by rank {owner}, but your is_local puts it on rank "
+                f"{got}{_pattern(owners, world, interleave, kv)}",
+                f"rank {owner} ({why_owner(p, world, interleave, kv)})",
+                f"rank {got}",
+                IS_LOCAL_HINT,
+            )
+
+
+register(
+    Exercise(
+        id="05.is_local",
+        title="steps 1 and 2: which rank stores a position",
+        cases=_is_local_cases,
+        strategy=_cp_config,
+        judge=judge_is_local,
+        hint=IS_LOCAL_HINT,
+        max_examples=60,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 05.local_block_and_offset
+# ---------------------------------------------------------------------------------------------
+LOCAL_HINT = (
+    "Step 3: lo = (vo // (W * I)) * I + vo % I (each earlier round of W segments gave this "
+    "rank I positions). Step 4: block = vb * (kv_cache_block_size // block_size) + "
+    "lo // block_size, offset = lo % block_size."
+)
+
+
+def _local_cases() -> list[tuple[str, CPConfig]]:
+    return [
+        ("two ranks, interleave 1, blocks of 4", CPConfig(2, 1, 4, 4)),
+        ("two ranks, interleave 2, blocks of 4", CPConfig(2, 2, 4, 4)),
+        ("three ranks, interleave 2: into the third virtual block", CPConfig(3, 2, 4, 4)),
+        ("interleave = block size: whole blocks per rank", CPConfig(2, 4, 4, 4)),
+        ("hybrid blocks: a kv block of 8 holds 2 blocks of 4", CPConfig(2, 2, 8, 4)),
+        ("one rank: the plain formula", CPConfig(1, 1, 4, 4)),
+    ]
+
+
+@st.composite
+def _local_config(draw: st.DrawFn) -> CPConfig:
+    config = draw(_cp_config())
+    per = draw(st.sampled_from((1, 1, 2)))
+    kv = config.kv_cache_block_size
+    return CPConfig(config.world_size, config.interleave, kv * per, kv)
+
+
+def _where(block: int, offset: int, block_size: int) -> str:
+    return f"logical block {block}, offset {offset} (local position {block * block_size + offset})"
+
+
+def _block_and_offset(candidate: Callable[..., Any], call_args: tuple) -> tuple[int, int]:
+    got = candidate(*call_args)
+    call = f"local_block_and_offset{call_args}"
+    if isinstance(got, list):
+        got = tuple(got)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise Wrong(f"{call} returned {got!r}, not a (block, offset) pair", "(block, offset)", got)
+    values = []
+    for value in got:
+        if isinstance(value, Tensor) and value.numel() == 1:
+            value = value.item()
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise Wrong(f"{call} returned {got!r}: block and offset must be integers")
+        values.append(value)
+    return values[0], values[1]
+
+
+def judge_local_block_and_offset(candidate: Callable[..., Any], case: CPConfig) -> None:
+    world, interleave, kv = case.world_size, case.interleave, case.kv_cache_block_size
+    block_size = case.block_size
+    span = _span(world, kv)
+    placed: dict[tuple[int, int, int], int] = {}  # (rank, block, offset) -> position
+    got_of: dict[int, tuple[int, int]] = {}
+    for p in range(span):
+        block, offset = _block_and_offset(candidate, (p, block_size, kv, world, interleave))
+        rank = owner_of(p, world, interleave, kv)
+        if not 0 <= offset < block_size or block < 0:
+            raise Wrong(
+                f"position {p} got block offset {offset} in logical block {block}: an offset "
+                f"is in 0..{block_size - 1} and a block is >= 0",
+                _where(*divmod(local_position(p, world, interleave, kv), block_size), block_size),
+                f"logical block {block}, offset {offset}",
+                LOCAL_HINT,
+            )
+        if (rank, block, offset) in placed:
+            first = placed[(rank, block, offset)]
+            raise Wrong(
+                f"positions {first} and {p} both land on rank {rank} at logical block {block}, "
+                f"offset {offset}: they would share a slot",
+                f"position {first}: "
+                + _where(*divmod(local_position(first, world, interleave, kv), block_size),
+                         block_size)
+                + f"; position {p}: "
+                + _where(*divmod(local_position(p, world, interleave, kv), block_size),
+                         block_size),
+                f"both at logical block {block}, offset {offset}",
+                LOCAL_HINT,
+            )  # fmt: skip
+        placed[(rank, block, offset)] = p
+        got_of[p] = (block, offset)
+    # Packed: a rank's positions fill its local positions 0, 1, 2, ... without a hole.
+    for rank in range(world):
+        mine = sorted(b * block_size + o for (r, b, o) in placed if r == rank)
+        holes = sorted(set(range(len(mine))) - set(mine))
+        if holes:
+            hole = holes[0]
+            beyond = next(p for (r, b, o), p in placed.items()
+                          if r == rank and b * block_size + o >= len(mine))  # fmt: skip
+            raise Wrong(
+                f"rank {rank} is not packed: its local position {hole} (logical block "
+                f"{hole // block_size}, offset {hole % block_size}) stays empty while position "
+                f"{beyond} is placed at local position "
+                f"{got_of[beyond][0] * block_size + got_of[beyond][1]}",
+                f"rank {rank}'s {len(mine)} positions at local positions 0..{len(mine) - 1}",
+                f"local positions {mine}",
+                LOCAL_HINT,
+            )
+    for p, (block, offset) in got_of.items():
+        expected = divmod(local_position(p, world, interleave, kv), block_size)
+        if (block, offset) != expected:
+            s = five_steps(p, block_size, kv, world, interleave)
+            raise Wrong(
+                f"position {p} on rank {s.owner} should be at {_where(*expected, block_size)}, "
+                f"got {_where(block, offset, block_size)}",
+                f"vo = {s.virtual_offset}, lo = {s.local_offset}, block = {s.virtual_block}·"
+                f"{kv // block_size} + {s.local_offset} // {block_size} = {s.block}, offset "
+                f"{s.offset}",
+                f"logical block {block}, offset {offset}",
+                LOCAL_HINT,
+            )
+
+
+register(
+    Exercise(
+        id="05.local_block_and_offset",
+        title="steps 3 and 4: where a position goes on its rank",
+        cases=_local_cases,
+        strategy=_local_config,
+        judge=judge_local_block_and_offset,
+        hint=LOCAL_HINT,
+        max_examples=60,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 05.cp_kernel
+# ---------------------------------------------------------------------------------------------
+KERNEL_HINT = (
+    "For each lane: vo = pos % (KV_CACHE_BLOCK_SIZE * TOTAL_CP_WORLD_SIZE); has_slot = "
+    "(vo // I) % W == TOTAL_CP_RANK; lo = (vo // (W * I)) * I + vo % I; block_indices = "
+    "(pos // V) * BLOCKS_PER_KV_BLOCK + lo // block_size; slot_offsets = lo % block_size."
+)
+
+
+def _cp_case(qsl, positions, table, block_size, world, interleave, kv=None, max_num_tokens=None):
+    options = {
+        "kv_cache_block_size": kv or block_size,
+        "cp_world_size": world,
+        "cp_interleave": interleave,
+    }
+    return SlotCase(qsl, positions, table, block_size, max_num_tokens, options)
+
+
+def _cp_kernel_cases() -> list[tuple[str, SlotCase]]:
+    return [
+        ("two ranks, interleave 1, one request of 12", _cp_case([0, 12], list(range(12)),
+                                                               [[5, 2, 7]], 4, 2, 1)),
+        ("two ranks, interleave 2, into the second virtual block", _cp_case(
+            [0, 14], list(range(14)), [[5, 2, 7]], 4, 2, 2)),
+        ("three ranks, interleave 2, two requests, a decode step at 21", _cp_case(
+            [0, 13, 14], list(range(13)) + [21], [[5, 2, 7], [9, 1, 3]], 4, 3, 2,
+            max_num_tokens=17)),
+        ("hybrid: a kv block of 8 holds 2 blocks of 4", _cp_case(
+            [0, 20], list(range(20)), [[6, 7, 2, 3, 10, 11]], 4, 2, 2, kv=8)),
+        ("one rank: the plain kernel", _cp_case([0, 9], list(range(9)), [[4, 8, 1]], 4, 1, 1)),
+    ]  # fmt: skip
+
+
+@st.composite
+def _cp_kernel_strategy(draw: st.DrawFn) -> SlotCase:
+    case = draw(slot_cases(block_sizes=(1, 2, 3, 4), max_requests=2, max_length=20))
+    world = draw(st.integers(1, 4))
+    # The block size divides the kv block: kv = block_size * blocks_per_kv_block.
+    per = draw(st.sampled_from((1, 1, 2)))
+    kv = case.block_size * per
+    interleave = draw(st.sampled_from(_divisors(kv)))
+    case.options = {"kv_cache_block_size": kv, "cp_world_size": world, "cp_interleave": interleave}
+    return case
+
+
+def launch_cp_kernel(kernel, case: SlotCase, rank: int) -> list[int]:
+    """Run a learner's CP kernel as rank ``rank`` on a poisoned, guarded output; returns the
+    whole buffer (guard + output + guard)."""
+    qsl, positions, table = case.tensors()
+    kv = case.options["kv_cache_block_size"]
+    buffer, out = guarded_output(case.padded_length, positions.device)
+    launch_learner_kernel(
+        kernel, qsl, positions, table, case.block_size,
+        num_tokens=case.num_tokens, max_num_tokens=case.padded_length, out=out, tile_size=TILE,
+        KV_CACHE_BLOCK_SIZE=kv, BLOCKS_PER_KV_BLOCK=kv // case.block_size,
+        TOTAL_CP_WORLD_SIZE=case.options["cp_world_size"], TOTAL_CP_RANK=rank,
+        CP_KV_CACHE_INTERLEAVE_SIZE=case.options["cp_interleave"],
+    )  # fmt: skip
+    return buffer.tolist()
+
+
+def judge_cp_kernel(kernel, case: SlotCase) -> None:
+    if not hasattr(kernel, "__getitem__"):
+        raise Wrong(
+            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
+            hint="Pass the kernel itself: check('05.cp_kernel', cp_kernel).",
+        )
+    world = case.options["cp_world_size"]
+    interleave = case.options["cp_interleave"]
+    kv = case.options["kv_cache_block_size"]
+    qsl, positions, table = case.tensors("cpu")
+    counts = {"num_tokens": case.num_tokens, "max_num_tokens": case.padded_length}
+    expected, got = [], []
+    for rank in range(world):
+        expected.append(
+            slot_mapping_oracle(
+                qsl, positions, table, case.block_size, cp_rank=rank, **counts, **case.options
+            ).tolist()  # fmt: skip
+        )
+        buffer = launch_cp_kernel(kernel, case, rank)
+        wrong = explain_slot_mapping(case, expected[rank], buffer)
+        if wrong is not None and wrong.invariant.startswith(
+            ("a lane", "slot_mapping[", "padding")
+        ):
+            wrong.invariant = f"on rank {rank}: {wrong.invariant}"
+            raise wrong  # out-of-bounds writes, unwritten elements, a bad padding tail
+        got.append(buffer[GUARD : GUARD + case.padded_length])
+    # The partition: every token stored by exactly one rank.
+    for token in range(case.num_tokens):
+        p = case.positions[token]
+        claimed = [r for r in range(world) if got[r][token] != PAD_SLOT_ID]
+        owner = owner_of(p, world, interleave, kv)
+        where = f"token {token} (request {case.request_of(token)}, position {p})"
+        if not claimed:
+            raise Wrong(
+                f"{where} has no owner: every rank wrote PAD_ID",
+                f"a slot on rank {owner} ({why_owner(p, world, interleave, kv)})",
+                "PAD_ID on every rank",
+                KERNEL_HINT,
+            )
+        if len(claimed) > 1:
+            raise Wrong(
+                f"{where} is stored by ranks {claimed}: exactly one rank may store it",
+                f"only rank {owner} ({why_owner(p, world, interleave, kv)})",
+                f"slots {[got[r][token] for r in claimed]} on ranks {claimed}",
+                KERNEL_HINT,
+            )
+        if claimed[0] != owner:
+            raise Wrong(
+                f"{where} is stored by rank {claimed[0]}, but it belongs to rank {owner}",
+                f"rank {owner} ({why_owner(p, world, interleave, kv)})",
+                f"rank {claimed[0]}",
+                KERNEL_HINT,
+            )
+    # On each rank: distinct positions of a request get distinct slots, and the right ones.
+    for rank in range(world):
+        seen: dict[int, int] = {}
+        for token in range(case.num_tokens):
+            slot = got[rank][token]
+            if slot == PAD_SLOT_ID:
+                continue
+            if slot in seen and case.positions[seen[slot]] != case.positions[token]:
+                first = seen[slot]
+                raise Wrong(
+                    f"positions {case.positions[first]} and {case.positions[token]} (tokens "
+                    f"{first} and {token}) both land on rank {rank} in slot {slot}",
+                    f"slots {expected[rank][first]} and {expected[rank][token]}",
+                    f"slot {slot} twice",
+                    KERNEL_HINT,
+                )
+            seen[slot] = token
+        for token in range(case.num_tokens):
+            if got[rank][token] != expected[rank][token]:
+                p = case.positions[token]
+                s = five_steps(p, case.block_size, kv, world, interleave)
+                raise Wrong(
+                    f"token {token} (position {p}) on rank {rank} should be in slot "
+                    f"{expected[rank][token]}, got {got[rank][token]}",
+                    f"slot {expected[rank][token]} (logical block {s.block}, offset {s.offset})",
+                    got[rank][token],
+                    KERNEL_HINT,
+                )
+
+
+register(
+    Exercise(
+        id="05.cp_kernel",
+        title="the context-parallel branch of the kernel",
+        cases=_cp_kernel_cases,
+        strategy=_cp_kernel_strategy,
+        judge=judge_cp_kernel,
+        hint=KERNEL_HINT,
+        max_examples=25,
+    )
+)
