@@ -1,0 +1,507 @@
+"""Lesson 07's exercises: the KV cache end to end.
+
+* ``07.reshape_and_cache``: the learner's ``@triton.jit`` kernel writes each token's key and
+  value into its slot of the paged caches (``block = slot // block_size``, ``offset = slot %
+  block_size``), skipping PAD tokens. The judge launches it on grid ``(num_tokens,)`` into
+  caches poisoned with ``POISON`` and guarded by poisoned rows on both sides, and says where
+  each token's key and value really landed ("token 5's key landed in slot 12 instead of 9",
+  "a padding token (token 1, slot -1) wrote into the cache").
+* ``07.lse_merge``: ``merge(outs, lses) -> (out, lse)`` merges context-parallel ranks'
+  partial attentions by log-sum-exp. Partials come from dense attention over the positions
+  each rank owns, so the merged result must equal dense attention over the whole sequence;
+  the judge names the usual mistakes (a plain average, unnormalised weights, NaN from an
+  empty rank, exp overflow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+from hypothesis import strategies as st
+from torch import Tensor
+
+from slotmap.attention import dense_attention
+from slotmap.backend import DEVICE
+from slotmap.cp_attention import owned_positions
+from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.layout import PAD_SLOT_ID
+
+POISON = -999.0  # every cache element before the learner's kernel runs
+GUARD_ROWS = 3  # poisoned slot-sized rows before and after each cache: writes there are out
+
+
+# ---------------------------------------------------------------------------------------------
+# 07.reshape_and_cache
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class CacheCase:
+    """Tokens to write: token t goes to slot ``slots[t]`` (PAD_ID: nowhere)."""
+
+    slots: list[int]
+    num_blocks: int
+    block_size: int
+    num_heads: int
+    head_dim: int
+    seed: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.slots)
+
+    @property
+    def row(self) -> int:
+        return self.num_heads * self.head_dim
+
+    def tensors(self, device: torch.device | str = DEVICE) -> tuple[Tensor, Tensor, Tensor]:
+        """(key, value [num_tokens, num_heads, head_dim] float32, slot_mapping int32)."""
+        generator = torch.Generator().manual_seed(self.seed)
+        shape = (self.num_tokens, self.num_heads, self.head_dim)
+        key = torch.randn(shape, generator=generator)
+        value = torch.randn(shape, generator=generator)
+        slots = torch.tensor(self.slots, dtype=torch.int32)
+        return key.to(device), value.to(device), slots.to(device)
+
+    def __str__(self) -> str:
+        return (
+            f"slot_mapping={self.slots}, caches of {self.num_blocks} blocks x {self.block_size} "
+            f"slots x {self.num_heads} heads x {self.head_dim} dims"
+        )
+
+
+def guarded_caches(case: CacheCase, device: torch.device | str = DEVICE):
+    """(buffer, cache): ``cache`` [num_blocks, block_size, num_heads, head_dim] is the
+    poisoned middle of a poisoned buffer with GUARD_ROWS slot-sized rows on each side."""
+    slots = case.num_blocks * case.block_size
+    buffer = torch.full(((GUARD_ROWS + slots + GUARD_ROWS) * case.row,), POISON, device=device)
+    middle = buffer[GUARD_ROWS * case.row : (GUARD_ROWS + slots) * case.row]
+    return buffer, middle.view(case.num_blocks, case.block_size, case.num_heads, case.head_dim)
+
+
+def launch_reshape_and_cache_kernel(
+    kernel: Any,
+    key: Tensor,
+    value: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+    pad_id: int = PAD_SLOT_ID,
+) -> None:
+    """Run a learner's kernel as ``slotmap.reshape_and_cache`` runs the library's: grid
+    ``(num_tokens,)``, arguments ``key_ptr, value_ptr, key_cache_ptr, value_cache_ptr,
+    slot_mapping_ptr, block_size, block_stride, slot_stride, ROW=, ROW_TILE=, PAD_ID=``."""
+    num_tokens = key.shape[0]
+    if num_tokens == 0:
+        return
+    _, block_size, num_heads, head_dim = key_cache.shape
+    row = num_heads * head_dim
+    kernel[(num_tokens,)](
+        key, value, key_cache, value_cache, slot_mapping,
+        block_size, key_cache.stride(0), key_cache.stride(1),
+        ROW=row, ROW_TILE=triton.next_power_of_2(row), PAD_ID=pad_id,
+    )  # fmt: skip
+
+
+def _where_row(index: int, case: CacheCase) -> str:
+    """A row of the guarded buffer, in words."""
+    slot = index - GUARD_ROWS
+    num_slots = case.num_blocks * case.block_size
+    if slot < 0:
+        return f"slot {slot}, {-slot} row(s) before the cache's start (out of bounds)"
+    if slot >= num_slots:
+        return f"row {slot}, past the cache's last slot {num_slots - 1} (out of bounds)"
+    return f"slot {slot} (block {slot // case.block_size}, offset {slot % case.block_size})"
+
+
+def explain_cache(
+    case: CacheCase,
+    name: str,
+    written: Tensor,
+    other: Tensor,
+    got: Tensor,
+    pad_id: int = PAD_SLOT_ID,
+) -> Wrong | None:
+    """The first invariant that the ``name`` cache's guarded buffer ``got`` breaks, or None.
+
+    written: [num_tokens, row], what each token should write there; other: the same for the
+    other cache (to spot key and value swapped); got: [rows of the guarded buffer, row]."""
+    poison_row = torch.full((case.row,), POISON)
+    rows = [tuple(r) for r in got.tolist()]
+    found: dict[tuple, int] = {}
+    for index, r in enumerate(rows):
+        found.setdefault(r, index)
+    mine = [tuple(r) for r in written.tolist()]
+    theirs = [tuple(r) for r in other.tolist()]
+    hint_slot = (
+        "block = slot // block_size, offset = slot % block_size, and the row starts at "
+        "block * block_stride + offset * slot_stride."
+    )
+    # A padding token writes nothing.
+    for token, slot in enumerate(case.slots):
+        if slot == pad_id and mine[token] in found:
+            return Wrong(
+                f"a padding token (token {token}, slot {slot}) wrote into the cache: its "
+                f"{name} landed in {_where_row(found[mine[token]], case)}",
+                "nothing written for a PAD token",
+                f"{name} of token {token} in the cache",
+                f"A slot of PAD_ID ({pad_id}) means: write nothing (return early, or mask the "
+                "stores). Under context parallelism these are the tokens other ranks store.",
+            )
+    # Every real token's row is in its slot.
+    for token, slot in enumerate(case.slots):
+        if slot == pad_id:
+            continue
+        index = GUARD_ROWS + slot
+        if rows[index] == mine[token]:
+            continue
+        where = f"slot {slot} (block {slot // case.block_size}, offset {slot % case.block_size})"
+        if mine[token] in found:
+            return Wrong(
+                f"token {token}'s {name} landed in {_where_row(found[mine[token]], case)} "
+                f"instead of {where}",
+                f"slot {slot}",
+                _where_row(found[mine[token]], case),
+                hint_slot,
+            )
+        if rows[index] == theirs[token]:
+            other_name = "value" if name == "key" else "key"
+            return Wrong(
+                f"token {token}'s {other_name} was written into the {name} cache ({where}): "
+                "key and value are swapped",
+                f"{name} of token {token}",
+                f"{other_name} of token {token}",
+                "key_ptr goes to key_cache_ptr, value_ptr to value_cache_ptr.",
+            )
+        got_row = torch.tensor(rows[index])
+        if torch.equal(got_row, poison_row):
+            return Wrong(
+                f"token {token}'s {name} was never written: {where} still holds the poison",
+                f"token {token}'s {name}",
+                "poison (-999.0)",
+                hint_slot,
+            )
+        wrong = int((got_row != torch.tensor(mine[token])).nonzero()[0, 0])
+        head, dim = divmod(wrong, case.head_dim)
+        return Wrong(
+            f"{where} holds wrong numbers for token {token}'s {name}: element {wrong} (head "
+            f"{head}, dim {dim}) is {rows[index][wrong]:.4g}, expected {mine[token][wrong]:.4g}",
+            f"{mine[token][wrong]:.4g}",
+            f"{rows[index][wrong]:.4g}",
+            "Copy the token's whole row of num_heads * head_dim elements in order; mask the "
+            "lanes >= ROW on the loads and the stores, and never write past the row.",
+        )
+    # Nothing else changed: no stray writes into other slots or the guards.
+    targets = {GUARD_ROWS + s for s in case.slots if s != pad_id}
+    for index, r in enumerate(rows):
+        if index in targets or r == tuple(poison_row.tolist()):
+            continue
+        changed = [i for i, v in enumerate(r) if v != POISON]
+        return Wrong(
+            f"{_where_row(index, case)}, which no token writes, was overwritten (elements "
+            f"{changed[0]}..{changed[-1]} of its {case.row}): a store wrote past a token's row",
+            "poison (-999.0) everywhere no token writes",
+            f"{len(changed)} element(s) changed",
+            f"A token's row has ROW = num_heads * head_dim = {case.row} elements but the tile "
+            f"has ROW_TILE = {triton.next_power_of_2(case.row)} lanes: mask lanes >= ROW.",
+        )
+    return None
+
+
+def judge_reshape_and_cache(kernel: Any, case: CacheCase) -> None:
+    if not hasattr(kernel, "__getitem__"):
+        raise Wrong(
+            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
+            hint="Pass the kernel itself: check('07.reshape_and_cache', your_kernel).",
+        )
+    key, value, slots = case.tensors()
+    key_buffer, key_cache = guarded_caches(case)
+    value_buffer, value_cache = guarded_caches(case)
+    launch_reshape_and_cache_kernel(kernel, key, value, key_cache, value_cache, slots)
+    key_rows, value_rows = key.reshape(-1, case.row).cpu(), value.reshape(-1, case.row).cpu()
+    for name, buffer, written, other in (
+        ("key", key_buffer, key_rows, value_rows),
+        ("value", value_buffer, value_rows, key_rows),
+    ):
+        wrong = explain_cache(case, name, written, other, buffer.view(-1, case.row).cpu())
+        if wrong is not None:
+            raise wrong
+
+
+def _cache_cases() -> list[tuple[str, CacheCase]]:
+    return [
+        ("four tokens crossing a block boundary", CacheCase([9, 10, 11, 12], 4, 4, 2, 4)),
+        ("a padding token in the middle", CacheCase([5, -1, 6], 3, 4, 2, 4, seed=1)),
+        (
+            "context parallel: every other token is another rank's (PAD)",
+            CacheCase([-1, 4, -1, 5, -1, 6], 3, 4, 1, 4, seed=2),
+        ),
+        (
+            "scattered slots in shuffled blocks",
+            CacheCase([13, 2, 7, 0, 15], 4, 4, 2, 2, seed=3),
+        ),
+        ("3 heads of 2: a row of 6 elements, a tile of 8 lanes", CacheCase([1, 2], 2, 2, 3, 2)),
+        ("the cache's last slot", CacheCase([0, 11], 3, 4, 1, 3, seed=4)),
+    ]
+
+
+@st.composite
+def cache_cases(draw: st.DrawFn) -> CacheCase:
+    num_blocks = draw(st.integers(1, 5))
+    block_size = draw(st.integers(1, 5))
+    num_slots = num_blocks * block_size
+    chosen = draw(st.lists(st.integers(0, num_slots - 1), unique=True, max_size=min(8, num_slots)))
+    pads = draw(st.lists(st.booleans(), min_size=len(chosen), max_size=len(chosen)))
+    slots = [PAD_SLOT_ID if pad else slot for slot, pad in zip(chosen, pads, strict=True)]
+    return CacheCase(
+        slots,
+        num_blocks,
+        block_size,
+        draw(st.integers(1, 3)),
+        draw(st.sampled_from([1, 2, 3, 4, 8])),
+        draw(st.integers(0, 1000)),
+    )
+
+
+CACHE_HINT = (
+    "Skip tokens whose slot is PAD_ID; otherwise block = slot // block_size, "
+    "offset = slot % block_size, and the token's row of ROW elements goes to "
+    "block * block_stride + offset * slot_stride in both caches."
+)
+
+register(
+    Exercise(
+        id="07.reshape_and_cache",
+        title="write K/V through the slot mapping",
+        cases=_cache_cases,
+        strategy=cache_cases,
+        judge=judge_reshape_and_cache,
+        hint=CACHE_HINT,
+        max_examples=25,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 07.lse_merge
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class MergeCase:
+    """Context-parallel partial attentions of one decode batch, to be merged."""
+
+    seq_lens: list[int]
+    world_size: int
+    interleave: int = 1
+    block_size: int = 4
+    num_heads: int = 2
+    head_dim: int = 4
+    query_scale: float = 1.0  # large: large scores and lse (exp(lse) overflows float32)
+    seed: int = 0
+
+    def __str__(self) -> str:
+        parts = [
+            f"seq_lens={self.seq_lens}",
+            f"world_size={self.world_size}",
+            f"interleave={self.interleave}",
+            f"block_size={self.block_size}",
+            f"num_heads={self.num_heads}",
+            f"head_dim={self.head_dim}",
+        ]
+        if self.query_scale != 1.0:
+            parts.append(f"query_scale={self.query_scale}")
+        return ", ".join(parts)
+
+    def owned(self, rank: int) -> list[list[int]]:
+        return [
+            owned_positions(n, self.world_size, rank, self.interleave, self.block_size)
+            for n in self.seq_lens
+        ]
+
+
+def merge_problem(case: MergeCase, device: torch.device | str = DEVICE):
+    """(outs [W, R, H, D], lses [W, R, H], dense out, dense lse): each rank's attention over
+    the positions it owns, and dense attention over all of them."""
+    generator = torch.Generator().manual_seed(case.seed)
+    num_reqs, longest = len(case.seq_lens), max(case.seq_lens)
+    query = torch.randn(num_reqs, case.num_heads, case.head_dim, generator=generator)
+    query = query * case.query_scale
+    shape = (num_reqs, longest, case.num_heads, case.head_dim)
+    key, value = torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
+    lengths = torch.tensor(case.seq_lens, dtype=torch.int32)
+    outs, lses = [], []
+    for rank in range(case.world_size):
+        owned = case.owned(rank)
+        local_key, local_value = torch.zeros_like(key), torch.zeros_like(value)
+        for q, positions in enumerate(owned):
+            local_key[q, : len(positions)] = key[q, positions]
+            local_value[q, : len(positions)] = value[q, positions]
+        local_lengths = torch.tensor([len(o) for o in owned], dtype=torch.int32)
+        out, lse = dense_attention(query, local_key, local_value, local_lengths)
+        outs.append(out)
+        lses.append(lse)
+    out, lse = dense_attention(query, key, value, lengths)
+    return (
+        torch.stack(outs).to(device),
+        torch.stack(lses).to(device),
+        out.to(device),
+        lse.to(device),
+    )
+
+
+ATOL = 1e-4
+RTOL = 1e-4
+MERGE_HINT = (
+    "lse = log Σ_r exp(lse_r) (subtract the largest first); out = Σ_r exp(lse_r - lse) out_r."
+)
+
+
+def _close(a: Tensor, b: Tensor) -> Tensor:
+    both_inf = torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))
+    return both_inf | ((a - b).abs() <= ATOL + RTOL * b.abs())
+
+
+def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], case: MergeCase):
+    outs, lses, expected_out, expected_lse = merge_problem(case)
+    returned = merge(outs.clone(), lses.clone())
+    if not (isinstance(returned, tuple | list) and len(returned) == 2):
+        raise Wrong(
+            f"merge returned {type(returned).__name__}, not a pair (out, lse)",
+            "(out [num_reqs, num_heads, head_dim], lse [num_reqs, num_heads])",
+            repr(returned)[:80],
+        )
+    out, lse = returned
+    for what, got, want in (("out", out, expected_out), ("lse", lse, expected_lse)):
+        if not isinstance(got, Tensor) or tuple(got.shape) != tuple(want.shape):
+            shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            raise Wrong(
+                f"the merged {what} has shape {shape}, expected {tuple(want.shape)}",
+                tuple(want.shape),
+                shape,
+                "Reduce over the first axis (the ranks) only.",
+            )
+    out, lse = out.detach().float().cpu(), lse.detach().float().cpu()
+    outs_c, lses_c = outs.cpu(), lses.cpu()
+    expected_out, expected_lse = expected_out.cpu(), expected_lse.cpu()
+    empty = torch.isinf(lses_c) & (lses_c < 0)  # [W, R, H]: rank saw no keys there
+    bad_numbers = ~torch.isfinite(out).all(dim=-1)  # [R, H]
+    if bad_numbers.any():
+        r, h = (int(i) for i in bad_numbers.nonzero()[0])
+        empty_ranks = [w for w in range(case.world_size) if empty[w, r, h]]
+        if len(empty_ranks) == case.world_size:
+            invariant = (
+                f"NaN in the merged output at request {r}, head {h}: the request has "
+                f"{case.seq_lens[r]} positions, so every rank's lse is -inf; the merge must "
+                "give out 0 and lse -inf, not NaN"
+            )
+            hint = (
+                "-inf - (-inf) is NaN: when the largest lse is -inf, subtract 0 instead (every "
+                "weight is then exp(-inf) = 0) and do not divide by a zero sum."
+            )
+        elif empty_ranks:
+            w = empty_ranks[0]
+            invariant = (
+                f"NaN in the merged output at request {r}, head {h}: rank {w} owns none of the "
+                f"request's {case.seq_lens[r]} positions (lse_{w} = -inf); its weight "
+                f"exp(lse_{w} - lse) must be 0, not NaN"
+            )
+            hint = "-inf - (-inf) is NaN: give empty ranks weight 0 (torch.where on the weights)."
+        else:
+            invariant = (
+                f"non-finite merged output at request {r}, head {h} although every rank has "
+                f"keys there (lse up to {float(lses_c[:, r, h].max()):.1f}): exp(lse_r) "
+                "overflows float32 above ~88"
+            )
+            hint = "Subtract the largest lse_r before exp: exp(lse_r - max_r lse_r) <= 1."
+        raise Wrong(
+            invariant,
+            [round(v, 4) for v in expected_out[r, h].tolist()[:4]],
+            out[r, h].tolist()[:4],
+            hint,
+        )
+    far = ~_close(out, expected_out).all(dim=-1)
+    if far.any():
+        r, h = (int(i) for i in far.nonzero()[0])
+        difference = float((out[r, h] - expected_out[r, h]).abs().max())
+        why = ""
+        mean = outs_c[:, r, h].mean(dim=0)
+        unnormalised = (torch.exp(lses_c[:, r, h].double())[:, None] * outs_c[:, r, h]).sum(0)
+        if torch.allclose(out[r, h], mean, atol=ATOL) and case.world_size > 1:
+            why = (
+                " (it is the plain average of the ranks' outputs: each must weigh its share "
+                "of the softmax's denominator)"
+            )
+        elif torch.allclose(out[r, h].double(), unnormalised, atol=ATOL, rtol=RTOL):
+            why = " (the weights exp(lse_r) are not divided by exp(lse): they do not sum to 1)"
+        raise Wrong(
+            f"merged output differs from dense attention by {difference:.2g} at request {r}, "
+            f"head {h}{why}; weights must be exp(lse_r - lse)",
+            [round(v, 4) for v in expected_out[r, h].tolist()[:4]],
+            [round(v, 4) for v in out[r, h].tolist()[:4]],
+            MERGE_HINT,
+        )
+    far = ~_close(lse, expected_lse)
+    if far.any():
+        r, h = (int(i) for i in far.nonzero()[0])
+        why = ""
+        if float(lse[r, h]) == float(lses_c[:, r, h].max()) and case.world_size > 1:
+            why = " (it is the largest lse_r: the other ranks' keys add to the sum)"
+        raise Wrong(
+            f"merged lse at request {r}, head {h} is {float(lse[r, h]):.4g}, dense attention's "
+            f"is {float(expected_lse[r, h]):.4g}{why}: lse = log Σ_r exp(lse_r)",
+            f"{float(expected_lse[r, h]):.4g}",
+            f"{float(lse[r, h]):.4g}",
+            MERGE_HINT,
+        )
+
+
+def _merge_cases() -> list[tuple[str, MergeCase]]:
+    return [
+        ("two ranks, alternate positions", MergeCase([8], 2)),
+        (
+            "two ranks, unequal shares: rank 0 owns 4 positions, rank 1 owns 2",
+            MergeCase([6], 2, interleave=4, block_size=4, seed=1),
+        ),
+        ("one rank: the merge is the identity", MergeCase([5, 3], 1, seed=2)),
+        (
+            "a short request: ranks 1 and 2 own none of its positions (lse = -inf)",
+            MergeCase([2, 13], 3, interleave=2, block_size=4, seed=3),
+        ),
+        (
+            "large scores: lse around 100, exp(lse) overflows float32",
+            MergeCase([7, 12], 2, query_scale=40.0, seed=4),
+        ),
+        (
+            "a padding request of length 0: every rank's lse is -inf",
+            MergeCase([3, 0], 2, seed=5),
+        ),
+    ]
+
+
+@st.composite
+def merge_cases(draw: st.DrawFn) -> MergeCase:
+    block_size = draw(st.sampled_from([1, 2, 4, 8]))
+    return MergeCase(
+        seq_lens=draw(st.lists(st.integers(0, 20), min_size=1, max_size=3)),
+        world_size=draw(st.integers(1, 4)),
+        interleave=draw(st.sampled_from([d for d in (1, 2, 4, 8) if block_size % d == 0])),
+        block_size=block_size,
+        num_heads=draw(st.integers(1, 2)),
+        head_dim=draw(st.sampled_from([1, 2, 4, 8])),
+        query_scale=draw(st.sampled_from([0.5, 1.0, 1.0, 30.0])),
+        seed=draw(st.integers(0, 1000)),
+    )
+
+
+register(
+    Exercise(
+        id="07.lse_merge",
+        title="merge partial attentions by log-sum-exp",
+        cases=_merge_cases,
+        strategy=merge_cases,
+        judge=judge_lse_merge,
+        hint=MERGE_HINT,
+        max_examples=40,
+    )
+)

@@ -1,0 +1,314 @@
+"""Lesson 07 (end to end): its checks reject the known-wrong kernels and merges and accept the
+solutions; its figures show what the kernels computed; its widgets re-run them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from lesson_helpers import failure, solution_module
+
+from slotmap.exercises import get_exercise, run_check
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+
+from slotmap.viz import attention as attention_viz  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def solution(tmp_path_factory):
+    return solution_module(tmp_path_factory.mktemp("solution07"), "07_end_to_end.ipynb")
+
+
+# ---------------------------------------------------------------------------------------------
+# 07.reshape_and_cache: one kernel with the known mistakes behind a constexpr switch
+# ---------------------------------------------------------------------------------------------
+RIGHT, NO_PAD_SKIP, TOKEN_AS_SLOT, NO_STORE_MASK, SWAPPED, BLOCK_OFFSET_SWAPPED = range(6)
+
+
+@triton.jit
+def _variant_kernel(
+    key_ptr,
+    value_ptr,
+    key_cache_ptr,
+    value_cache_ptr,
+    slot_mapping_ptr,
+    block_size,
+    block_stride,
+    slot_stride,
+    ROW: tl.constexpr,
+    ROW_TILE: tl.constexpr,
+    PAD_ID: tl.constexpr,
+    MISTAKE: tl.constexpr = 0,
+):
+    token = tl.program_id(0)
+    slot = tl.load(slot_mapping_ptr + token)
+    if MISTAKE == 2:  # the token's index instead of its slot
+        slot = token
+    if MISTAKE != 1:
+        if slot == PAD_ID:
+            return
+    block = slot // block_size
+    offset = slot % block_size
+    if MISTAKE == 5:
+        block, offset = offset, block
+    lanes = tl.arange(0, ROW_TILE)
+    mask = lanes < ROW
+    target = block * block_stride + offset * slot_stride + lanes
+    key = tl.load(key_ptr + token * ROW + lanes, mask=mask, other=0.0)
+    value = tl.load(value_ptr + token * ROW + lanes, mask=mask, other=0.0)
+    if MISTAKE == 4:
+        key, value = value, key
+    if MISTAKE == 3:
+        tl.store(key_cache_ptr + target, key)
+        tl.store(value_cache_ptr + target, value)
+    else:
+        tl.store(key_cache_ptr + target, key, mask=mask)
+        tl.store(value_cache_ptr + target, value, mask=mask)
+
+
+class Variant:
+    def __init__(self, mistake: int):
+        self.mistake = mistake
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            return _variant_kernel[grid](*args, **kwargs, MISTAKE=self.mistake)
+
+        return launch
+
+
+def test_reshape_and_cache_solution_passes(solution):
+    result = run_check(get_exercise("07.reshape_and_cache"), solution.reshape_and_cache_kernel)
+    assert result.passed, result.report()
+
+
+def test_reshape_and_cache_variant_harness_is_right():
+    result = run_check(get_exercise("07.reshape_and_cache"), Variant(RIGHT))
+    assert result.passed, result.report()
+
+
+def test_a_padding_token_that_writes_is_rejected():
+    found = failure("07.reshape_and_cache", Variant(NO_PAD_SKIP))
+    assert "a padding token (token 1, slot -1) wrote into the cache" in found.invariant
+    assert "before the cache's start" in found.invariant
+    assert "a padding token" in found.case_name
+
+
+def test_the_token_index_used_as_slot_is_rejected():
+    found = failure("07.reshape_and_cache", Variant(TOKEN_AS_SLOT))
+    assert found.invariant == (
+        "token 0's key landed in slot 0 (block 0, offset 0) instead of slot 9 (block 2, offset 1)"
+    )
+
+
+def test_a_missing_store_mask_is_rejected():
+    found = failure("07.reshape_and_cache", Variant(NO_STORE_MASK))
+    assert "a store wrote past a token's row" in found.invariant or (
+        "wrong numbers" in found.invariant
+    )
+    assert "3 heads of 2" in found.case_name
+
+
+def test_key_and_value_swapped_are_rejected():
+    found = failure("07.reshape_and_cache", Variant(SWAPPED))
+    assert "value was written into the key cache" in found.invariant
+    assert "swapped" in found.invariant
+
+
+def test_block_and_offset_swapped_are_rejected():
+    found = failure("07.reshape_and_cache", Variant(BLOCK_OFFSET_SWAPPED))
+    assert "token 0's key landed in slot" in found.invariant
+    assert "instead of slot 9 (block 2, offset 1)" in found.invariant
+
+
+def test_an_untouched_stub_is_not_done_yet():
+    @triton.jit
+    def stub(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_mapping_ptr, block_size,
+             block_stride, slot_stride, ROW: tl.constexpr, ROW_TILE: tl.constexpr,
+             PAD_ID: tl.constexpr):  # fmt: skip
+        raise NotImplementedError()
+
+    found = failure("07.reshape_and_cache", stub)
+    assert found.invariant.startswith("not done yet")
+
+
+# ---------------------------------------------------------------------------------------------
+# 07.lse_merge
+# ---------------------------------------------------------------------------------------------
+def test_lse_merge_solution_passes(solution):
+    result = run_check(get_exercise("07.lse_merge"), solution.merge)
+    assert result.passed, result.report()
+
+
+def test_library_merge_passes():
+    from slotmap.attention import merge_attention_states, merge_attention_states_torch
+
+    for merge in (merge_attention_states, merge_attention_states_torch):
+        result = run_check(get_exercise("07.lse_merge"), merge)
+        assert result.passed, result.report()
+
+
+def naive_merge(outs, lses):
+    # exp(lse_r) without the shift: overflows; -inf ranks are fine here (exp(-inf) = 0)
+    weights = torch.exp(lses)
+    total = weights.sum(0)
+    return (weights[..., None] * outs).sum(0) / total[..., None], torch.log(total)
+
+
+def nan_merge(outs, lses):
+    # right, except where every rank is empty: -inf - -inf
+    largest = lses.max(0).values
+    weights = torch.exp(lses - largest)
+    total = weights.sum(0)
+    return (weights[..., None] * outs).sum(0) / total[..., None], largest + torch.log(total)
+
+
+def average_merge(outs, lses):
+    return outs.mean(0), torch.logsumexp(lses, 0)
+
+
+def unnormalised_merge(outs, lses):
+    lse = torch.logsumexp(lses, 0)
+    return (torch.exp(lses)[..., None] * outs).sum(0), lse
+
+
+def max_lse_merge(outs, lses):
+    lse = torch.logsumexp(lses, 0)
+    weights = torch.exp(lses - lse)
+    return (weights[..., None] * outs).sum(0), lses.max(0).values
+
+
+def test_a_plain_average_is_rejected():
+    found = failure("07.lse_merge", average_merge)
+    assert found.invariant.startswith("merged output differs from dense attention by ")
+    assert "at request 0, head 0" in found.invariant
+    assert "plain average" in found.invariant
+    assert "weights must be exp(lse_r - lse)" in found.invariant
+    assert "alternate positions" in found.case_name
+
+
+def test_unnormalised_weights_are_rejected():
+    found = failure("07.lse_merge", unnormalised_merge)
+    assert "not divided by exp(lse)" in found.invariant
+
+
+def test_the_largest_lse_as_the_merged_lse_is_rejected():
+    found = failure("07.lse_merge", max_lse_merge)
+    assert "merged lse at request 0, head 0" in found.invariant
+    assert "it is the largest lse_r" in found.invariant
+
+
+def test_nan_from_an_empty_rank_is_rejected():
+    found = failure("07.lse_merge", nan_merge)
+    assert "NaN in the merged output at request 1, head 0" in found.invariant
+    assert "the request has 0 positions, so every rank's lse is -inf" in found.invariant
+
+
+def test_exp_overflow_is_rejected():
+    found = failure("07.lse_merge", naive_merge)
+    assert "overflows float32" in found.invariant
+    assert "large scores" in found.case_name
+
+
+def test_a_merge_that_returns_one_tensor_is_rejected():
+    found = failure("07.lse_merge", lambda outs, lses: outs.mean(0))
+    assert "not a pair (out, lse)" in found.invariant
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------------------------
+def gids(ax, prefix: str) -> list:
+    return [p for p in ax.patches if (p.get_gid() or "").startswith(prefix)]
+
+
+@pytest.mark.parametrize("block_size", [4, 3])
+def test_paged_figure_shows_the_cache_the_kernels_wrote(block_size):
+    fig = attention_viz.draw_paged_attention((6, 11, 3), block_size)
+    run = fig.slotmap_run
+    cache_ax = fig.axes[0]
+    # One coloured box per token of each request, labelled with its position, in its slot.
+    for q, n in enumerate((6, 11, 3)):
+        assert len(gids(cache_ax, f"slot-q{q}")) == n
+    assert len(cache_ax.patches) == run.num_blocks * block_size
+    boxes_by_slot = sorted(cache_ax.patches, key=lambda p: p.get_x())
+    for token, slot in enumerate(run.slots):
+        assert boxes_by_slot[slot].get_gid() == f"slot-q{run.requests[token]}"
+    expected = [run.block_table[q][p // block_size] * block_size + p % block_size
+                for q, p in zip(run.requests, run.positions, strict=True)]  # fmt: skip
+    assert run.slots == expected
+    # Six error bars (3 requests x 2 heads), all under the tolerance.
+    bars = gids(fig.axes[1], "error-bar")
+    assert len(bars) == 6 and run.max_error < attention_viz.TOLERANCE
+    assert "matches dense attention" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize(
+    ("corruption", "diverged"),
+    [("one token to a free slot", {1}), ("one token to another request's slot", {0, 1})],
+)
+def test_a_corrupted_slot_makes_the_output_diverge(corruption, diverged):
+    fig = attention_viz.draw_paged_attention((6, 11, 3), 4, corruption)
+    run = fig.slotmap_run
+    t = run.corrupted_token
+    assert run.written[t] != run.slots[t]
+    bad = {q for q, per_head in enumerate(run.errors) if max(per_head) > 1e-3}
+    assert bad == diverged
+    assert len(gids(fig.axes[0], "slot-corrupt")) == 1
+    assert len(gids(fig.axes[0], "slot-lost")) == 1
+    assert "DIVERGED" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "world_size", "interleave"), [(13, 2, 2), (5, 3, 1), (24, 4, 4), (3, 1, 1)]
+)
+def test_cp_figure_shows_ownership_local_caches_and_weights(seq_len, world_size, interleave):
+    import slotmap
+
+    fig = attention_viz.draw_cp_attention(seq_len, world_size, interleave, block_size=4)
+    run = fig.slotmap_run
+    for r in range(world_size):
+        owned = [
+            p for p in range(seq_len)
+            if slotmap.token_slot(p, [0] * 16, 4, kv_cache_block_size=4, cp_world_size=world_size,
+                                  cp_rank=r, cp_interleave=interleave) != -1
+        ]  # fmt: skip
+        assert [p for p in range(seq_len) if run["owner"][p] == r] == owned
+        assert len(gids(fig.axes[0], f"owner-r{r}")) == len(owned)
+        assert len(gids(run["local_axes"][r], f"local-r{r}")) == len(owned) == run["local_lens"][r]
+    shares = torch.tensor(run["shares"])  # [W, H]
+    torch.testing.assert_close(shares.sum(0), torch.ones(shares.shape[1]))
+    assert all(max(e.values()) < 1e-5 for e in run["errors"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Widgets
+# ---------------------------------------------------------------------------------------------
+def test_paged_widget_redraws_on_a_change():
+    pytest.importorskip("ipywidgets")
+    box = attention_viz.paged_attention_widget()
+    first = box.figure
+    start = time.perf_counter()
+    box.controls["corruption"].value = "one token to a free slot"
+    elapsed = time.perf_counter() - start
+    assert box.figure is not first
+    assert box.figure.slotmap_run.max_error > 1e-3
+    box.controls["block_size"].value = 2
+    assert box.figure.slotmap_run.block_size == 2
+    print(f"paged widget update: {elapsed * 1000:.0f} ms")
+
+
+def test_cp_widget_redraws_on_a_change():
+    pytest.importorskip("ipywidgets")
+    box = attention_viz.cp_attention_widget()
+    start = time.perf_counter()
+    box.controls["world_size"].value = 3
+    elapsed = time.perf_counter() - start
+    assert len(box.figure.slotmap_run["local_lens"]) == 3
+    assert sum(box.figure.slotmap_run["local_lens"]) == 13
+    print(f"cp widget update: {elapsed * 1000:.0f} ms")
