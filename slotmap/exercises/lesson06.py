@@ -1,0 +1,415 @@
+"""Lesson 06's exercises: hybrid blocks and replay padding.
+
+* ``06.expand_block_table``: turn a block table of physical KV blocks into one of attention
+  blocks (``slotmap.expand_block_table``): physical block ``k`` holds attention blocks
+  ``k * B .. k * B + B - 1``.
+* ``06.replay_padding``: the lanes of the replay-padding kernel whose slot becomes PAD_ID:
+  positions ``[replay_start[q], replay_start[q] + window)`` of a request with
+  ``replay_start[q] > 0``, in prefix-cacheable groups only.
+
+Both judges name the classic mistakes: for the expansion, numbering attention blocks like KV
+blocks, forgetting the ``+ j`` or the ``* B``; for the padding, padding a request without
+replay (``replay_start == 0``), a closed range, or a group that is not prefix-cacheable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+from torch import Tensor
+
+from slotmap.backend import DEVICE
+from slotmap.exercises.cases import GUARD, POISON
+from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.layout import PAD_SLOT_ID
+from slotmap.reference import replay_padding_oracle
+
+TILE = 8  # tokens per tile in this lesson's kernel exercise
+
+
+# ---------------------------------------------------------------------------------------------
+# 06.expand_block_table
+# ---------------------------------------------------------------------------------------------
+EXPAND_HINT = (
+    "Physical KV block k holds attention blocks k * B + j for j = 0 .. B - 1: entry b of a "
+    "row becomes entries b * B .. b * B + B - 1 of the expanded row (int32)."
+)
+
+
+@dataclass
+class ExpandCase:
+    block_table: list[list[int]]  # the manager's table: physical KV blocks
+    blocks_per_kv_block: int
+    width: int  # entries per row (a table without rows still has a width)
+
+    def tensor(self) -> Tensor:
+        if not self.block_table:
+            return torch.empty(0, self.width, dtype=torch.int32, device=DEVICE)
+        return torch.tensor(self.block_table, dtype=torch.int32, device=DEVICE)
+
+    def __str__(self) -> str:
+        table = self.block_table or f"<0 rows of {self.width} entries>"
+        return f"block_table={table}, blocks_per_kv_block={self.blocks_per_kv_block}"
+
+
+def _expand_case(rows: list[list[int]], per: int) -> ExpandCase:
+    return ExpandCase(rows, per, len(rows[0]))
+
+
+def _expand_cases() -> list[tuple[str, ExpandCase]]:
+    return [
+        ("one request, two KV blocks of 3 attention blocks", _expand_case([[3, 1]], 3)),
+        ("two requests, 4 attention blocks a KV block", _expand_case([[3, 1], [0, 5]], 4)),
+        ("blocks_per_kv_block 1 changes nothing", _expand_case([[7, 2, 9]], 1)),
+        ("KV block 0 holds attention blocks 0 .. B - 1", _expand_case([[0, 2]], 2)),
+        ("a table without rows", ExpandCase([], 4, 3)),
+        ("large block numbers", _expand_case([[2**28, 5]], 4)),
+    ]
+
+
+@st.composite
+def _expand_strategy(draw: st.DrawFn) -> ExpandCase:
+    per = draw(st.integers(1, 5))
+    width = draw(st.integers(1, 4))
+    rows = draw(st.integers(1, 3))
+    entries = st.integers(0, 63)
+    table = draw(st.lists(st.lists(entries, min_size=width, max_size=width),
+                          min_size=rows, max_size=rows))  # fmt: skip
+    return ExpandCase(table, per, width)
+
+
+def diagnose_expansion(case: ExpandCase, got: list[list[int]]) -> Wrong | None:
+    """The first manager entry whose attention blocks in ``got`` are not ``k * B .. k * B + B
+    - 1``, explained by the mistake its B entries show."""
+    per = case.blocks_per_kv_block
+    for r, row in enumerate(case.block_table):
+        for b, k in enumerate(row):
+            expected = [k * per + j for j in range(per)]
+            values = got[r][b * per : (b + 1) * per]
+            if values == expected:
+                continue
+            j = next(i for i in range(per) if values[i] != expected[i])
+            where = (
+                f"entries [{r}, {b * per}..{b * per + per - 1}] are the attention blocks of the "
+                f"manager's entry [{r}, {b}], physical KV block {k}"
+            )
+            if values == [k] * per:
+                why = (
+                    f"{where}: they should be {expected[0]}..{expected[-1]}, got {k} (the KV "
+                    "block's own number) each time. KV blocks and attention blocks are numbered "
+                    f"in different units: attention block {k} lies in KV block {k // per}, "
+                    "another block's memory"
+                )
+            elif values == [k * per] * per:
+                why = (
+                    f"{where}: they should be {expected[0]}..{expected[-1]}, got {k * per} each "
+                    f"time: all {per} attention blocks point to the first one, so their tokens "
+                    "collide"
+                )
+            elif values == [k + i for i in range(per)]:
+                why = (
+                    f"{where}: they should be {k} * {per} + j = {expected[0]}..{expected[-1]}, "
+                    f"got {k} + j = {values[0]}..{values[-1]} (the * {per} is missing): "
+                    f"attention block {values[0]} lies in KV block {values[0] // per}"
+                )
+            else:
+                why = (
+                    f"{where}: entry [{r}, {b * per + j}] is its attention block {j} and should "
+                    f"be {k} * {per} + {j} = {expected[j]}, got {values[j]}"
+                )
+            return Wrong(why, expected, values, EXPAND_HINT)
+    return None
+
+
+def judge_expansion(candidate: Callable[[Tensor, int], Tensor], case: ExpandCase) -> None:
+    table = case.tensor()
+    original = table.clone()
+    per = case.blocks_per_kv_block
+    got = candidate(table, per)
+    rows = len(case.block_table)
+    shape = (rows, case.width * per)
+    if not isinstance(got, Tensor):
+        raise Wrong(f"expected a torch.Tensor, got {type(got).__name__}", shape, got, EXPAND_HINT)
+    if not torch.equal(table, original):
+        raise Wrong(
+            "your function changed the block table it was given (work on a new tensor)",
+            original.tolist(), table.tolist(), EXPAND_HINT,
+        )  # fmt: skip
+    if tuple(got.shape) != shape:
+        raise Wrong(
+            f"the expanded table has shape {tuple(got.shape)}, expected {shape}: each of the "
+            f"{case.width} entries of a row becomes {per} attention blocks",
+            shape, tuple(got.shape), EXPAND_HINT,
+        )  # fmt: skip
+    if got.dtype != torch.int32:
+        raise Wrong(
+            f"the expanded table is {str(got.dtype).removeprefix('torch.')}: the kernels read "
+            "block tables as int32",
+            "int32", str(got.dtype).removeprefix("torch."),
+            "Build it in the input's dtype (torch.arange(..., dtype=block_table.dtype)).",
+        )  # fmt: skip
+    wrong = diagnose_expansion(case, got.cpu().tolist())
+    if wrong is not None:
+        raise wrong
+
+
+register(
+    Exercise(
+        id="06.expand_block_table",
+        title="expand a block table of KV blocks into attention blocks",
+        cases=_expand_cases,
+        strategy=_expand_strategy,
+        judge=judge_expansion,
+        hint=EXPAND_HINT,
+        max_examples=60,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 06.replay_padding
+# ---------------------------------------------------------------------------------------------
+REPLAY_HINT = (
+    "A lane is replayed when it is inside the request (mask), its group is prefix-cacheable, "
+    "its request has replay_start > 0 and replay_start <= pos < replay_start + window."
+)
+
+
+@dataclass
+class ReplayCase:
+    """One batch's slot mappings and the replay of each request."""
+
+    query_start_loc: list[int]
+    positions: list[int]
+    replay_start: list[int]  # per request, 0: no replay
+    window: int
+    prefix_cacheable: list[bool]  # per group
+    slots: list[list[int]]  # [num_groups, max_num_tokens] before the padding
+
+    @property
+    def num_tokens(self) -> int:
+        return self.query_start_loc[-1]
+
+    def request_of(self, token: int) -> int:
+        return next(q for q in range(len(self.query_start_loc) - 1)
+                    if token < self.query_start_loc[q + 1])  # fmt: skip
+
+    def expected(self) -> list[list[int]]:
+        slots = torch.tensor(self.slots, dtype=torch.int32)
+        qsl = torch.tensor(self.query_start_loc, dtype=torch.int32)
+        replay_padding_oracle(
+            slots, qsl, torch.tensor(self.positions, dtype=torch.int64),
+            torch.tensor(self.replay_start, dtype=torch.int32), self.window,
+            self.prefix_cacheable,
+        )  # fmt: skip
+        return slots.tolist()
+
+    def __str__(self) -> str:
+        return (
+            f"query_start_loc={self.query_start_loc}, positions={self.positions}, "
+            f"replay_start={self.replay_start}, window={self.window}, "
+            f"prefix_cacheable={self.prefix_cacheable}, slot_mappings={self.slots}"
+        )
+
+
+def _replay_case(
+    lengths: list[int],
+    positions: list[int],
+    replay_start: list[int],
+    window: int,
+    prefix_cacheable: list[bool],
+    padding: int = 0,
+) -> ReplayCase:
+    starts = [0]
+    for n in lengths:
+        starts.append(starts[-1] + n)
+    width = starts[-1] + padding
+    # Distinct, readable slots: group g's token t sits in slot 100 * (g + 1) + t.
+    slots = [[100 * (g + 1) + t if t < starts[-1] else PAD_SLOT_ID for t in range(width)]
+             for g in range(len(prefix_cacheable))]  # fmt: skip
+    return ReplayCase(starts, positions, replay_start, window, prefix_cacheable, slots)
+
+
+def _replay_cases() -> list[tuple[str, ReplayCase]]:
+    return [
+        (
+            "one request replays positions 4..6 (replay_start 4, window 3)",
+            _replay_case([9], list(range(9)), [4], 3, [True]),
+        ),
+        (
+            "replay_start 0 means no replay",
+            _replay_case([4, 5], [0, 1, 2, 3, 6, 7, 8, 9, 10], [0, 7], 2, [True]),
+        ),
+        (
+            "only the prefix-cacheable group is padded",
+            _replay_case([6], list(range(10, 16)), [11], 3, [True, False]),
+        ),
+        (
+            "the range is half-open: window 2 from position 5 pads 5 and 6, not 7",
+            _replay_case([6], list(range(3, 9)), [5], 2, [False, True], padding=2),
+        ),
+        (
+            "three requests, shuffled positions, two groups",
+            _replay_case(
+                [5, 3, 3],
+                [0, 1, 2, 3, 4, 3, 4, 5, 9, 7, 8],
+                [2, 0, 8],
+                2,
+                [True, False],
+                padding=2,
+            ),  # fmt: skip
+        ),
+        (
+            "a replay longer than one tile of 8",
+            _replay_case([3, 14], [20, 21, 22] + list(range(30, 44)), [0, 31], 11, [True]),
+        ),
+        ("window 0 pads nothing", _replay_case([4], [5, 6, 7, 8], [6], 0, [True])),
+    ]
+
+
+@st.composite
+def _replay_strategy(draw: st.DrawFn) -> ReplayCase:
+    lengths = draw(st.lists(st.integers(0, 12), min_size=1, max_size=3))
+    positions, replay_start = [], []
+    for n in lengths:
+        first = draw(st.integers(0, 10))
+        own = list(range(first, first + n))
+        positions += own
+        replay_start.append(draw(st.sampled_from([0, 1, first + n + 1] + [p for p in own if p])))
+    window = draw(st.sampled_from((0, 1, 2, 3, 5, 8)))
+    groups = draw(st.integers(1, 3))
+    cacheable = draw(st.lists(st.booleans(), min_size=groups, max_size=groups))
+    padding = draw(st.integers(0, 3))
+    return _replay_case(lengths, positions, replay_start, window, cacheable, padding)
+
+
+def launch_replay_kernel(kernel, case: ReplayCase) -> list[int]:
+    """Run a learner's replay kernel as ``slotmap.pad_replayed_slots`` runs the production
+    one, on grid ``(num_groups, num_reqs)``, with the slot mappings in the middle of a
+    poisoned buffer. Returns the whole buffer (guard, slot mappings, guard) as a list.
+
+    The kernel takes ``pad_replayed_slots``'s arguments: ``num_tokens, query_start_loc_ptr,
+    positions_ptr, replay_start_ptr, window, prefix_cacheable_ptr, slot_mappings_ptr,
+    slot_mappings_stride``, then ``PAD_ID`` and ``TILE_BLOCK_SIZE``.
+    """
+    groups, width = len(case.slots), len(case.slots[0])
+    buffer = torch.full((GUARD + groups * width + GUARD,), POISON, dtype=torch.int32,
+                        device=DEVICE)  # fmt: skip
+    slots = buffer[GUARD : GUARD + groups * width].view(groups, width)
+    slots.copy_(torch.tensor(case.slots, dtype=torch.int32))
+    num_reqs = len(case.query_start_loc) - 1
+    if num_reqs:
+        qsl = torch.tensor(case.query_start_loc, dtype=torch.int32, device=DEVICE)
+        # Positions carry GUARD zeros past the last token, as in every slot-mapping exercise.
+        positions = torch.tensor(case.positions + [0] * GUARD, dtype=torch.int64, device=DEVICE)
+        starts = torch.tensor(case.replay_start, dtype=torch.int32, device=DEVICE)
+        cacheable = torch.tensor([int(c) for c in case.prefix_cacheable], dtype=torch.int32,
+                                 device=DEVICE)  # fmt: skip
+        kernel[(groups, num_reqs)](
+            case.num_tokens, qsl, positions, starts, case.window, cacheable, slots, width,
+            PAD_ID=PAD_SLOT_ID, TILE_BLOCK_SIZE=TILE,
+        )  # fmt: skip
+    return buffer.cpu().tolist()
+
+
+def diagnose_replay(case: ReplayCase, expected: list[list[int]], got: list[list[int]]):
+    """The first entry of ``got`` that differs from ``expected``, explained (None: all agree)."""
+    for g, (want_row, got_row) in enumerate(zip(expected, got, strict=True)):
+        for t, (want, value) in enumerate(zip(want_row, got_row, strict=True)):
+            if want == value:
+                continue
+            before = case.slots[g][t]
+            if t >= case.num_tokens:
+                why = (
+                    f"entry [{g}, {t}] lies in the padding tail, past the last token "
+                    f"({case.num_tokens - 1}): the replay padding must not touch it"
+                )
+                return Wrong(why, want, value, REPLAY_HINT)
+            q = case.request_of(t)
+            p, first, window = case.positions[t], case.replay_start[q], case.window
+            token = f"token {t} (request {q}, position {p})"
+            replay = f"replay_start {first}, window {window}"
+            if want == PAD_SLOT_ID and value == before:
+                why = (
+                    f"{token} is replayed ({replay}: positions {first}..{first + window - 1}) "
+                    f"in group {g}, which is prefix-cacheable: its slot must become PAD_ID so "
+                    f"the shared cached block is not rewritten, but it kept slot {before}"
+                )
+            elif value == PAD_SLOT_ID and want == before:
+                if not case.prefix_cacheable[g]:
+                    why = (
+                        f"group {g} is not prefix-cacheable: every slot of it must be kept, "
+                        f"but {token} got PAD_ID"
+                    )
+                elif first <= 0:
+                    why = (
+                        f"request {q} has replay_start {first}, which means no replay: {token} "
+                        f"must keep slot {before}, got PAD_ID"
+                    )
+                elif p == first + window:
+                    why = (
+                        f"position {p} = replay_start {first} + window {window} is the first "
+                        f"position after the replay (the range [{first}, {first + window}) is "
+                        f"half-open): {token} must keep slot {before}, got PAD_ID"
+                    )
+                elif p < first:
+                    why = (
+                        f"position {p} comes before replay_start {first}: {token} is not "
+                        f"replayed and must keep slot {before}, got PAD_ID"
+                    )
+                else:
+                    why = (
+                        f"position {p} lies past the replayed positions {first}.."
+                        f"{first + window - 1}: {token} must keep slot {before}, got PAD_ID"
+                    )
+            else:
+                why = (
+                    f"entry [{g}, {t}] ({token}) changed from {before} to {value}: the replay "
+                    f"padding only ever writes PAD_ID ({PAD_SLOT_ID})"
+                )
+            return Wrong(why, want, value, REPLAY_HINT)
+    return None
+
+
+def judge_replay(kernel, case: ReplayCase) -> None:
+    if not hasattr(kernel, "__getitem__"):
+        raise Wrong(
+            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
+            hint="Pass the kernel itself: check('06.replay_padding', replay_kernel).",
+        )
+    buffer = launch_replay_kernel(kernel, case)
+    groups, width = len(case.slots), len(case.slots[0])
+    for index, value in enumerate(buffer[:GUARD]):
+        if value != POISON:
+            raise Wrong(
+                f"a lane wrote {value} before slot_mappings (at {index - GUARD})",
+                POISON, value, "Store only where the lane is replayed (mask=...).",
+            )  # fmt: skip
+    for index, value in enumerate(buffer[GUARD + groups * width :]):
+        if value != POISON:
+            raise Wrong(
+                f"a lane wrote {value} past the end of slot_mappings "
+                f"({groups} x {width} entries, at {groups * width + index})",
+                POISON, value, "Store only where the lane is replayed (mask=...).",
+            )  # fmt: skip
+    flat = buffer[GUARD : GUARD + groups * width]
+    got = [flat[g * width : (g + 1) * width] for g in range(groups)]
+    wrong = diagnose_replay(case, case.expected(), got)
+    if wrong is not None:
+        raise wrong
+
+
+register(
+    Exercise(
+        id="06.replay_padding",
+        title="the lanes replay padding sets to PAD_ID",
+        cases=_replay_cases,
+        strategy=_replay_strategy,
+        judge=judge_replay,
+        hint=REPLAY_HINT,
+        max_examples=30,
+    )
+)
