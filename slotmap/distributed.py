@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import queue as queue_module
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -59,6 +60,17 @@ class RankContext:
 
 class RankFailed(RuntimeError):
     """A rank raised, died or missed the deadline; the message carries its traceback."""
+
+
+def _unimportable(fn: Callable[..., Any]) -> bool:
+    """A function a spawned process cannot find by name: one nested in another function, or
+    one defined in an interactive ``__main__`` (a notebook). A script's ``__main__`` is fine:
+    a spawned process runs the script's file again, as ``__mp_main__``."""
+    if "<locals>" in getattr(fn, "__qualname__", "<locals>"):
+        return True
+    module = getattr(fn, "__module__", "__main__")
+    main = sys.modules.get("__main__")
+    return module == "__main__" and not getattr(main, "__file__", None)
 
 
 def free_port() -> int:
@@ -175,11 +187,9 @@ def run_ranks(
                 f"world_size={world_size} needs {world_size} {BACKEND.name} devices, "
                 f"{available} visible; run on the CPU (SLOTMAP_BACKEND=cpu) to use gloo"
             )
-    if getattr(fn, "__module__", "__main__") == "__main__" or "<locals>" in getattr(
-        fn, "__qualname__", ""
-    ):
+    if _unimportable(fn):
         raise ValueError(
-            f"{getattr(fn, '__qualname__', fn)!r} is defined in __main__ or inside a function: "
+            f"{getattr(fn, '__qualname__', fn)!r} is defined in a notebook or inside a function: "
             "a spawned rank cannot import it. Put it in a module."
         )
     context = mp.get_context("spawn")
