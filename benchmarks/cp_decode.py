@@ -12,9 +12,10 @@ it owns in its own paged KV cache, and runs lesson 07's decode step:
 For each shape and world size the script first checks the merged output against dense
 attention over the whole sequence (float64, on the rank's device), then times the step:
 median of ``--repeats`` single steps, each between a barrier and a device synchronisation,
-measured with device events on a GPU and the wall clock on the CPU (eager launches, as a
-decode loop without graphs would run them). It also times the local part (steps 1-3) and the
-slot mapping alone, so the communication's share can be read off.
+measured with device events on a GPU and the wall clock on the CPU: eager launches (as a
+decode loop without graphs runs them: the host's launch overhead included) and, on a GPU, the
+same work replayed from a CUDA graph (the device's cost). It also times the local part
+(steps 1-3) and the slot mapping alone, so the communication's share can be read off.
 
 On two H200s::
 
@@ -96,15 +97,30 @@ def _timer(device: torch.device):
     return run
 
 
+def _graph_of(fn, device: torch.device):
+    """``fn`` captured in a CUDA graph (warmed up on a side stream first): its replay."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def time_decode_rank(ctx: RankContext, problem: CPProblem, repeats: int, warmup: int) -> dict:
-    """Check one decode step against dense attention on this rank, then time it."""
+    """Check one decode step against dense attention on this rank, then time it: eager
+    launches everywhere, and on a GPU also the same work replayed from a CUDA graph (the
+    device's cost without the host's launch overhead; the all_gather is in the graph too)."""
     import torch.distributed as dist
 
     state = build_rank_state(problem, ctx.world_size, ctx.rank, ctx.device)
     merged, local = decode_step(state)
     errors = check_rank(state, merged, local)
     timed = _timer(ctx.device)
-    samples: dict[str, list[float]] = {"step": [], "local": [], "slot_mapping": []}
     parts = {
         "step": lambda: decode_step(state, validate=False),
         "local": lambda: local_decode_step(state, validate=False),
@@ -116,14 +132,25 @@ def time_decode_rank(ctx: RankContext, problem: CPProblem, repeats: int, warmup:
             validate=False,
         ),  # fmt: skip
     }
-    for name, fn in parts.items():
-        for i in range(warmup + repeats):
-            if ctx.world_size > 1:
-                dist.barrier()
-            ms = timed(fn)
-            if i >= warmup:
-                samples[name].append(ms)
-    # Each rank times its own steps; the step's all_gather makes the ranks wait for each other.
+    modes = ["eager", "graph"] if ctx.device.type == "cuda" else ["eager"]
+    medians: dict[str, float] = {}
+    for mode in modes:
+        for name, fn in parts.items():
+            run = _graph_of(fn, ctx.device) if mode == "graph" else fn
+            samples = []
+            for i in range(warmup + repeats):
+                if ctx.world_size > 1:
+                    dist.barrier()  # the ranks start each step together
+                ms = timed(run)
+                if i >= warmup:
+                    samples.append(ms)
+            medians[f"{mode}_{name}_ms"] = statistics.median(samples)
+    # A graph replays the same step: check that what it left is still right.
+    merged_again = decode_step(state)[0]
+    errors["after_timing"] = max(
+        float((merged_again[0] - merged[0]).abs().max()),
+        float((merged_again[1] - merged[1]).abs().max()),
+    )
     return {
         "rank": ctx.rank,
         "device": str(ctx.device),
@@ -131,13 +158,14 @@ def time_decode_rank(ctx: RankContext, problem: CPProblem, repeats: int, warmup:
         "local_tokens": int(state.local_lens.sum()),
         "cache_blocks": int(state.key_cache.shape[0]),
         "errors": errors,
-        **{f"{name}_ms": statistics.median(values) for name, values in samples.items()},
+        **medians,
     }
 
 
 def run_shape(name: str, problem: CPProblem, world_size: int, repeats: int, warmup: int) -> dict:
     ranks = run_ranks(time_decode_rank, world_size, problem, repeats, warmup, timeout_s=600)
     worst = max(max(r["errors"]["merged_out"], r["errors"]["merged_lse"]) for r in ranks)
+    timings = sorted(key for key in ranks[0] if key.endswith("_ms"))
     return {
         "shape": name,
         "world_size": world_size,
@@ -145,37 +173,52 @@ def run_shape(name: str, problem: CPProblem, world_size: int, repeats: int, warm
         "ranks": ranks,
         "max_error": worst,
         "tolerance": TOLERANCE[problem.dtype],
-        "ok": worst <= TOLERANCE[problem.dtype],
+        "ok": worst <= TOLERANCE[problem.dtype]
+        and all(r["errors"]["after_timing"] == 0.0 for r in ranks),
         # The slowest rank sets the step time.
-        "step_ms": max(r["step_ms"] for r in ranks),
-        "local_ms": max(r["local_ms"] for r in ranks),
-        "slot_mapping_ms": max(r["slot_mapping_ms"] for r in ranks),
+        **{key: max(r[key] for r in ranks) for key in timings},
     }
 
 
 def markdown(result: dict) -> str:
     hw = result["hardware"]
+    graphs = any("graph_step_ms" in r for r in result["runs"])
     lines = [
         f"# Context-parallel decode step: {hw.get('gpu')}",
         "",
         f"torch {hw['torch']}, triton {hw['triton']}, driver {hw.get('driver')}, "
-        f"{hw['date']}; one process per rank over {result['communication']}. "
-        "Median of single eager steps (slowest rank), each after a barrier.",
+        f"{hw['date']}; one process per rank over {result['communication']}. Each time is "
+        "the median of single steps, each started after a barrier, on the slowest rank: "
+        "eager launches"
+        + (", and the same work replayed from a CUDA graph" if graphs else "")
+        + ". local = steps 1-3 (slot mapping, reshape_and_cache, paged attention), "
+        "step = local + all_gather + merge.",
         "",
-        "| shape | ranks | step ms | local ms (steps 1-3) | slot mapping ms | "
-        "tokens per rank | max error | speed-up |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    single = {r["shape"]: r["step_ms"] for r in result["runs"] if r["world_size"] == 1}
+    header = ["shape", "ranks", "tokens per rank", "eager step ms", "eager local ms"]
+    if graphs:
+        header += ["graph step ms", "graph local ms", "graph slot mapping ms"]
+    header += ["max error", "speed-up"]
+    lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    key = "graph_step_ms" if graphs else "eager_step_ms"
+    single = {r["shape"]: r[key] for r in result["runs"] if r["world_size"] == 1}
     for r in result["runs"]:
-        tokens = "/".join(str(rank["local_tokens"]) for rank in r["ranks"])
         base = single.get(r["shape"])
-        speedup = f"{base / r['step_ms']:.2f}x" if base and r["world_size"] > 1 else "-"
-        lines.append(
-            f"| {r['shape']} | {r['world_size']} | {r['step_ms']:.3f} | {r['local_ms']:.3f} | "
-            f"{r['slot_mapping_ms']:.3f} | {tokens} | {r['max_error']:.1e} "
-            f"{'ok' if r['ok'] else 'FAIL'} | {speedup} |"
-        )
+        cells = [
+            r["shape"], str(r["world_size"]),
+            "/".join(str(rank["local_tokens"]) for rank in r["ranks"]),
+            f"{r['eager_step_ms']:.3f}", f"{r['eager_local_ms']:.3f}",
+        ]  # fmt: skip
+        if graphs:
+            cells += [f"{r[name]:.3f}" for name in ("graph_step_ms", "graph_local_ms",
+                                                     "graph_slot_mapping_ms")]  # fmt: skip
+        cells += [
+            f"{r['max_error']:.1e} {'ok' if r['ok'] else 'FAIL'}",
+            f"{base / r[key]:.2f}x" if base and r["world_size"] > 1 else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    if graphs:
+        lines += ["", "speed-up: one rank's graph step over this one's (same shape)."]
     return "\n".join(lines) + "\n"
 
 
@@ -195,10 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         for world_size in args.world_sizes:
             run = run_shape(name, SHAPES[name], world_size, args.repeats, args.warmup)
             runs.append(run)
+            graph = f", graph step {run['graph_step_ms']:.3f} ms" if "graph_step_ms" in run else ""
             print(
-                f"{name:>12} W={world_size}: step {run['step_ms']:.3f} ms, local "
-                f"{run['local_ms']:.3f} ms, error {run['max_error']:.1e} "
-                f"{'ok' if run['ok'] else 'FAIL'}",
+                f"{name:>12} W={world_size}: eager step {run['eager_step_ms']:.3f} ms{graph}, "
+                f"error {run['max_error']:.1e} {'ok' if run['ok'] else 'FAIL'}",
                 flush=True,
             )
     communication = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[slotmap.BACKEND.name]

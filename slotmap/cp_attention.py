@@ -267,9 +267,10 @@ def all_gather_states(out: Tensor, lse: Tensor, world_size: int) -> tuple[Tensor
     import torch.distributed as dist
 
     packed = torch.cat([out, lse[..., None]], dim=-1).contiguous()
-    gathered = [torch.empty_like(packed) for _ in range(world_size)]
-    dist.all_gather(gathered, packed)
-    stacked = torch.stack(gathered)
+    # One buffer, the ranks' blocks one after another along the first dimension.
+    gathered = packed.new_empty((world_size * packed.shape[0], *packed.shape[1:]))
+    dist.all_gather_into_tensor(gathered, packed)
+    stacked = gathered.view(world_size, *packed.shape)
     return stacked[..., :-1].contiguous(), stacked[..., -1].contiguous()
 
 

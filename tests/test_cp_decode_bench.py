@@ -33,7 +33,9 @@ def test_cp_decode_script_checks_and_times_one_and_two_ranks(tmp_path):
     assert sorted(runs) == [1, 2]
     for run in runs.values():
         assert run["ok"] and run["max_error"] < 1e-5
-        assert run["step_ms"] > 0 and run["local_ms"] > 0 and run["slot_mapping_ms"] > 0
+        assert run["eager_step_ms"] > 0 and run["eager_local_ms"] > 0
+        assert run["eager_slot_mapping_ms"] > 0
+        assert all(rank["errors"]["after_timing"] == 0.0 for rank in run["ranks"])
     # Two ranks split the cached tokens between them, with nothing lost or stored twice.
     total = sum(runs[1]["problem"]["seq_lens"])
     assert [r["local_tokens"] for r in runs[1]["ranks"]] == [total]
