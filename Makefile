@@ -1,6 +1,7 @@
 # Two commands for a fresh machine:
 #   make lab    set everything up (idempotent) and open the course in JupyterLab
 #   make test   set everything up and run the linter and the whole test suite
+#               (it also installs Debian's chromium for the browser test: target browser)
 #
 # EXTRA picks the accelerator stack: cpu (default; Triton's interpreter), cuda or npu.
 #   make lab EXTRA=cuda    # NVIDIA GPU: upstream triton
@@ -31,16 +32,38 @@ CPU_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.slotmap-$(EXTRA).stamp
 
-.PHONY: lab test setup
+.PHONY: lab test setup browser
 
 lab: setup
 	$(VENV)/bin/slotmap lab
 
-test: setup
+test: setup browser
 	$(VENV)/bin/ruff check .
 	SLOTMAP_BACKEND="$${SLOTMAP_BACKEND:-cpu}" $(VENV_PY) -m pytest $(PYTEST_ARGS)
 
 setup: $(STAMP)
+
+# The browser test (tests/test_browser.py) drives Debian's chromium through the playwright
+# package (never `playwright install`: it downloads a browser of its own). Only `make test`
+# installs chromium, with apt-get as root or through passwordless sudo; `make lab` never
+# needs root. Nothing to do when chromium is on PATH. Where it cannot be installed the
+# browser test skips, except under CI (CI set), where this target fails.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+	else sudo=none; fi; \
+	if [ "$$sudo" != none ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium for the browser test"; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q \
+	    && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	         chromium; \
+	fi; \
+	if command -v chromium >/dev/null 2>&1; then exit 0; fi; \
+	echo "chromium is not installed and could not be (needs apt-get, as root or with sudo):" >&2; \
+	echo "  apt-get install chromium" >&2; \
+	if [ -n "$$CI" ]; then echo "error: CI is set, and the browser test must run in CI" >&2; exit 1; fi; \
+	echo "the browser test (tests/test_browser.py) will be skipped" >&2
 
 $(VENV_PY):
 	@py="$(PYTHON)"; \

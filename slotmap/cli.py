@@ -19,6 +19,7 @@ import importlib.metadata
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -36,6 +37,120 @@ def versions() -> dict[str, str | None]:
     found = {name: _version(name) for name in names}
     found["python"] = sys.version.split()[0]
     return found
+
+
+# The course's widget stack, as pyproject.toml's lab extra pins it (a test keeps the two equal).
+# ipywidgets (the kernel side) and jupyterlab_widgets (which ships the JupyterLab extension
+# that renders the widgets) are released in pairs: ipywidgets 8.1.9 requires
+# jupyterlab_widgets~=3.0.17, whose extension is @jupyter-widgets/jupyterlab-manager 5.0.16.
+# A mismatch shows widgets as "Error displaying widget: model not found", or as plain text.
+LAB_PINS = {"jupyterlab": ">=4.4,<4.7", "ipywidgets": "==8.1.9", "jupyterlab_widgets": "==3.0.17"}
+WIDGETS_EXTENSION = "@jupyter-widgets/jupyterlab-manager"
+
+
+@dataclass
+class WidgetStack:
+    """What decides whether widgets render: installed versions, ipywidgets' own requirements,
+    and the widgets extension that jupyterlab_widgets ships and the one JupyterLab loads."""
+
+    versions: dict[str, str | None]  # jupyterlab, ipywidgets, jupyterlab_widgets
+    ipywidgets_requires: list[str]  # ipywidgets' requirement strings, from its metadata
+    shipped_extension: str | None  # the extension version in jupyterlab_widgets' files
+    loaded_extension: tuple[str, str] | None  # (version, folder): the first on Jupyter's path
+
+
+def widget_stack() -> WidgetStack:
+    """Read the widget stack from package metadata and Jupyter's data path."""
+    import json
+
+    names = ("jupyterlab", "ipywidgets", "jupyterlab_widgets")
+    found = {name: _version(name) for name in names}
+    try:
+        requires = importlib.metadata.requires("ipywidgets") or []
+    except importlib.metadata.PackageNotFoundError:
+        requires = []
+    shipped = None
+    try:
+        distribution = importlib.metadata.distribution("jupyterlab_widgets")
+        for file in distribution.files or []:
+            if str(file).replace("\\", "/").endswith(f"{WIDGETS_EXTENSION}/package.json"):
+                shipped = json.loads(Path(distribution.locate_file(file)).read_text())["version"]
+    except (importlib.metadata.PackageNotFoundError, OSError, ValueError, KeyError):
+        pass
+    loaded = None
+    try:
+        from jupyter_core.paths import jupyter_path
+
+        # JupyterLab loads an extension from the first folder that has it (jupyterlab_server's
+        # get_federated_extensions walks jupyter_path("labextensions") in order).
+        for folder in jupyter_path("labextensions"):
+            package = Path(folder) / WIDGETS_EXTENSION / "package.json"
+            if package.is_file():
+                loaded = (json.loads(package.read_text())["version"], folder)
+                break
+    except (ImportError, OSError, ValueError, KeyError):
+        pass
+    return WidgetStack(found, list(requires), shipped, loaded)
+
+
+def widget_problems(stack: WidgetStack) -> list[str]:
+    """Why widgets would not render in the course's JupyterLab; empty when they would."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_name
+
+    versions = stack.versions
+    missing = [name for name in LAB_PINS if not versions.get(name)]
+    if missing:
+        return [f"{name} is not installed: the course's widgets need it" for name in missing]
+    problems = []
+    for name, pin in LAB_PINS.items():
+        if versions[name] not in SpecifierSet(pin):
+            problems.append(f"{name} {versions[name]} is not the course's pin {name}{pin}")
+    for text in stack.ipywidgets_requires:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if requirement.marker is None and canonicalize_name(requirement.name) == (
+            "jupyterlab-widgets"
+        ):
+            have = versions["jupyterlab_widgets"]
+            if have not in requirement.specifier:
+                problems.append(
+                    f"ipywidgets {versions['ipywidgets']} needs jupyterlab_widgets"
+                    f"{requirement.specifier}, found {have}"
+                )
+    if stack.loaded_extension is None:
+        problems.append(f"JupyterLab finds no {WIDGETS_EXTENSION} extension")
+    elif stack.shipped_extension and stack.loaded_extension[0] != stack.shipped_extension:
+        version, folder = stack.loaded_extension
+        problems.append(
+            f"JupyterLab loads {WIDGETS_EXTENSION} {version} from {folder}, but "
+            f"jupyterlab_widgets {versions['jupyterlab_widgets']} ships "
+            f"{stack.shipped_extension}: remove {Path(folder) / WIDGETS_EXTENSION}"
+        )
+    return problems
+
+
+def widgets_report(stack: WidgetStack) -> tuple[bool, list[str]]:
+    """(all good, the doctor's lines) for the widget stack."""
+    versions = stack.versions
+    if not any(versions.get(name) for name in LAB_PINS):
+        return True, ["widgets      not installed (the course needs the lab extra)"]
+    problems = widget_problems(stack)
+    if not problems:
+        version, folder = stack.loaded_extension or ("?", "?")
+        return True, [
+            f"widgets      match: ipywidgets {versions['ipywidgets']}, jupyterlab_widgets "
+            f"{versions['jupyterlab_widgets']}, {WIDGETS_EXTENSION} {version} ({folder})"
+        ]
+    lines = [f"widgets      MISMATCH: {problem}" for problem in problems]
+    lines.append(
+        "             widgets would show 'Error displaying widget: model not found' or as "
+        "text; reinstall the lab extra: pip install -e '.[lab]' (rm -rf .venv && make lab)"
+    )
+    return False, lines
 
 
 def canary() -> list[tuple[str, bool, float, str]]:
@@ -113,13 +228,19 @@ def doctor(_: argparse.Namespace) -> int:
         print("WARNING      triton and triton-ascend both installed: they overwrite each other")
     lab = ["jupyterlab", "ipywidgets", "jupyterlab_widgets", "ipykernel", "matplotlib"]
     print("lab          " + ", ".join(f"{n} {found[n] or '-'}" for n in lab))
+    widgets_ok, lines = widgets_report(widget_stack())
+    print("\n".join(lines))
     print("canary       production kernels against the reference:")
     results = canary()
     for name, ok, seconds, detail in results:
         print(f"  {'PASS' if ok else 'FAIL'}  {name:<38} {seconds * 1e3:8.1f} ms  {detail}")
     passed = all(ok for _, ok, _, _ in results)
-    print("doctor: all good" if passed else "doctor: the canary FAILED")
-    return 0 if passed else 1
+    if passed and widgets_ok:
+        print("doctor: all good")
+    else:
+        failed = ([] if passed else ["the canary"]) + ([] if widgets_ok else ["the widgets"])
+        print(f"doctor: {' and '.join(failed)} FAILED")
+    return 0 if passed and widgets_ok else 1
 
 
 def course_root() -> Path:
@@ -177,6 +298,8 @@ def lab_command(
         f"--ServerApp.ip={ip}",
         "--LabApp.default_url=/lab/tree/notebooks",
         "--ContentsManager.pre_save_hook=slotmap.cli.keep_course_notebooks_clean",
+        # Notebooks open with the kernel metadata JupyterLab would add: no "unsaved" marker.
+        "--ServerApp.contents_manager_class=slotmap.labserver.CourseContentsManager",
     ]  # fmt: skip
     if port is not None:
         command += [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]

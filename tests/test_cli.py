@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -66,7 +67,129 @@ def test_doctor_reports_backend_versions_and_a_passing_canary():
     assert f"torch        {torch.__version__.split('+')[0]}" in out
     assert "triton       " in out and "torch-npu" in out
     assert out.count("  PASS  ") == 5 and "FAIL" not in out
+    assert "widgets      match: ipywidgets 8.1.9, jupyterlab_widgets 3.0.17, " in out
     assert "doctor: all good" in out
+
+
+def matching_stack(**changes):
+    from slotmap.cli import WidgetStack
+
+    stack = WidgetStack(
+        versions={"jupyterlab": "4.6.6", "ipywidgets": "8.1.9", "jupyterlab_widgets": "3.0.17"},
+        ipywidgets_requires=[
+            "comm>=0.1.3",
+            "widgetsnbextension~=4.0.16",
+            "jupyterlab_widgets~=3.0.17",
+            'ipykernel; extra == "test"',
+        ],
+        shipped_extension="5.0.16",
+        loaded_extension=("5.0.16", "/venv/share/jupyter/labextensions"),
+    )
+    for name, value in changes.items():
+        setattr(stack, name, value)
+    return stack
+
+
+def test_doctor_accepts_the_pinned_widget_stack():
+    from slotmap.cli import widget_problems, widgets_report
+
+    assert widget_problems(matching_stack()) == []
+    assert widgets_report(matching_stack()) == (
+        True,
+        [
+            "widgets      match: ipywidgets 8.1.9, jupyterlab_widgets 3.0.17, "
+            "@jupyter-widgets/jupyterlab-manager 5.0.16 (/venv/share/jupyter/labextensions)"
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    "changes, problems",
+    [
+        pytest.param(
+            {"versions": {"jupyterlab": "4.6.6", "ipywidgets": "8.1.9",
+                          "jupyterlab_widgets": "3.0.15"}},
+            ["jupyterlab_widgets 3.0.15 is not the course's pin jupyterlab_widgets==3.0.17",
+             "ipywidgets 8.1.9 needs jupyterlab_widgets~=3.0.17, found 3.0.15"],
+            id="older-frontend",
+        ),
+        pytest.param(
+            {"versions": {"jupyterlab": "3.6.8", "ipywidgets": "8.1.9",
+                          "jupyterlab_widgets": "3.0.17"}},
+            ["jupyterlab 3.6.8 is not the course's pin jupyterlab>=4.4,<4.7"],
+            id="jupyterlab-3",
+        ),
+        pytest.param(
+            {"loaded_extension": ("5.0.9", "/root/.local/share/jupyter/labextensions")},
+            ["JupyterLab loads @jupyter-widgets/jupyterlab-manager 5.0.9 from "
+             "/root/.local/share/jupyter/labextensions, but jupyterlab_widgets 3.0.17 ships "
+             "5.0.16: remove /root/.local/share/jupyter/labextensions/"
+             "@jupyter-widgets/jupyterlab-manager"],
+            id="stale-user-extension",
+        ),
+        pytest.param(
+            {"loaded_extension": None},
+            ["JupyterLab finds no @jupyter-widgets/jupyterlab-manager extension"],
+            id="no-extension",
+        ),
+        pytest.param(
+            {"versions": {"jupyterlab": "4.6.6", "ipywidgets": "8.1.9",
+                          "jupyterlab_widgets": None}},
+            ["jupyterlab_widgets is not installed: the course's widgets need it"],
+            id="frontend-missing",
+        ),
+    ],
+)  # fmt: skip
+def test_doctor_reports_a_widget_mismatch(changes, problems):
+    from slotmap.cli import widget_problems, widgets_report
+
+    stack = matching_stack(**changes)
+    assert widget_problems(stack) == problems
+    ok, lines = widgets_report(stack)
+    assert not ok
+    assert lines[: len(problems)] == [f"widgets      MISMATCH: {p}" for p in problems]
+    assert lines[-1] == (
+        "             widgets would show 'Error displaying widget: model not found' or as "
+        "text; reinstall the lab extra: pip install -e '.[lab]' (rm -rf .venv && make lab)"
+    )
+
+
+def test_doctor_without_the_lab_extra_is_not_a_mismatch():
+    from slotmap.cli import widgets_report
+
+    none = {"jupyterlab": None, "ipywidgets": None, "jupyterlab_widgets": None}
+    assert widgets_report(matching_stack(versions=none, loaded_extension=None)) == (
+        True,
+        ["widgets      not installed (the course needs the lab extra)"],
+    )
+
+
+def test_doctor_exits_1_on_a_widget_mismatch(monkeypatch, capsys):
+    from slotmap import cli
+
+    monkeypatch.setattr(cli, "widget_stack", lambda: matching_stack(loaded_extension=None))
+    monkeypatch.setattr(cli, "canary", lambda: [("window kernel", True, 0.01, "exact")])
+    assert cli.main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "widgets      MISMATCH: JupyterLab finds no @jupyter-widgets/jupyterlab-manager" in out
+    assert out.rstrip().endswith("doctor: the widgets FAILED")
+
+
+def test_the_doctors_widget_pins_are_the_lab_extras_pins():
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    from slotmap.cli import LAB_PINS
+
+    lab_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["lab"]
+    pinned = {Requirement(r).name: str(Requirement(r).specifier) for r in lab_extra}
+    from packaging.specifiers import SpecifierSet
+
+    for name, pin in LAB_PINS.items():
+        assert SpecifierSet(pinned[name]) == SpecifierSet(pin), name
 
 
 def test_doctor_canary_fails_on_a_wrong_kernel(monkeypatch):
@@ -97,7 +220,44 @@ def test_lab_command_opens_the_course(tmp_path, monkeypatch):
     assert "--LabApp.default_url=/lab/tree/notebooks" in command
     assert "--ServerApp.ip=127.0.0.1" in command and "--ServerApp.port=8123" in command
     assert "--IdentityProvider.token=abc" in command and "--no-browser" in command
+    assert "--ServerApp.contents_manager_class=slotmap.labserver.CourseContentsManager" in command
     assert (ROOT / "notebooks").is_dir()
+
+
+def test_the_lab_hands_out_notebooks_with_the_kernel_metadata_jupyterlab_would_add():
+    """Otherwise a lesson shows unsaved changes as soon as its kernel starts."""
+    import platform
+    from types import SimpleNamespace
+
+    pytest.importorskip("jupyter_server")
+    from slotmap.labserver import fill_kernel_metadata
+
+    spec = SimpleNamespace(
+        display_name="Python 3 (ipykernel)",
+        language="python",
+        argv=["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+    )
+
+    class Specs:
+        def get_kernel_spec(self, name):
+            if name != "python3":
+                raise KeyError(name)
+            return spec
+
+    shipped = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+    }
+    notebook = {"cells": [], "metadata": json.loads(json.dumps(shipped))}
+    fill_kernel_metadata(notebook, Specs())
+    assert notebook["metadata"]["kernelspec"] == {
+        "name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"
+    }  # fmt: skip
+    info = notebook["metadata"]["language_info"]
+    assert info["version"] == platform.python_version() and info["pygments_lexer"] == "ipython3"
+    unknown = {"cells": [], "metadata": {"kernelspec": {"name": "julia-1.10"}}}
+    fill_kernel_metadata(unknown, Specs())
+    assert unknown["metadata"] == {"kernelspec": {"name": "julia-1.10"}}
 
 
 def test_exercises_build_check_reports_drift_and_exits_1(tmp_path, monkeypatch, capsys):

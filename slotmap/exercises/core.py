@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import html
 import importlib
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,10 +136,20 @@ def _show(result: CheckResult) -> None:
         return
     colour = "#1b7f3b" if result.passed else "#b3261e"
     background = "#eef7f0" if result.passed else "#fdeeee"
+    # One block per line with a hanging indent: a long line wraps under its own text
+    # ("  hint:     ..." continues at the hint's column), not at the report's left edge.
+    lines = []
+    for line in text.splitlines():
+        label = re.match(r"\s*[a-z]+:\s+", line)
+        indent = label.end() if label else 4
+        lines.append(
+            f'<span style="display: block; padding-left: {indent}ch; '
+            f'text-indent: -{indent}ch">{html.escape(line)}</span>'
+        )
     markup = (
         f'<pre style="border-left: 4px solid {colour}; background: {background}; '
         f"padding: 6px 10px; white-space: pre-wrap; word-break: normal; "
-        f'overflow-wrap: break-word">{html.escape(text)}</pre>'
+        f'overflow-wrap: break-word">{"".join(lines)}</pre>'
     )
     display(
         {"text/plain": text, "text/html": markup, CHECK_MIME: result.record()},

@@ -141,8 +141,14 @@ def draw_batch(batch: PagedBatch):
     cell_inches = style.WIDTH * 0.86 / width
     font = max(5.5, min(style.FONT_SIZE, cell_inches * 72 * 0.36))
     row_inches = max(cell_inches, 0.26)  # rows stay tall enough for their text
-    fig, (ax,) = style.figure(1, height_per_row=max(2.5, (height + 1.5) * row_inches))
-    ax.set_xlim(-0.12 * width, width + 0.3)
+    # Cells are sized in inches above, so the axes fill the figure: only the title sits
+    # outside them (matplotlib's default margins left an empty band around the picture).
+    axes_inches, title_inches = max(2.5, (height + 1.5) * row_inches), 0.45
+    fig, (ax,) = style.figure(1, height_per_row=axes_inches + title_inches)
+    fig.subplots_adjust(
+        left=0.01, right=0.99, bottom=0.01, top=1 - title_inches / (axes_inches + title_inches)
+    )
+    ax.set_xlim(-0.14 * width, width + 0.3)
     ax.set_ylim(height + 0.2, -1.3)
 
     def cell(
@@ -222,19 +228,26 @@ def draw_batch(batch: PagedBatch):
             row = batch.block_table[request]
             earlier[row[position // block_size] * block_size + position % block_size] = request
     hatched = "; hatched: written by earlier steps" if earlier else ""
+    slots = "slot" if block_size == 1 else "slots"
     ax.text(0, y_cache - 0.35, f"KV cache: {batch.num_physical_blocks} physical blocks of "
-            f"{block_size} slots (label: position stored there{hatched})",
+            f"{block_size} {slots} (label: position stored there{hatched})",
             fontsize=style.FONT_SIZE, va="bottom")  # fmt: skip
     block_origin: dict[int, tuple[float, float]] = {}
+    label_font = font * 0.8
+    x_range = ax.get_xlim()[1] - ax.get_xlim()[0]
+    block_inches = (block_width - CACHE_GAP / 2) * style.WIDTH * 0.98 / x_range
     for physical in range(batch.num_physical_blocks):
         line, column = divmod(physical, per_line)
         x0 = column * block_width
         y = y_cache + line * line_height
         block_origin[physical] = (x0, y)
-        ax.text(x0 + block_size / 2, y + 0.85, f"block {physical} · slots "
-                f"{physical * block_size}-{physical * block_size + block_size - 1}"
-                if block_size > 2 else f"block {physical}", ha="center", va="top",
-                fontsize=font * 0.8, color=style.EDGE)  # fmt: skip
+        first_slot = physical * block_size
+        labels = [f"block {physical} · slots {first_slot}-{first_slot + block_size - 1}",
+                  f"block {physical}", str(physical)]  # fmt: skip
+        # The longest label that fits under the block (narrow blocks' labels overlapped).
+        fits = [t for t in labels if len(t) * label_font * 0.6 / 72 <= block_inches]
+        ax.text(x0 + block_size / 2, y + 0.85, fits[0] if fits else labels[-1], ha="center",
+                va="top", fontsize=label_font, color=style.EDGE)  # fmt: skip
         for offset in range(block_size):
             slot = physical * block_size + offset
             if slot in landed:

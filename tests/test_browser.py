@@ -1,0 +1,241 @@
+"""The course in a real browser, the way a learner uses it.
+
+A headless executor (test_notebooks.py) proves the kernel side only: a widget whose frontend
+never loads, a frontend/kernel version mismatch ("model not found") or a figure that does
+not follow its slider all pass there. Here ``slotmap lab`` (the command ``make lab`` runs)
+serves a temporary copy of the course on loopback, and Debian's Chromium, driven by
+Playwright, opens lesson 01, lesson 03 and the learner's copy of exercise 01, runs all cells
+from the Run menu, waits for every widget and figure to render, moves sliders and checks that
+the figure changed, and that no cell shows an error. The exercise is filled in by pasting the
+solution's code into its cells, and its checks must then pass.
+
+On a failure the viewport is saved at each figure, with the server's log, under
+``tests/artifacts/`` (or ``$SLOTMAP_BROWSER_ARTIFACTS``); ``SLOTMAP_BROWSER_SCREENSHOTS=always``
+saves them on success too, and ``SLOTMAP_BROWSER_VIEWPORT=WxH`` sets the window (1280x900).
+
+Needs Debian's ``chromium`` (``make test`` installs it) and the ``playwright`` package (the
+test extra). Without them the tests skip, except under CI (``CI`` set), where they fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from browser_lab import (
+    LabServer,
+    NotebookPage,
+    artifacts_dir,
+    chromium_path,
+    launch_chromium,
+    png_pixels,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+UNDER_CI = bool(os.environ.get("CI"))
+# A whole lesson runs in 10-40 s on two CPU cores through Triton's interpreter.
+RUN_ALL_MS = 180_000
+pytestmark = pytest.mark.timeout(300)
+
+
+def _missing(reason: str):
+    if UNDER_CI:
+        pytest.fail(f"{reason} (CI is set: the browser test must run in CI)", pytrace=False)
+    pytest.skip(reason)
+
+
+def _viewport() -> tuple[int, int]:
+    width, height = os.environ.get("SLOTMAP_BROWSER_VIEWPORT", "1280x900").lower().split("x")
+    return int(width), int(height)
+
+
+@pytest.fixture(scope="module")
+def browser_context(tmp_path_factory):
+    if chromium_path() is None:
+        _missing("Debian's chromium is not installed (apt-get install chromium; make test does)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("the playwright package is not installed (pip install -e '.[test]')")
+    with sync_playwright() as playwright:
+        context = launch_chromium(playwright, tmp_path_factory.mktemp("chromium"), _viewport())
+        try:
+            context.set_default_timeout(60_000)
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture(scope="module")
+def lab(browser_context, tmp_path_factory):
+    server = LabServer(tmp_path_factory.mktemp("lab"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def learner(browser_context, lab, request):
+    """A fresh tab; on a failure (or with SLOTMAP_BROWSER_SCREENSHOTS=always) the viewport at
+    each figure and the server's log are saved."""
+    page = browser_context.new_page()
+    page_errors: list[str] = []
+    page.on("pageerror", lambda error: page_errors.append(str(error)))
+    page.page_errors = page_errors
+    notebooks: list[NotebookPage] = []
+
+    def open_notebook(path: str) -> NotebookPage:
+        notebook = NotebookPage(page, lab, path)
+        notebooks.append(notebook)
+        notebook.open()
+        return notebook
+
+    page.open_notebook = open_notebook
+    failures_before = request.session.testsfailed
+    try:
+        yield page
+    finally:
+        # The test's own report is logged before its fixtures are torn down.
+        failed = request.session.testsfailed > failures_before
+        if failed or os.environ.get("SLOTMAP_BROWSER_SCREENSHOTS") == "always":
+            save_screenshots(page, notebooks, lab, request.node.name, failed)
+        page.close()
+        lab.shutdown_kernels()  # the next notebook gets the CPU to itself
+
+
+def save_screenshots(page, notebooks, lab, name: str, failed: bool) -> None:
+    folder = artifacts_dir()
+    stem = re.sub(r"[^\w.-]+", "_", name) + f"-{'x'.join(map(str, _viewport()))}"
+    with contextlib.suppress(Exception):
+        page.screenshot(path=str(folder / f"{stem}.png"), timeout=10_000)
+    for notebook in notebooks[-1:]:  # the one on screen
+        notebook.screenshot_outputs(folder, stem)
+    if failed:
+        (folder / f"{stem}-lab.log").write_text(lab.log_tail(20_000))
+        print(f"\nbrowser test failed: screenshots and the server's log in {folder}")
+
+
+def assert_no_errors(page, notebook: NotebookPage) -> None:
+    assert notebook.error_outputs() == []
+    # What a broken widget frontend shows instead of the widget.
+    for text in ("Error displaying widget", "model not found", "Failed to load model class"):
+        assert notebook.panel.get_by_text(text).count() == 0, f"the page shows {text!r}"
+    assert page.page_errors == []
+
+
+def assert_widgets_rendered(page, notebook: NotebookPage, count: int) -> None:
+    """``count`` widgets rendered by the widget manager, each with its controls and a figure,
+    and every figure decoded by the browser at a readable size."""
+    views = notebook.widget_views()
+    try:
+        views.nth(count - 1).wait_for(state="attached", timeout=30_000)
+    except Exception as error:  # playwright's TimeoutError
+        raise AssertionError(
+            f"{views.count()} of {count} widgets rendered: the others show as text (is the "
+            "widgets extension loaded, and does it match ipywidgets? `slotmap doctor` says)"
+        ) from error
+    assert views.count() == count
+    for index in range(count):
+        view = views.nth(index)
+        view.locator(".widget-output img").wait_for(state="attached")
+        assert view.locator(".widget-slider").count() >= 1
+    notebook.wait_figures_decoded(notebook.figures())
+    for index in range(count):
+        box = views.nth(index).locator(".widget-output img").bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 60, box
+
+
+def assert_static_figures(notebook: NotebookPage, count: int) -> None:
+    figures = notebook.static_figures()
+    assert figures.count() == count
+    for index in range(count):
+        figures.nth(index).scroll_into_view_if_needed()
+        box = figures.nth(index).bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 60, box
+
+
+def assert_slider_redraws(notebook: NotebookPage, view, label: str, before: str, after: str):
+    was, now, old, new = notebook.move_slider(view, label)
+    assert (was, now) == (before, after)
+    assert png_pixels(new) != png_pixels(old), "the figure did not change with its slider"
+
+
+def test_lesson_01_renders_and_follows_its_sliders(learner):
+    notebook = learner.open_notebook("notebooks/01_paged_kv_cache.ipynb")
+    assert not notebook.is_dirty(), "lesson 01 shows unsaved changes right after opening"
+    notebook.run_all(RUN_ALL_MS)
+    assert_widgets_rendered(learner, notebook, 1)
+    assert_static_figures(notebook, 2)  # the batch, the decode step
+    # The check section shows one failing report and one passing one, rendered.
+    for report in ("FAIL 01.slot_of on the named case", "PASS 01.slot_of"):
+        notebook.reports(report).first.wait_for(state="attached")
+    view = notebook.widget_views().nth(0)
+    assert_slider_redraws(notebook, view, "block size", "4", "5")
+    assert_slider_redraws(notebook, view, "request 1", "11", "12")
+    assert_no_errors(learner, notebook)
+
+
+def test_lesson_03_renders_and_follows_its_sliders(learner):
+    notebook = learner.open_notebook("notebooks/03_window_gather.ipynb")
+    notebook.run_all(RUN_ALL_MS)
+    assert_widgets_rendered(learner, notebook, 2)
+    assert_static_figures(notebook, 2)  # the windows, the failure
+    windows, failure = notebook.widget_views().nth(0), notebook.widget_views().nth(1)
+    assert_slider_redraws(notebook, windows, "block size", "4", "5")
+    assert_slider_redraws(notebook, failure, "first position", "3", "4")
+    assert_no_errors(learner, notebook)
+
+
+def _exercise_answers() -> dict[int, str]:
+    """Cell index -> the cell as a learner fills it: the stub's cell with the solution's code
+    (the solution cell with the same id, without its BEGIN/END SOLUTION lines)."""
+    exercise = json.loads((ROOT / "exercises" / "01_paged_kv_cache.ipynb").read_text())
+    solution = json.loads((ROOT / "solutions" / "01_paged_kv_cache.ipynb").read_text())
+    solved = {cell["id"]: "".join(cell["source"]) for cell in solution["cells"]}
+    answers = {}
+    for index, cell in enumerate(exercise["cells"]):
+        if cell["cell_type"] == "code" and "# YOUR CODE HERE" in "".join(cell["source"]):
+            lines = solved[cell["id"]].splitlines()
+            answers[index] = "\n".join(line for line in lines if "### " not in line)
+    assert len(answers) == 2
+    return answers
+
+
+def test_exercise_01_in_my_work_fails_then_passes_once_filled_in(learner, lab):
+    path = "my_work/01_paged_kv_cache.ipynb"
+    assert (lab.course / path).exists(), "slotmap lab did not copy the exercises to my_work/"
+    notebook = learner.open_notebook(path)
+    # As shipped: both checks say "not done yet", and no cell shows a Python error.
+    notebook.run_all(RUN_ALL_MS)
+    assert notebook.check_records() == {"01.slot_of": False, "01.slot_mapping": False}
+    reports = notebook.reports("not done yet")
+    reports.nth(1).wait_for(state="attached")
+    assert reports.count() == 2
+    assert_no_errors(learner, notebook)
+
+    # The learner writes the answers into the stubs' cells and runs everything again.
+    for index, answer in _exercise_answers().items():
+        notebook.replace_source(index, answer)
+        assert notebook.source(index) == answer
+    notebook.run_all(RUN_ALL_MS)
+    assert notebook.check_records() == {"01.slot_of": True, "01.slot_mapping": True}
+    for exercise in ("01.slot_of", "01.slot_mapping"):
+        notebook.reports(f"PASS {exercise}:").wait_for(state="attached")
+    assert notebook.reports("FAIL").count() == 0
+    assert_no_errors(learner, notebook)
+
+    # Saved, the learner's copy keeps the answers and the results (my_work/ is theirs).
+    learner.keyboard.press("Control+s")
+    learner.wait_for_function(
+        "(path) => !window.jupyterapp.shell.currentWidget.context.model.dirty", arg=path
+    )
+    saved = json.loads((lab.course / path).read_text())
+    text = json.dumps(saved)
+    assert "PASS 01.slot_of" in text and "PASS 01.slot_mapping" in text
+    assert "logical_block = position // block_size" in text
