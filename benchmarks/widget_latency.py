@@ -20,7 +20,11 @@ import matplotlib
 matplotlib.use("Agg")
 
 import slotmap  # noqa: E402  (chooses the backend first)
+from slotmap.viz.attention import cp_attention_widget, paged_attention_widget  # noqa: E402
 from slotmap.viz.circular import ring_widget  # noqa: E402
+from slotmap.viz.cp import ownership_widget  # noqa: E402
+from slotmap.viz.groups import groups_widget, replay_widget  # noqa: E402
+from slotmap.viz.hybrid import hybrid_widget  # noqa: E402
 from slotmap.viz.paged import paged_widget  # noqa: E402
 from slotmap.viz.perf import perf_widget  # noqa: E402
 from slotmap.viz.tiles import tiles_widget  # noqa: E402
@@ -32,6 +36,12 @@ WIDGETS = {
     "03 window_widget": window_widget,
     "03 window_failure_widget": window_failure_widget,
     "04 ring_widget": ring_widget,
+    "05 ownership_widget": ownership_widget,
+    "06 hybrid_widget": hybrid_widget,
+    "06 groups_widget": groups_widget,
+    "06 replay_widget": replay_widget,
+    "07 paged_attention_widget": paged_attention_widget,
+    "07 cp_attention_widget": cp_attention_widget,
     "08 perf_widget": perf_widget,
 }
 

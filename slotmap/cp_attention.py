@@ -269,7 +269,9 @@ def all_gather_states(out: Tensor, lse: Tensor, world_size: int) -> tuple[Tensor
     packed = torch.cat([out, lse[..., None]], dim=-1).contiguous()
     # One buffer, the ranks' blocks one after another along the first dimension.
     gathered = packed.new_empty((world_size * packed.shape[0], *packed.shape[1:]))
-    dist.all_gather_into_tensor(gathered, packed)
+    # torch 2.13 renamed all_gather_into_tensor to all_gather_single (same call).
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(gathered, packed)
     stacked = gathered.view(world_size, *packed.shape)
     return stacked[..., :-1].contiguous(), stacked[..., -1].contiguous()
 
