@@ -215,6 +215,7 @@ def _reshape_and_cache_kernel(
     slot_stride,  # int: elements from one slot of a block to the next (num_heads * head_dim)
     ROW: tl.constexpr,  # num_heads * head_dim: elements of one token's key
     ROW_TILE: tl.constexpr,  # next_power_of_2(ROW): lanes of the copy
+    PAD_ID: tl.constexpr,  # the slot value that means "no slot" (-1)
 ):
     # key_cache[slot // block_size, slot % block_size] = key[token], unless slot is PAD
     # e.g. block_size 4, slot 9 -> physical block 2, offset 1; slot -1 -> nothing written
@@ -223,7 +224,7 @@ def _reshape_and_cache_kernel(
     # A PAD token (another rank's position under context parallelism, or the padding of a
     # fixed-size batch) has no slot: it writes nothing. A slot past the cache is dropped too,
     # so that unvalidated input can never write outside the caches.
-    if (slot < 0) | (slot >= num_slots):
+    if (slot == PAD_ID) | (slot < 0) | (slot >= num_slots):
         return
     block = slot // block_size
     offset = slot % block_size
@@ -265,7 +266,7 @@ def reshape_and_cache(
     _reshape_and_cache_kernel[(num_tokens,)](
         key, value, key_cache, value_cache, slot_mapping,
         block_size, num_blocks * block_size, key_cache.stride(0), key_cache.stride(1),
-        ROW=row, ROW_TILE=triton.next_power_of_2(row),
+        ROW=row, ROW_TILE=triton.next_power_of_2(row), PAD_ID=pad_id,
     )  # fmt: skip
 
 
@@ -474,7 +475,10 @@ def paged_decode_attention_torch(
 # ---------------------------------------------------------------------------------------------
 # 3. Merging partial attentions by log-sum-exp.
 # ---------------------------------------------------------------------------------------------
-def check_merge_inputs(outs: Tensor, lses: Tensor) -> None:
+def check_merge_inputs(outs: Tensor, lses: Tensor, *, full: bool = True) -> None:
+    """Shapes, dtypes and devices; with ``full``, also the values of ``lses``: a partial state
+    with no keys has lse -inf (FlashAttention-2 reports +inf there; vLLM's merge maps it to
+    -inf), and NaN means the partial itself is broken."""
     _check_tensor("outs", outs, (torch.float32,), 4, getattr(outs, "device", None), "outs")
     _check_tensor("lses", lses, (torch.float32,), 3, outs.device, "outs")
     if tuple(lses.shape) != tuple(outs.shape[:3]):
@@ -484,6 +488,14 @@ def check_merge_inputs(outs: Tensor, lses: Tensor) -> None:
         )
     if outs.shape[0] < 1:
         _fail("nothing to merge: outs holds 0 partial states")
+    if full and lses.numel():
+        bad = torch.isnan(lses) | (lses == math.inf)
+        if bool(bad.any()):
+            state, req, head = (int(i) for i in bad.nonzero()[0])
+            _fail(
+                f"lses[{state}, {req}, {head}] is {float(lses[state, req, head])}: a state with "
+                "no keys has lse -inf (map FlashAttention's +inf to -inf first)"
+            )
 
 
 @triton.jit
@@ -520,14 +532,17 @@ def _merge_attention_states_kernel(
     tl.store(lse_ptr + row, tl.where(total > 0, shift + tl.log(denominator), -float("inf")))
 
 
-def merge_attention_states(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
+def merge_attention_states(
+    outs: Tensor, lses: Tensor, *, validate: bool = True
+) -> tuple[Tensor, Tensor]:
     """Merge partial attentions over disjoint sets of keys into the attention over all of them.
 
     outs: [num_states, num_reqs, num_heads, head_dim] float32; lses: [num_states, num_reqs,
     num_heads] float32 (-inf: that state saw no keys). Returns (out [num_reqs, num_heads,
-    head_dim], lse [num_reqs, num_heads]), both float32.
+    head_dim], lse [num_reqs, num_heads]), both float32. ``validate=False`` skips the check
+    of the lse values (it reads them: a device synchronisation).
     """
-    check_merge_inputs(outs, lses)
+    check_merge_inputs(outs, lses, full=validate)
     num_states, num_reqs, num_heads, head_dim = outs.shape
     out = torch.empty(num_reqs, num_heads, head_dim, dtype=torch.float32, device=outs.device)
     lse = torch.empty(num_reqs, num_heads, dtype=torch.float32, device=outs.device)
@@ -540,9 +555,11 @@ def merge_attention_states(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
     return out, lse
 
 
-def merge_attention_states_torch(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
+def merge_attention_states_torch(
+    outs: Tensor, lses: Tensor, *, validate: bool = True
+) -> tuple[Tensor, Tensor]:
     """The reference of ``merge_attention_states``: same arguments, same result."""
-    check_merge_inputs(outs, lses)
+    check_merge_inputs(outs, lses, full=validate)
     lse = torch.logsumexp(lses.double(), dim=0)  # -inf where every state is empty
     finite = torch.isfinite(lse)
     weights = torch.where(finite, torch.exp(lses.double() - torch.where(finite, lse, 0.0)), 0.0)

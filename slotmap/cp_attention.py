@@ -288,7 +288,7 @@ def decode_step(
         outs, lses = local[0][None], local[1][None]
     else:
         outs, lses = all_gather_states(*local, state.world_size)
-    return merge_attention_states(outs, lses), local
+    return merge_attention_states(outs, lses, validate=validate), local
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import io
+import math
 import multiprocessing as mp
 import os
 import queue as queue_module
@@ -108,7 +109,11 @@ def _rank_main(
     args: tuple,
     results: Any,
 ) -> None:
-    """Body of each spawned process: join the group, run ``fn``, report, leave the group."""
+    """Body of each spawned process: join the group, run ``fn``, report, leave the group.
+
+    The report goes out before the group is torn down: tearing it down closes this rank's
+    connections, and the other ranks' collectives then fail with errors of their own that
+    must not arrive in place of this rank's."""
     import torch.distributed as dist
 
     try:
@@ -127,14 +132,33 @@ def _rank_main(
             timeout=datetime.timedelta(seconds=timeout_s),
             **({"device_id": device} if backend != "cpu" else {}),
         )
-        try:
-            ctx = RankContext(rank, world_size, device, backend, communication)
-            value = fn(ctx, *args)
-        finally:
-            dist.destroy_process_group()
-        results.put((rank, True, _dumps(value)))
     except BaseException:  # noqa: BLE001 - the parent must hear about every failure
         results.put((rank, False, f"rank {rank}:\n{traceback.format_exc()}"))
+        return
+    try:
+        ctx = RankContext(rank, world_size, device, backend, communication)
+        report = (rank, True, _dumps(fn(ctx, *args)))
+    except BaseException:  # noqa: BLE001
+        report = (rank, False, f"rank {rank}:\n{traceback.format_exc()}")
+    results.put(report)
+    results.close()
+    results.join_thread()  # the report is in the pipe before the connections close
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - the run's outcome is already reported
+        pass
+
+
+# Words in a rank's traceback that say it failed because another rank went away.
+KNOCK_ON = ("Connection closed", "Connection reset", "Read error", "DistBackendError",
+            "NCCL communicator", "Broken pipe", "connection")  # fmt: skip
+
+
+def _failure_message(failures: dict[int, str]) -> str:
+    """Every failed rank's traceback, the ones that look like a cause first (a rank whose
+    collective broke because another rank went away comes last)."""
+    order = sorted(failures, key=lambda r: (any(w in failures[r] for w in KNOCK_ON), r))
+    return "\n".join(failures[rank] for rank in order)
 
 
 @contextlib.contextmanager
@@ -211,26 +235,41 @@ def run_ranks(
                 processes.append(process)
         deadline = time.monotonic() + timeout_s
         values: dict[int, Any] = {}
-        while len(values) < world_size:
+        failures: dict[int, str] = {}
+        quiet_since: dict[int, float] = {}  # exited cleanly, no report yet: since when
+        settle = math.inf  # after a failure, how long to wait for the other ranks' reports
+        while len(values) + len(failures) < world_size:
+            if failures and time.monotonic() > settle:
+                break
             try:
                 rank, ok, payload = results.get(timeout=0.2)
             except queue_module.Empty:
+                now = time.monotonic()
                 for rank, process in enumerate(processes):
-                    if rank not in values and process.exitcode not in (None, 0):
-                        raise RankFailed(
-                            f"rank {rank} died with exit code {process.exitcode}"
-                        ) from None
-                if time.monotonic() > deadline:
+                    if rank in values or rank in failures:
+                        continue
+                    if process.exitcode not in (None, 0):
+                        failures[rank] = f"rank {rank} died with exit code {process.exitcode}"
+                    elif process.exitcode == 0 and now - quiet_since.setdefault(rank, now) > 2:
+                        failures[rank] = f"rank {rank} exited without reporting a result"
+                if failures:
+                    settle = min(settle, now + 1.0)
+                if now > deadline and not failures:
                     missing = sorted(set(range(world_size)) - set(values))
                     raise RankFailed(
                         f"ranks {missing} did not finish within {timeout_s:.0f} s"
                     ) from None
                 continue
-            if not ok:
-                raise RankFailed(payload)
-            values[rank] = _loads(payload)
+            if ok:
+                values[rank] = _loads(payload)
+            else:
+                failures[rank] = payload
+                # Give the other ranks a moment to report: the cause may be among them.
+                settle = min(settle, time.monotonic() + 1.0)
+        if failures:
+            raise RankFailed(_failure_message(failures))
         for process in processes:
-            process.join(timeout_s)
+            process.join(max(0.1, deadline - time.monotonic()))
         return [values[rank] for rank in range(world_size)]
     finally:
         _stop(processes)

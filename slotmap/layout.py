@@ -52,6 +52,17 @@ def expand_block_table(block_table: torch.Tensor, blocks_per_kv_block: int) -> t
     """
     if blocks_per_kv_block < 1:
         raise ValueError(f"blocks_per_kv_block must be >= 1, got {blocks_per_kv_block}")
+    if block_table.numel():
+        # k * B + B - 1 must fit the table's dtype: a wrapped-around number would be a small,
+        # valid-looking block of some other request, which no later check can catch.
+        largest = int(block_table.max())
+        limit = torch.iinfo(block_table.dtype).max
+        if largest * blocks_per_kv_block + blocks_per_kv_block - 1 > limit:
+            raise ValueError(
+                f"block_table holds physical block {largest}: its attention blocks "
+                f"{largest} * {blocks_per_kv_block} + j pass {str(block_table.dtype)[6:]}'s "
+                f"largest value {limit}"
+            )
     j = torch.arange(blocks_per_kv_block, dtype=block_table.dtype, device=block_table.device)
     expanded = block_table.unsqueeze(-1) * blocks_per_kv_block + j
     rows, entries = block_table.shape

@@ -40,3 +40,20 @@ def die_on_rank_zero(ctx: RankContext) -> int:
         os._exit(3)
     time.sleep(60)
     return ctx.rank
+
+
+def fail_during_a_collective(ctx: RankContext) -> int:
+    """Rank 1 raises while rank 0 waits in an all_reduce: the report must name rank 1's
+    error, not rank 0's broken connection."""
+    if ctx.rank == 1:
+        raise RuntimeError("boom on rank 1")
+    value = torch.ones(1, device=ctx.device)
+    dist.all_reduce(value)
+    return ctx.rank
+
+
+def exit_quietly(ctx: RankContext) -> int:
+    if ctx.rank == 0:
+        os._exit(0)
+    time.sleep(60)
+    return ctx.rank

@@ -96,6 +96,14 @@ def test_reshape_and_cache_writes_each_token_into_its_slot():
     assert int((kc != POISON).any(dim=(2, 3)).sum()) == 3
 
 
+@pytest.mark.parametrize("write", [reshape_and_cache, reshape_and_cache_torch])
+def test_a_pad_id_other_than_minus_one_is_skipped_too(write):
+    key, value, (kc, vc, _, _), slots = cache_inputs(2, 2, 4, 2, 3, [0, 3])
+    write(key, value, kc, vc, slots, pad_id=0)  # slot 0 is "no slot" here
+    assert bool((kc[0, 0] == POISON).all()) and bool((vc[0, 0] == POISON).all())
+    assert torch.equal(kc[0, 3], key[1]) and torch.equal(vc[0, 3], value[1])
+
+
 def test_unvalidated_slots_past_the_cache_write_nothing():
     guard = torch.full((3 * 4 * 2 * 2 + 64,), POISON, device=DEVICE)
     kc = guard[32:-32].view(3, 4, 2, 2)
@@ -386,3 +394,10 @@ def test_bad_merge_inputs_are_named():
         merge_attention_states(outs, lses.double())
     with pytest.raises(ValueError, match="nothing to merge"):
         merge_attention_states(outs[:0], lses[:0])
+    for value, shown in ((math.inf, "inf"), (math.nan, "nan")):
+        broken = lses.clone()
+        broken[1, 2, 0] = value
+        for merge in (merge_attention_states, merge_attention_states_torch):
+            with pytest.raises(ValueError, match=rf"lses\[1, 2, 0\] is {shown}: .* -inf"):
+                merge(outs, broken)
+    merge_attention_states(outs, broken, validate=False)  # unchecked: the caller's problem

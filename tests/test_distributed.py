@@ -56,3 +56,19 @@ def test_functions_a_rank_cannot_import_are_refused():
         run_ranks(local, 2)
     with pytest.raises(ValueError, match="world_size must be >= 1"):
         run_ranks(rank_jobs.sum_of_ranks, 0, 1)
+
+
+def test_the_rank_that_raised_is_reported_first_not_the_one_it_left_hanging():
+    for _ in range(2):
+        with pytest.raises(RankFailed) as failure:
+            run_ranks(rank_jobs.fail_during_a_collective, 2, timeout_s=60)
+        message = str(failure.value)
+        assert message.startswith("rank 1:"), message
+        assert "RuntimeError: boom on rank 1" in message
+
+
+def test_a_rank_that_exits_without_reporting_is_reported():
+    start = time.monotonic()
+    with pytest.raises(RankFailed, match="rank 0 exited without reporting a result"):
+        run_ranks(rank_jobs.exit_quietly, 2, timeout_s=60)
+    assert time.monotonic() - start < 30

@@ -80,3 +80,12 @@ def test_hybrid_blocks_put_every_token_where_whole_kv_blocks_do(
         options=dict(whole.options, kv_cache_block_size=kv),
     )
     assert_slots_equal(hybrid.run(launcher, **options), whole.run(launcher, **options))
+
+
+def test_expanding_a_block_number_past_int32_is_refused_not_wrapped():
+    largest_ok = (2**31 - 1 - 3) // 4  # 4 * k + 3 is still an int32
+    table = torch.tensor([[largest_ok]], dtype=torch.int32)
+    expanded = slotmap.expand_block_table(table, 4).tolist()
+    assert expanded == [[4 * largest_ok + j for j in range(4)]]
+    with pytest.raises(ValueError, match=r"physical block 1073741824: .* int32's largest value"):
+        slotmap.expand_block_table(torch.tensor([[1, 2**30]], dtype=torch.int32), 4)
