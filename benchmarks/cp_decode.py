@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict
@@ -164,7 +165,12 @@ def time_decode_rank(ctx: RankContext, problem: CPProblem, repeats: int, warmup:
 
 def run_shape(name: str, problem: CPProblem, world_size: int, repeats: int, warmup: int) -> dict:
     ranks = run_ranks(time_decode_rank, world_size, problem, repeats, warmup, timeout_s=600)
-    worst = max(max(r["errors"]["merged_out"], r["errors"]["merged_lse"]) for r in ranks)
+    # NaN must not slip through Python's max (max(0.0, nan) is 0.0): it counts as infinite.
+    worst = max(
+        math.inf if math.isnan(e) else e
+        for r in ranks
+        for e in (r["errors"]["merged_out"], r["errors"]["merged_lse"])
+    )
     timings = sorted(key for key in ranks[0] if key.endswith("_ms"))
     return {
         "shape": name,

@@ -262,7 +262,7 @@ def test_local_lengths_partition_the_sequence(seq_len, world_size, interleave, b
 def test_simulated_ranks_match_dense_attention(problem, world_size):
     run = simulate_ranks(problem, world_size)
     for errors in run["errors"]:
-        assert max(errors.values()) < ATOL, errors
+        assert all(e < ATOL for e in errors.values()), errors  # NaN fails too
     lengths = torch.stack([s.local_lens for s in run["states"]]).sum(0)
     assert lengths.tolist() == list(problem.seq_lens)
 
@@ -284,7 +284,7 @@ def test_context_parallel_on_real_ranks_matches_dense_attention():
     assert [r["rank"] for r in results] == list(range(world_size))
     assert len({r["pid"] for r in results}) == world_size
     for r in results:
-        assert max(r["errors"].values()) < ATOL, r["errors"]
+        assert all(e < ATOL for e in r["errors"].values()), r["errors"]
         assert torch.equal(r["out"], results[0]["out"])  # every rank holds the same merge
     # The new token of each request is written by exactly one rank; the others got PAD.
     slots = torch.tensor([r["decode_slots"] for r in results])
