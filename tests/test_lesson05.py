@@ -147,6 +147,21 @@ def test_an_offset_outside_the_block_is_named():
     assert "an offset is in 0..3" in found.invariant
 
 
+@pytest.mark.parametrize("exercise", ["05.is_local", "05.local_block_and_offset", "05.cp_kernel"])
+def test_hints_name_the_steps_without_printing_the_solution(exercise):
+    hint = get_exercise(exercise).hint
+    assert "Step" in hint or "step" in hint
+    for formula in ("lo =", "vo =", "% W", "// (W", "* I", "== r", "lo // block_size",
+                    "has_slot =", "block_indices =", "lo % "):  # fmt: skip
+        assert formula not in hint, (exercise, formula)
+
+
+def test_a_failure_leads_with_the_broken_invariant_and_the_step_in_its_hint():
+    found = local_failure("no * I")
+    assert found.hint.startswith("Step 3 packs this rank's segments")
+    assert "whole rounds of W·I positions" in found.hint
+
+
 # ---------------------------------------------------------------------------------------------
 # 05.cp_kernel: one kernel with the known mistakes as a constexpr switch
 # ---------------------------------------------------------------------------------------------
@@ -333,6 +348,77 @@ def test_ownership_figure_shows_what_each_ranks_kernel_wrote(world, rank, interl
     )
 
 
+def test_ownership_figure_explains_the_outline_in_its_legend():
+    fig = cp_viz.draw_ownership(world_size=3, rank=1, interleave=2, kv_cache_block_size=4,
+                                seq_len=20)  # fmt: skip
+    labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert "outlined: rank 1's positions" in labels
+    outlined = [
+        p
+        for p in fig.axes[0].patches
+        if (p.get_gid() or "").startswith("position-") and p.get_linewidth() == 2.0
+    ]
+    assert len(outlined) == cp.local_length(20, 3, 1, 2, 4)
+
+
+def _text_boxes(fig, gid: str):
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return [t.get_window_extent(renderer) for ax in fig.axes for t in ax.texts
+            if t.get_gid() == gid and t.get_text()]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("world", "rank", "interleave", "kv", "length"),
+    [
+        pytest.param(2, 0, 1, 2, 32, id="kv2-W2-32"),
+        pytest.param(1, 0, 1, 2, 32, id="kv2-W1-32"),
+        pytest.param(1, 0, 1, 6, 32, id="kv6-W1-32"),
+        pytest.param(4, 3, 1, 8, 32, id="W4-kv8"),
+        pytest.param(4, 0, 8, 2, 32, id="rejected-W4-I8-kv2"),
+        pytest.param(1, 0, 1, 8, 1, id="one-position"),
+    ],
+)
+def test_ownership_figure_fits_every_row_and_label_at_the_widget_extremes(
+    world, rank, interleave, kv, length
+):
+    fig = cp_viz.draw_ownership(world, rank, interleave, kv, length)
+    ax = fig.axes[0]
+    # The figure is as wide as its widest row: no box beyond the axes' right end.
+    right = max(p.get_x() + p.get_width() for p in ax.patches)
+    assert right <= ax.get_xlim()[1]
+    # Labels over blocks and virtual blocks never overlap their neighbours.
+    for gid in ("block-label", "virtual-block-label"):
+        extents = sorted(_text_boxes(fig, gid), key=lambda b: (round(b.y0), b.x0))
+        for left, next_one in zip(extents, extents[1:], strict=False):
+            if abs(left.y0 - next_one.y0) < 1:  # same row
+                assert left.x1 <= next_one.x0, gid
+    # Nothing is drawn past the figure's edges.
+    width, height = fig.bbox.width, fig.bbox.height
+    texts = [t for a in fig.axes for t in a.texts] + [fig._suptitle]
+    texts += [t for legend in fig.legends for t in legend.get_texts()]
+    renderer = fig.canvas.get_renderer()
+    for text in texts:
+        box = text.get_window_extent(renderer)
+        assert box.x0 >= -0.5 and box.x1 <= width + 0.5, text.get_text()
+        assert box.y0 >= -0.5 and box.y1 <= height + 0.5, text.get_text()
+
+
+def test_ownership_figure_shortens_block_labels_that_do_not_fit():
+    wide = cp_viz.draw_ownership(world_size=1, rank=0, interleave=1, kv_cache_block_size=6,
+                                 seq_len=32)  # fmt: skip
+    labels = [t.get_text() for t in wide.axes[0].texts if t.get_gid() == "block-label"]
+    assert labels[0].startswith("block 0 → physical ") and len(labels) == 6
+    narrow = cp_viz.draw_ownership(world_size=2, rank=0, interleave=1, kv_cache_block_size=2,
+                                   seq_len=32)  # fmt: skip
+    run = narrow.slotmap_run
+    labels = [t.get_text() for t in narrow.axes[0].texts if t.get_gid() == "block-label"]
+    assert labels[:2] == [f"b0→{run.tables[0][0]}", f"b1→{run.tables[0][1]}"]
+    vb = [t.get_text() for t in cp_viz.draw_ownership(1, 0, 1, 2, 32).axes[0].texts
+          if t.get_gid() == "virtual-block-label"]  # fmt: skip
+    assert vb[0] == "vb 0" and len(vb) == 16
+
+
 def test_ownership_figure_shows_the_rejected_configuration_colliding():
     fig = cp_viz.draw_ownership(world_size=2, rank=0, interleave=8, kv_cache_block_size=4,
                                 seq_len=16)  # fmt: skip
@@ -362,6 +448,17 @@ def test_five_steps_figure_matches_the_reference_and_the_kernel():
     assert [t.get_text() for t in slot_row.texts][:20] == [str(s) for s in expected]
 
 
+def test_five_steps_figure_shows_the_block_tables_step_5_reads():
+    fig = cp_viz.draw_five_steps(world_size=2, interleave=2, kv_cache_block_size=4, block_size=4,
+                                 num_positions=20)  # fmt: skip
+    tables = fig.slotmap_tables
+    shown = [t.get_text() for t in fig.texts if t.get_gid() == "block-table"]
+    assert shown == ["block tables"] + [f"rank {r}: {tables[r]}" for r in range(2)]
+    for s, slot in zip(fig.slotmap_steps, fig.slotmap_slots, strict=True):
+        assert s.block == s.virtual_block and s.offset == s.local_offset  # B = K: the plain case
+        assert slot == tables[s.owner][s.block] * 4 + s.offset  # step 5, by hand
+
+
 # ---------------------------------------------------------------------------------------------
 # Widget
 # ---------------------------------------------------------------------------------------------
@@ -389,6 +486,7 @@ def test_ownership_widget_redraws_on_a_change():
 # The multi-process run (gloo on the CPU; one device per rank elsewhere)
 # ---------------------------------------------------------------------------------------------
 needs = pytest.mark.skipif(cp.max_ranks() < 3, reason="needs 3 devices of this backend")
+needs2 = pytest.mark.skipif(cp.max_ranks() < 2, reason="needs 2 devices of this backend")
 BATCH = cp.CPBatch((13, 1, 6), 2, 4, 3, 2, starts=(0, 21, 5), max_num_tokens=23, seed=1)
 REJECTED = cp.CPBatch((16,), 4, 4, 2, 8)
 
@@ -426,7 +524,7 @@ def test_the_rank_run_figure_draws_the_evidence(evidence):
     assert "proved it" in fig._suptitle.get_text()
 
 
-@needs
+@needs2
 def test_the_ranks_find_the_collisions_of_the_rejected_configuration():
     unchecked = cp.CPBatch(**{**REJECTED.__dict__, "skip_launcher_checks": True})
     results = run_ranks(cp.cp_slot_mapping_rank, 2, unchecked, timeout_s=90)
@@ -439,7 +537,7 @@ def test_the_ranks_find_the_collisions_of_the_rejected_configuration():
     assert "NOT PROVED" in fig._suptitle.get_text()
 
 
-@needs
+@needs2
 def test_a_rejected_configuration_fails_every_rank_and_run_ranks_reports_it():
     start = time.monotonic()
     with pytest.raises(RankFailed, match=r"rank \d:(.|\n)*kv_cache_block_size 4 is not a "

@@ -79,8 +79,9 @@ def why_owner(position: int, world_size: int, interleave: int, kv_cache_block_si
 # 05.is_local
 # ---------------------------------------------------------------------------------------------
 IS_LOCAL_HINT = (
-    "Step 1: vo = p % (kv_cache_block_size * W). Step 2: the segment vo // I lives on rank "
-    "(vo // I) % W; is_local is that rank == r."
+    "Step 1: where does p sit inside its virtual block (W physical blocks of "
+    "kv_cache_block_size positions, one per rank)? Step 2: which segment of I positions is "
+    "that? The segments are dealt out to the ranks in turn, round after round."
 )
 
 
@@ -187,9 +188,11 @@ register(
 # 05.local_block_and_offset
 # ---------------------------------------------------------------------------------------------
 LOCAL_HINT = (
-    "Step 3: lo = (vo // (W * I)) * I + vo % I (each earlier round of W segments gave this "
-    "rank I positions). Step 4: block = vb * (kv_cache_block_size // block_size) + "
-    "lo // block_size, offset = lo % block_size."
+    "Step 3 packs this rank's segments one after another: how many whole rounds of W·I "
+    "positions came before the virtual offset (each gave this rank I positions), plus the "
+    "offset inside the current segment. Step 4: every earlier virtual block filled one "
+    "physical block of this rank, that is kv_cache_block_size // block_size logical blocks; "
+    "the local offset then splits into a block and an offset like any position."
 )
 
 
@@ -315,9 +318,10 @@ register(
 # 05.cp_kernel
 # ---------------------------------------------------------------------------------------------
 KERNEL_HINT = (
-    "For each lane: vo = pos % (KV_CACHE_BLOCK_SIZE * TOTAL_CP_WORLD_SIZE); has_slot = "
-    "(vo // I) % W == TOTAL_CP_RANK; lo = (vo // (W * I)) * I + vo % I; block_indices = "
-    "(pos // V) * BLOCKS_PER_KV_BLOCK + lo // block_size; slot_offsets = lo % block_size."
+    "The five steps of 05.is_local and 05.local_block_and_offset, on a whole tile of "
+    "positions at once: step 1 the virtual block and offset, step 2 has_slot (is the "
+    "segment's rank TOTAL_CP_RANK?), step 3 the packed local offset, step 4 block_indices "
+    "(each earlier virtual block counts BLOCKS_PER_KV_BLOCK blocks) and slot_offsets."
 )
 
 

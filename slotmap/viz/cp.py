@@ -21,6 +21,7 @@ shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from slotmap.backend import DEVICE
 from slotmap.cp import CPBatch, RankEvidence, five_steps, launch_unchecked, local_layout
@@ -94,6 +95,24 @@ def run_ownership(
     return OwnershipRun(batch, valid, message, slots, tables, local)
 
 
+@lru_cache(maxsize=1024)
+def text_width_pt(text: str, font_size: float) -> float:
+    """How wide ``text`` is drawn at ``font_size``, in points (the widest of its lines)."""
+    from matplotlib.textpath import TextPath
+
+    return max(TextPath((0, 0), line or " ", size=font_size).get_extents().width
+               for line in text.split("\n"))  # fmt: skip
+
+
+def fitting(candidates: list[list[str]], room_pt: float, font_size: float) -> list[str]:
+    """The first list of labels that all fit in ``room_pt`` points each; empty labels when
+    none does (a label that does not fit is dropped rather than drawn over its neighbour)."""
+    for labels in candidates:
+        if all(text_width_pt(label, font_size) <= room_pt for label in labels):
+            return labels
+    return [""] * len(candidates[0]) if candidates else []
+
+
 def _label(ax, y: float, text: str, colour: str = "black") -> None:
     ax.text(-0.4, y + 0.4, text, ha="right", va="center", fontsize=FONT_SIZE, color=colour)
 
@@ -116,14 +135,18 @@ def draw_ownership(
     virtual = kv_cache_block_size * world_size
     n = seq_len
     counts = [sum(1 for v in run.local[r] if v >= 0) for r in range(world_size)]
-    local_extent = max((max(run.local[r], default=-1) + 1 for r in range(world_size)), default=0)
-    local_width = local_extent + BLOCK_GAP * max(0, -(-local_extent // block_size) - 1)
+    # Size the figure from its widest row: a rank's local row is whole blocks with gaps.
+    local_blocks = max(-(-(max(run.local[r], default=-1) + 1) // block_size)
+                       for r in range(world_size))  # fmt: skip
+    local_width = local_blocks * block_size + BLOCK_GAP * max(0, local_blocks - 1)
     width = max(n, local_width, 16)
+    axes_left, axes_width = 0.15, 0.83
+    cell_pt = axes_width * WIDTH * 72 / (width + 0.4)  # one position's box, in points
 
     # Rows, top to bottom (y grows upwards in matplotlib: we count down from the top).
     rows = 2.3 + world_size * 1.5 + 1.8
     fig = plt.figure(figsize=(WIDTH, 0.42 * rows + 1.3))
-    ax = fig.add_axes([0.15, 0.1, 0.83, 0.74])
+    ax = fig.add_axes([axes_left, 0.1, axes_width, 0.74])
     ax.set_axis_off()
     top = rows
     y_pos = top - 1.6
@@ -157,13 +180,18 @@ def draw_ownership(
             patch.set_edgecolor(HIGHLIGHT)
             patch.set_linewidth(2.6)
     _label(ax, y_pos, "position\n(colour: owner)")
-    # Virtual blocks: brackets above the positions.
+    # Virtual blocks: brackets above the positions, labelled as fits ("virtual block 3",
+    # "vb 3", or nothing).
     for start in range(0, n, virtual):
         end = min(start + virtual, n)
         xs = [start + 0.05, start + 0.05, end - 0.05, end - 0.05]
         ax.plot(xs, [y_pos + 0.95, y_pos + 1.1, y_pos + 1.1, y_pos + 0.95], color=EDGE, lw=0.8)
-        ax.text((start + end) / 2, y_pos + 1.25, f"virtual block {start // virtual}",
-                ha="center", va="bottom", fontsize=FONT_SIZE - 1)  # fmt: skip
+        index = start // virtual
+        (text,) = fitting([[f"virtual block {index}"], [f"vb {index}"]],
+                          (end - start) * cell_pt - 4, FONT_SIZE - 1)  # fmt: skip
+        if text:
+            ax.text((start + end) / 2, y_pos + 1.25, text, ha="center", va="bottom",
+                    fontsize=FONT_SIZE - 1, gid="virtual-block-label")  # fmt: skip
 
     # 2. Each rank's local layout: logical blocks of its own cache, packed from local 0.
     y = y_pos - 0.3
@@ -185,13 +213,28 @@ def draw_ownership(
                                   linewidth=2.0 if r == rank else 0.6, gid=gid)  # fmt: skip
                 ax.add_patch(patch)
                 if held:
-                    ax.text(x0 + o + 0.5, y + 0.4, "|".join(map(str, held)), ha="center",
-                            va="center", color="white",
-                            fontsize=FONT_SIZE if len(held) == 1 else FONT_SIZE - 2)  # fmt: skip
-            physical = run.tables[r][b] if b < len(run.tables[r]) else "?"
-            ax.text(x0 + block_size / 2, y + 0.88, f"block {b} → physical {physical}",
-                    ha="center", va="bottom", fontsize=FONT_SIZE - 2, color="#555555")  # fmt: skip
-        _label(ax, y, f"rank {r}: {counts[r]} tokens", rank_colour(r))
+                    # Two or more positions in one place: "4|8", else stacked, else "×2".
+                    names = list(map(str, held))
+                    text, size = "|".join(names), FONT_SIZE if len(held) == 1 else FONT_SIZE - 2
+                    if len(held) > 1 and text_width_pt(text, size) > cell_pt - 2:
+                        text, size = "\n".join(names), FONT_SIZE - 3
+                        if len(held) > 2 or text_width_pt(text, size) > cell_pt - 2:
+                            text, size = f"×{len(held)}", FONT_SIZE - 2
+                    ax.text(x0 + o + 0.5, y + 0.4, text, ha="center", va="center",
+                            color="white", fontsize=size, gid="local-label")  # fmt: skip
+        # "block 0 → physical 4" over each block where it fits, else "b0→4", else nothing.
+        physical = [run.tables[r][b] if b < len(run.tables[r]) else "?" for b in range(blocks)]
+        long = [f"block {b} → physical {m}" for b, m in enumerate(physical)]
+        short = [f"b{b}→{m}" for b, m in enumerate(physical)]
+        room = (block_size + 0.3) * cell_pt - 3
+        for b, text in enumerate(fitting([long, short], room, FONT_SIZE - 2)):
+            if text:
+                ax.text(b * (block_size + BLOCK_GAP) + block_size / 2, y + 0.88, text,
+                        ha="center", va="bottom", fontsize=FONT_SIZE - 2, color="#555555",
+                        gid="block-label")  # fmt: skip
+        _label(
+            ax, y, f"rank {r}: {counts[r]} token{'' if counts[r] == 1 else 's'}", rank_colour(r)
+        )
 
     # 3. The chosen rank's slot mapping, as the kernel wrote it.
     y -= 1.4
@@ -213,14 +256,25 @@ def draw_ownership(
     ax.set_ylim(y - 0.3, top)
     handles = [Patch(facecolor=rank_colour(r), edgecolor=EDGE, label=f"rank {r}")
                for r in range(world_size)]  # fmt: skip
+    handles.append(Patch(facecolor="white", edgecolor="black", linewidth=2.0,
+                         label=f"outlined: rank {rank}'s positions"))  # fmt: skip
     handles.append(Patch(facecolor=EMPTY, edgecolor=EDGE, label="local slot not used yet"))
     handles.append(Patch(facecolor=PAD, edgecolor=EDGE, label="PAD: another rank's"))
     if collided or any(len(run.owners(t)) != 1 for t in range(n)):
         handles.append(
             Patch(facecolor=HIGHLIGHT, edgecolor=EDGE, label="two positions, one place")
         )
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=FONT_SIZE - 1,
-               frameon=False, bbox_to_anchor=(0.5, 0.0))  # fmt: skip
+    # One row of legend when it fits the figure's width, else two (and room for them).
+    em = FONT_SIZE - 1
+    entries = sum(text_width_pt(h.get_label(), em) + 4.8 * em for h in handles)
+    ncol = len(handles) if entries <= 0.95 * WIDTH * 72 else -(-len(handles) // 2)
+    if ncol < len(handles):
+        height = fig.get_figheight()
+        fig.set_figheight(height + 0.25)
+        ax.set_position([axes_left, (0.1 * height + 0.25) / (height + 0.25), axes_width,
+                         0.74 * height / (height + 0.25)])  # fmt: skip
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=em, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))  # fmt: skip
     verdict = (
         "every position on exactly one rank, packed from local position 0"
         if run.valid and not collided
@@ -228,7 +282,8 @@ def draw_ownership(
         "drawn from the kernel launched past its checks; red: collisions"
     )
     fig.suptitle(
-        f"W = {world_size} ranks, interleave I = {interleave}, kv block {kv_cache_block_size}: "
+        f"W = {world_size} rank{'s' if world_size > 1 else ''}, interleave I = {interleave}, "
+        f"kv block K = {kv_cache_block_size}: "
         f"virtual block V = {virtual}; segment s of I positions lives on rank s mod {world_size}"
         f"\n{verdict}",
         fontsize=FONT_SIZE + 1,
@@ -306,11 +361,13 @@ def draw_five_steps(
         ("3. local offset lo", [s.local_offset for s in steps], "owner"),
         (f"4. block vb·{per} + lo // {block_size}", [s.block for s in steps], "owner"),
         (f"   offset lo % {block_size}", [s.offset for s in steps], "owner"),
-        ("5. slot (kernel, on the owner)", slots, "owner"),
+        (f"5. slot table[b]·{block_size} + o", slots, "owner"),
     ]
     fig, axes = figure(rows=len(rows), height_per_row=0.42)
-    fig.set_figheight(fig.get_figheight() + 0.8)
-    fig.subplots_adjust(left=0.28, right=0.99, top=0.86, bottom=0.02, hspace=0.15)
+    height = fig.get_figheight() + 1.1
+    fig.set_figheight(height)
+    fig.subplots_adjust(left=0.28, right=0.99, top=1 - 0.75 / height, bottom=0.35 / height,
+                        hspace=0.15)  # fmt: skip
     for ax, (label, values, colour_by) in zip(axes, rows, strict=True):
         if colour_by == "owner":
             colours = [rank_colour(s.owner) for s in steps]
@@ -328,14 +385,28 @@ def draw_five_steps(
         ax.text(-0.4, 0.4, label, ha="right", va="center", fontsize=FONT_SIZE, family="monospace")
         ax.set_xlim(-0.2, num_positions + 0.2)
         ax.set_ylim(-0.1, 0.9)
+    # Step 5 needs each rank's block table: show them, so every slot can be checked by hand.
+    used = [max((s.block for s in steps if s.owner == r), default=-1) + 1
+            for r in range(world_size)]  # fmt: skip
+    tables = [run.tables[r][: used[r]] for r in range(world_size)]
+    fig.text(0.28 - 0.4 / (num_positions + 0.4) * 0.71, 0.12 / height, "block tables",
+             ha="right", va="bottom", fontsize=FONT_SIZE, gid="block-table")  # fmt: skip
+    x = 0.28 * WIDTH * 72
+    for r in range(world_size):
+        text = f"rank {r}: {tables[r]}"
+        fig.text(x / (WIDTH * 72), 0.12 / height, text, ha="left", va="bottom",
+                 fontsize=FONT_SIZE, color=rank_colour(r), gid="block-table")  # fmt: skip
+        x += text_width_pt(text, FONT_SIZE) + 16
     fig.suptitle(
-        f"The five steps, W = {world_size}, I = {interleave}, kv block {kv_cache_block_size} "
-        f"= {per} block{'s' if per > 1 else ''} of {block_size} (colour: owner rank)\n"
-        f"slots from the production kernel run on each rank with its own block table",
+        f"The five steps, W = {world_size}, I = {interleave}, K = {kv_cache_block_size} = "
+        f"{per} block{'s' if per > 1 else ''} of B = {block_size} (colour: owner rank)\n"
+        f"step 5 is the slot the production kernel wrote on the owner rank, with that rank's "
+        f"block table (below)",
         fontsize=FONT_SIZE + 1,
     )
     fig.slotmap_steps = steps
     fig.slotmap_slots = slots
+    fig.slotmap_tables = tables
     return fig
 
 
