@@ -215,6 +215,44 @@ def test_exp_overflow_is_rejected():
     assert "large scores" in found.case_name
 
 
+def right_merge(outs, lses):
+    largest = lses.max(0).values
+    shift = torch.where(torch.isfinite(largest), largest, torch.zeros_like(largest))
+    weights = torch.exp(lses - shift)
+    total = weights.sum(0)
+    out = (weights[..., None] * outs).sum(0) / total.clamp(min=1e-30)[..., None]
+    return out, shift + torch.log(total)
+
+
+def finite_empty_lse_merge(outs, lses):
+    # right output, but an empty request's lse -inf replaced by 0 (a "safe" number)
+    out, lse = right_merge(outs, lses)
+    return out, lse.nan_to_num(neginf=0.0)
+
+
+def positive_inf_empty_lse_merge(outs, lses):
+    # FlashAttention-2's convention for a sequence with no keys: lse = +inf
+    out, lse = right_merge(outs, lses)
+    return out, torch.where(torch.isneginf(lse), torch.full_like(lse, float("inf")), lse)
+
+
+def test_the_right_merge_of_these_variants_passes():
+    result = run_check(get_exercise("07.lse_merge"), right_merge)
+    assert result.passed, result.report()
+
+
+@pytest.mark.parametrize(
+    ("merge", "got"), [(finite_empty_lse_merge, "0.0"), (positive_inf_empty_lse_merge, "inf")]
+)
+def test_an_empty_request_whose_lse_is_not_minus_inf_is_rejected(merge, got):
+    found = failure("07.lse_merge", merge)
+    assert found.invariant == (
+        "request 1, head 0 has no keys on any rank (the request has 0 positions, every lse_r "
+        f"is -inf): its merged lse must be -inf, got {got}"
+    )
+    assert "padding request of length 0" in found.case_name
+
+
 def test_a_merge_that_returns_one_tensor_is_rejected():
     found = failure("07.lse_merge", lambda outs, lses: outs.mean(0))
     assert "not a pair (out, lse)" in found.invariant
@@ -286,6 +324,89 @@ def test_cp_figure_shows_ownership_local_caches_and_weights(seq_len, world_size,
     assert all(max(e.values()) < 1e-5 for e in run["errors"])
 
 
+def text_boxes(fig, texts):
+    renderer = fig.canvas.get_renderer()
+    return [t.get_window_extent(renderer) for t in texts]
+
+
+def overlapping(fig, texts) -> list:
+    """Pairs of texts whose drawn boxes overlap (in pixels)."""
+    found = text_boxes(fig, texts)
+    return [
+        (texts[i].get_text(), texts[j].get_text())
+        for i in range(len(found))
+        for j in range(i + 1, len(found))
+        if found[i].overlaps(found[j])
+    ]
+
+
+def inside_figure(fig, text) -> bool:
+    box = text_boxes(fig, [text])[0]
+    width, height = fig.canvas.get_width_height()
+    return box.x0 >= 0 and box.x1 <= width and box.y0 >= 0 and box.y1 <= height
+
+
+# The paged widget's extremes: block size 1..8, request 1's length 1..24, every corruption.
+PAGED_EXTREMES = [
+    (block_size, longest, corruption)
+    for block_size in (1, 8)
+    for longest in (1, 24)
+    for corruption in attention_viz.CORRUPTIONS
+]
+
+
+@pytest.mark.parametrize(("block_size", "longest", "corruption"), PAGED_EXTREMES)
+def test_paged_figure_is_readable_at_the_widgets_extremes(block_size, longest, corruption):
+    fig = attention_viz.draw_paged_attention((6, longest, 3), block_size, corruption, num_heads=1)
+    run = fig.slotmap_run
+    cache_ax = fig.axes[0]
+    assert len(cache_ax.patches) == run.num_blocks * block_size
+    # Every slot label sits in its own box and every block number under its own block, none
+    # overlapping another, and the whole cache row inside the figure.
+    slot_labels = [t for t in cache_ax.texts if t.get_position()[1] > 0]
+    block_labels = [
+        t for t in cache_ax.texts if t.get_position()[1] < 0 and t.get_ha() == "center"
+    ]
+    assert [t.get_text() for t in block_labels] == [str(b) for b in range(run.num_blocks)]
+    lost = 1 if run.corrupted_token is not None else 0  # the "?" of the slot not written
+    assert len(slot_labels) == len(set(run.written)) + lost + 1  # + the row's caption
+    assert overlapping(fig, slot_labels) == []
+    assert overlapping(fig, block_labels) == []
+    assert all(inside_figure(fig, t) for t in cache_ax.texts)
+    table = next(t for t in fig.texts if t.get_gid() == "block-table")
+    assert inside_figure(fig, table)
+    title = fig._suptitle.get_text()
+    assert f"physical blocks of B = {block_size} slot" in title
+    assert ("1 slots" not in title) and ("B = 1 slot\n" in title) == (block_size == 1)
+    assert len(gids(fig.axes[1], "error-bar")) == 3
+    # An error of exactly 0 has no bar on the log scale: a label says so.
+    exact = sum(e == 0 for per_head in run.errors for e in per_head)
+    assert [t.get_text() for t in fig.axes[1].texts].count("0 (exact)") == exact
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "world_size", "interleave"),
+    [(24, 1, 1), (24, 4, 4), (24, 4, 1), (1, 4, 1), (1, 1, 4), (13, 2, 2)],
+)
+def test_cp_figure_is_readable_at_the_widgets_extremes(seq_len, world_size, interleave):
+    fig = attention_viz.draw_cp_attention(seq_len, world_size, interleave, block_size=4)
+    run = fig.slotmap_run
+    title = fig._suptitle.get_text()
+    assert "rank(s)" not in title
+    assert f"W = {world_size} rank{'s' if world_size > 1 else ''}," in title
+    # Both the lse and the weight line name their heads.
+    side = [t.get_text() for t in fig.texts if t.get_text().startswith("lse:")]
+    assert len(side) == world_size
+    assert all(line.startswith("lse: h0 ") and "\nweight: h0 " in line for line in side)
+    # Each local block says whose cache it is in; labels do not overlap and stay inside.
+    for r, ax in enumerate(run["local_axes"]):
+        labels = [t for t in ax.texts if "block" in t.get_text()]
+        assert len(labels) == -(-run["local_lens"][r] // 4)
+        assert all(t.get_text().startswith(f"rank {r}'s block ") for t in labels)
+        assert overlapping(fig, labels) == []
+        assert all(inside_figure(fig, t) for t in ax.texts)
+
+
 # ---------------------------------------------------------------------------------------------
 # Widgets
 # ---------------------------------------------------------------------------------------------
@@ -300,6 +421,7 @@ def test_paged_widget_redraws_on_a_change():
     assert box.figure.slotmap_run.max_error > 1e-3
     box.controls["block_size"].value = 2
     assert box.figure.slotmap_run.block_size == 2
+    assert len(box.figure.slotmap_run.errors[0]) == 1  # one head: a move stays quick
     print(f"paged widget update: {elapsed * 1000:.0f} ms")
 
 
@@ -310,5 +432,6 @@ def test_cp_widget_redraws_on_a_change():
     box.controls["world_size"].value = 3
     elapsed = time.perf_counter() - start
     assert len(box.figure.slotmap_run["local_lens"]) == 3
+    assert "W = 3 ranks" in box.figure._suptitle.get_text()
     assert sum(box.figure.slotmap_run["local_lens"]) == 13
     print(f"cp widget update: {elapsed * 1000:.0f} ms")

@@ -10,7 +10,7 @@
   partial attentions by log-sum-exp. Partials come from dense attention over the positions
   each rank owns, so the merged result must equal dense attention over the whole sequence;
   the judge names the usual mistakes (a plain average, unnormalised weights, NaN from an
-  empty rank, exp overflow).
+  empty rank, exp overflow, a request with no keys anywhere whose lse is not -inf).
 """
 
 from __future__ import annotations
@@ -136,8 +136,9 @@ def explain_cache(
     mine = [tuple(r) for r in written.tolist()]
     theirs = [tuple(r) for r in other.tolist()]
     hint_slot = (
-        "block = slot // block_size, offset = slot % block_size, and the row starts at "
-        "block * block_stride + offset * slot_stride."
+        "A slot is physical block floor(slot / B) at offset slot mod B (B = block_size); "
+        "the cache's two strides turn that (block, offset) pair into the first element of "
+        "the slot's row."
     )
     # A padding token writes nothing.
     for token, slot in enumerate(case.slots):
@@ -266,9 +267,9 @@ def cache_cases(draw: st.DrawFn) -> CacheCase:
 
 
 CACHE_HINT = (
-    "Skip tokens whose slot is PAD_ID; otherwise block = slot // block_size, "
-    "offset = slot % block_size, and the token's row of ROW elements goes to "
-    "block * block_stride + offset * slot_stride in both caches."
+    "A PAD_ID slot writes nothing. Any other slot is physical block floor(slot / B) at "
+    "offset slot mod B (B = block_size); the token's row of ROW elements goes to that slot's "
+    "row, found through the cache's strides, in both caches."
 )
 
 register(
@@ -358,8 +359,9 @@ MERGE_HINT = (
 
 
 def _close(a: Tensor, b: Tensor) -> Tensor:
-    both_inf = torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))
-    return both_inf | ((a - b).abs() <= ATOL + RTOL * b.abs())
+    """|a - b| within tolerance where ``b`` is finite; exactly equal where it is not (an
+    expected lse of -inf: the tolerance there would be inf and accept anything)."""
+    return torch.where(torch.isfinite(b), (a - b).abs() <= ATOL + RTOL * b.abs(), a == b)
 
 
 def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], case: MergeCase):
@@ -444,6 +446,17 @@ def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], ca
     far = ~_close(lse, expected_lse)
     if far.any():
         r, h = (int(i) for i in far.nonzero()[0])
+        if torch.isneginf(expected_lse[r, h]):
+            raise Wrong(
+                f"request {r}, head {h} has no keys on any rank (the request has "
+                f"{case.seq_lens[r]} positions, every lse_r is -inf): its merged lse must be "
+                f"-inf, got {float(lse[r, h])}",
+                "-inf",
+                f"{float(lse[r, h])}",
+                "An lse of -inf means 'no keys': the weights exp(lse_r) of such a request "
+                "sum to 0, and log 0 = -inf. Keep that value (the next merge gives the "
+                "state weight 0); a finite or +inf lse would weigh a state that saw no keys.",
+            )
         why = ""
         if float(lse[r, h]) == float(lses_c[:, r, h].max()) and case.world_size > 1:
             why = " (it is the largest lse_r: the other ranks' keys add to the sum)"

@@ -17,6 +17,7 @@ Patches carry a ``gid`` ("slot-q0", "slot-stale", "slot-corrupt", "owner-r1", "l
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -130,32 +131,68 @@ def run_paged(
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def _text_width(text: str, font_size: float) -> float:
+    """Width of ``text`` in points at ``font_size`` (the default font), without drawing it."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    width, _, _ = TextToPath().get_text_width_height_descent(
+        text, FontProperties(size=font_size), ismath=False
+    )
+    return width
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def draw_paged_attention(
     seq_lens: tuple[int, ...] = (6, 11, 3),
     block_size: int = 4,
     corruption: str = "none",
     seed: int = 0,
+    num_heads: int = 2,
 ):
     """The paged cache after ``reshape_and_cache`` and the attention's error per request and
-    head against dense attention; returns a matplotlib Figure."""
+    head against dense attention; returns a matplotlib Figure.
+
+    The cache row is as wide as the figure at every size: a slot's label (the position it
+    holds) and a block's number shrink or go where they would not fit."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    run = run_paged(tuple(seq_lens), block_size, corruption, seed=seed)
+    run = run_paged(tuple(seq_lens), block_size, corruption, seed=seed, num_heads=num_heads)
     fig = plt.figure(figsize=(WIDTH, 5.0))
-    cache_ax = fig.add_axes([0.01, 0.5, 0.98, 0.36])
-    error_ax = fig.add_axes([0.09, 0.1, 0.6, 0.28])
+    left, right = 0.1, 0.99
+    cache_ax = fig.add_axes([left, 0.5, right - left, 0.36])
+    error_ax = fig.add_axes([0.1, 0.1, 0.59, 0.28])
     cache_ax.set_axis_off()
 
-    # The cache: physical blocks side by side, each of block_size slots, labelled with the
-    # position each slot holds (written by reshape_and_cache through the slot mapping).
+    # The cache: physical blocks side by side, each of B slots, each slot labelled with the
+    # position it holds (written by reshape_and_cache through the slot mapping).
+    gap = 0.35
+    x_max = run.num_blocks * (block_size + gap)
+    points_per_unit = (right - left) * WIDTH * 72 / (x_max + 0.2)
+    # The widest label of each row at the largest font that fits (a slot is 1 unit wide,
+    # a block B units plus the gap); a row whose labels fit at no size loses them.
+    widest_position = str(max(run.seq_lens) - 1)
+    slot_font = next(
+        (f for f in (FONT_SIZE - 1, FONT_SIZE - 2)
+         if _text_width(widest_position, f) <= 0.9 * points_per_unit),
+        None,
+    )  # fmt: skip
+    block_font = next(
+        (f for f in (FONT_SIZE - 1, FONT_SIZE - 2)
+         if _text_width(str(run.num_blocks - 1), f) <= (block_size + gap * 0.6) * points_per_unit),
+        None,
+    )  # fmt: skip
     holder: dict[int, tuple[int, int]] = {}
     for token, slot in enumerate(run.written):
         if slot != PAD_SLOT_ID:
             holder[slot] = (run.requests[token], run.positions[token])
     corrupt_slot = run.written[run.corrupted_token] if run.corrupted_token is not None else None
     lost_slot = run.slots[run.corrupted_token] if run.corrupted_token is not None else None
-    gap = 0.35
     for block in range(run.num_blocks):
         x0 = block * (block_size + gap)
         colours, labels, gids = [], [], []
@@ -174,24 +211,39 @@ def draw_paged_attention(
                 colours.append(EMPTY)
                 labels.append("")
                 gids.append("slot-stale")
-        patches = boxes(cache_ax, 0, colours, labels, x0=x0, text_colour="white",
-                        font_size=FONT_SIZE - 1)  # fmt: skip
+        patches = boxes(cache_ax, 0, colours, labels if slot_font else None, x0=x0,
+                        text_colour="white", font_size=slot_font or FONT_SIZE)  # fmt: skip
         for patch, gid in zip(patches, gids, strict=True):
             patch.set_gid(gid)
             if gid == "slot-lost":
                 patch.set_edgecolor(HIGHLIGHT)
                 patch.set_linewidth(2.0)
-        for text in cache_ax.texts[-block_size:]:
-            if text.get_text() == "?":
-                text.set_color(HIGHLIGHT)
-        cache_ax.text(x0 + block_size / 2, -0.3, f"block {block}", ha="center", va="center",
-                      fontsize=FONT_SIZE - 1)  # fmt: skip
+        if block_font:
+            cache_ax.text(x0 + block_size / 2, -0.3, str(block), ha="center", va="center",
+                          fontsize=block_font)  # fmt: skip
+    for text in cache_ax.texts:
+        if text.get_text() == "?":
+            text.set_color(HIGHLIGHT)
+    # Row captions, in the margin left of the cache.
+    cache_ax.text(-0.2 - 0.08 * 72 / points_per_unit, 0.4, "slot\n(position\nit holds)",
+                  ha="right", va="center", fontsize=FONT_SIZE - 1)  # fmt: skip
+    if block_font:
+        cache_ax.text(-0.2 - 0.08 * 72 / points_per_unit, -0.3, "physical block", ha="right",
+                      va="center", fontsize=FONT_SIZE - 1)  # fmt: skip
     rows = "   ".join(
         f"q{q}: {row[: -(-n // block_size)]}"
         for q, (row, n) in enumerate(zip(run.block_table, run.seq_lens, strict=True))
     )
-    cache_ax.text(0, 1.25, f"block table  {rows}", fontsize=FONT_SIZE, va="center")
-    cache_ax.set_xlim(-0.2, run.num_blocks * (block_size + gap))
+    table = f"block table  {rows}"
+    # One line across the whole figure, at the largest font that fits.
+    table_font = next(
+        (f for f in (FONT_SIZE, FONT_SIZE - 1, FONT_SIZE - 2, FONT_SIZE - 3)
+         if _text_width(table, f) <= 0.98 * WIDTH * 72),
+        FONT_SIZE - 3,
+    )  # fmt: skip
+    fig.text(0.01, 0.5 + 0.36 * (1.25 + 0.6) / 2.1, table, fontsize=table_font, va="center",
+             gid="block-table")  # fmt: skip
+    cache_ax.set_xlim(-0.2, x_max)
     cache_ax.set_ylim(-0.6, 1.5)
 
     # The error of each (request, head) against dense attention, on a log scale.
@@ -199,22 +251,28 @@ def draw_paged_attention(
     for q, per_head in enumerate(run.errors):
         for h, error in enumerate(per_head):
             bars.append(max(error, 1e-9))
-            labels.append(f"q{q} h{h}")
+            labels.append(f"q{q} h{h}" if len(per_head) > 1 else f"q{q}")
             colours.append(HIGHLIGHT if error > TOLERANCE else request_colour(q))
     drawn = error_ax.bar(range(len(bars)), bars, color=colours, edgecolor=EDGE, linewidth=0.6)
     for patch in drawn:
         patch.set_gid("error-bar")
+    for index, error in enumerate(e for per_head in run.errors for e in per_head):
+        if error == 0:  # a bar of height 0 on a log scale: say so rather than show nothing
+            error_ax.text(index, 3e-9, "0 (exact)", ha="center", fontsize=FONT_SIZE - 1)
     error_ax.set_yscale("log")
     error_ax.set_ylim(1e-9, 10)
+    # Plain tick labels: the log axis's default 10^k labels are mathtext, slow to lay out.
+    error_ax.set_yticks([1e-8, 1e-6, 1e-4, 1e-2, 1], ["1e-8", "1e-6", "1e-4", "0.01", "1"])
+    error_ax.minorticks_off()
     error_ax.axhline(TOLERANCE, color=EDGE, linestyle="--", linewidth=0.8)
     error_ax.text(
-        len(bars) - 0.4, TOLERANCE * 1.6, "tolerance", ha="right", fontsize=FONT_SIZE - 1
+        len(bars) - 0.6, TOLERANCE * 1.6, "tolerance", ha="right", fontsize=FONT_SIZE - 1
     )
     error_ax.set_xticks(range(len(bars)), labels, fontsize=FONT_SIZE - 1)
     error_ax.tick_params(axis="y", labelsize=FONT_SIZE - 1)
     error_ax.set_ylabel("max |paged - dense|", fontsize=FONT_SIZE)
-    error_ax.set_title("paged attention against dense attention, per request and head",
-                       fontsize=FONT_SIZE)  # fmt: skip
+    per = "per request and head" if num_heads > 1 else "per request (one head)"
+    error_ax.set_title(f"paged attention against dense attention, {per}", fontsize=FONT_SIZE)
 
     handles = [Patch(facecolor=request_colour(q), edgecolor=EDGE, label=f"request {q}")
                for q in range(len(run.seq_lens))]  # fmt: skip
@@ -225,11 +283,6 @@ def draw_paged_attention(
                              label="the slot it should have written"))  # fmt: skip
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.72, 0.25),
                fontsize=FONT_SIZE - 1, frameon=False)  # fmt: skip
-    verdict = (
-        f"every request matches dense attention (max error {run.max_error:.1e})"
-        if run.max_error <= TOLERANCE
-        else f"DIVERGED: max error {run.max_error:.2f}"
-    )
     if run.corrupted_token is not None:
         t = run.corrupted_token
         what = (
@@ -238,18 +291,25 @@ def draw_paged_attention(
         )
     else:
         what = "every token written to the slot the kernel computed"
+    verdict = (
+        f"every request matches dense attention (max error {run.max_error:.1e})"
+        if run.max_error <= TOLERANCE
+        else f"DIVERGED, max error {run.max_error:.2f}"
+    )
     fig.suptitle(
-        f"Paged KV cache ({run.num_blocks} blocks of {block_size} slots; label = position): "
-        f"{what}\n{verdict}",
+        f"Paged KV cache: {_plural(run.num_blocks, 'physical block')} of B = "
+        f"{_plural(block_size, 'slot')}\n{what}: {verdict}",
         fontsize=FONT_SIZE + 1,
     )
     fig.slotmap_run = run
     return fig
 
 
-def paged_attention_widget(block_size: int = 4, longest: int = 11):
+def paged_attention_widget(block_size: int = 4, longest: int = 11, num_heads: int = 1):
     """``draw_paged_attention`` with sliders for the block size and the longest request, and
-    a corruption to apply."""
+    a corruption to apply. One head by default: a wrong slot damages every head of a request
+    alike, and the interpreted attention kernel runs one program per (request, head), so a
+    second head would only make every move slower."""
     import ipywidgets as widgets
 
     from slotmap.viz.live import live_figure
@@ -257,7 +317,7 @@ def paged_attention_widget(block_size: int = 4, longest: int = 11):
     style = {"description_width": "initial"}
     controls = {
         "block_size": widgets.IntSlider(
-            value=block_size, min=1, max=8, description="block size", style=style
+            value=block_size, min=1, max=8, description="block size B", style=style
         ),
         "longest": widgets.IntSlider(
             value=longest, min=1, max=24, description="request 1's length", style=style
@@ -268,7 +328,7 @@ def paged_attention_widget(block_size: int = 4, longest: int = 11):
     }
 
     def draw(block_size: int, longest: int, corruption: str):
-        return draw_paged_attention((6, longest, 3), block_size, corruption)
+        return draw_paged_attention((6, longest, 3), block_size, corruption, num_heads=num_heads)
 
     return live_figure(draw, controls)
 
@@ -324,6 +384,15 @@ def draw_cp_attention(
     # One horizontal scale for every row, so a box is the same size everywhere.
     local_blocks = max(-(-int(s.local_lens[0]) // block_size) for s in states)
     width = max(seq_len, 8, local_blocks * (block_size + 0.3))
+    block_points = block_size * 0.62 * WIDTH * 72 / (width + 0.2)
+
+    def block_label(rank: int, physical: int) -> str:
+        """Under a local block: whose cache it is in, if that fits under the block."""
+        for label in (f"rank {rank}'s block {physical}", f"r{rank} block {physical}"):
+            if _text_width(label, FONT_SIZE - 2) <= 0.95 * block_points:
+                return label
+        return str(physical)
+
     owner_ax, _ = row_axes(0)
     patches = boxes(owner_ax, 0, [rank_colour(r) for r in owner],
                     [str(p) for p in range(seq_len)], text_colour="white",
@@ -352,7 +421,9 @@ def draw_cp_attention(
                            x0=x + len(chunk))  # fmt: skip
             for patch in drawn[: len(chunk)]:
                 patch.set_gid(f"local-r{r}")
-            ax.text(x + block_size / 2, -0.25, f"block {table[logical]}", ha="center",
+            # Each rank numbers the blocks of its own cache: rank 0's block 4 and rank 1's
+            # block 4 are different memory.
+            ax.text(x + block_size / 2, -0.25, block_label(r, table[logical]), ha="center",
                     va="center", fontsize=FONT_SIZE - 2)  # fmt: skip
             x += block_size + 0.3
         if n == 0:
@@ -360,10 +431,12 @@ def draw_cp_attention(
                     fontsize=FONT_SIZE, color="#555555")  # fmt: skip
         ax.set_xlim(-0.1, width + 0.1)
         ax.set_ylim(-0.5, 0.9)
-        ax.text(-0.4, 0.4, f"rank {r}\n{n} local", ha="right", va="center", fontsize=FONT_SIZE)
+        ax.text(-0.4, 0.4, f"rank {r}\n{_plural(n, 'position')}", ha="right", va="center",
+                fontsize=FONT_SIZE)  # fmt: skip
         share = ", ".join(f"h{h} {float(shares[r, 0, h]):.2f}" for h in range(shares.shape[2]))
         lse_text = ", ".join(
-            f"{float(v):.2f}" if torch.isfinite(v) else "-inf" for v in lses[r, 0]
+            f"h{h} {float(v):.2f}" if torch.isfinite(v) else f"h{h} -inf"
+            for h, v in enumerate(lses[r, 0])
         )
         fig.text(0.75, y + 0.5 * row_height / fig_height, f"lse: {lse_text}\nweight: {share}",
                  fontsize=FONT_SIZE - 1, va="center")  # fmt: skip
@@ -377,8 +450,9 @@ def draw_cp_attention(
         frameon=False, ncol=2,
     )  # fmt: skip
     fig.suptitle(
-        f"Context-parallel decode of position {seq_len - 1}: {world_size} rank(s), interleave "
-        f"{interleave}, block size {block_size}. Each rank attends to the positions it stores;\n"
+        f"Context-parallel decode of position {seq_len - 1}: W = {_plural(world_size, 'rank')}, "
+        f"interleave I = {interleave}, block size B = {block_size}. Each rank attends to the "
+        "positions it stores;\n"
         f"the merge weighs rank r by exp(lse_r - lse). Merged vs dense attention: max error "
         f"{errors['merged_out']:.1e} (out), {errors['merged_lse']:.1e} (lse)",
         fontsize=FONT_SIZE + 1,
@@ -406,10 +480,10 @@ def cp_attention_widget(seq_len: int = 13, world_size: int = 2, interleave: int 
             value=seq_len, min=1, max=24, description="sequence length", style=style
         ),
         "world_size": widgets.IntSlider(
-            value=world_size, min=1, max=4, description="ranks", style=style
+            value=world_size, min=1, max=4, description="ranks W", style=style
         ),
         "interleave": widgets.Dropdown(
-            options=[1, 2, 4], value=interleave, description="interleave", style=style
+            options=[1, 2, 4], value=interleave, description="interleave I", style=style
         ),
     }
     return live_figure(draw_cp_attention, controls)
