@@ -30,6 +30,59 @@ def texts(fig, gid):
     return [t.get_text() for t in by_gid(fig, gid, kind="text")]
 
 
+def layout_problems(fig) -> list[str]:
+    """What a reader could not read in ``fig`` as drawn (a PNG of its own size): text under
+    ``hybrid_viz.MIN_FONT``, cut off at the figure's edge, on top of another text or running
+    into a cell it does not label, and cell labels wider than their cell."""
+    from matplotlib.patches import Rectangle
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    edge = fig.bbox
+    found = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    boxes = [t.get_window_extent(renderer) for t in found]
+    drawn = [p for ax in fig.axes for p in [*ax.artists, *ax.patches]]
+    cells = [(p.get_gid(), p.get_window_extent(renderer)) for p in drawn
+             if isinstance(p, Rectangle) and p.get_gid()]  # fmt: skip
+    problems = []
+
+    def overlap(a, b) -> bool:
+        return min(a.x1, b.x1) - max(a.x0, b.x0) > 0.5 and min(a.y1, b.y1) - max(a.y0, b.y0) > 0.5
+
+    for i, (text, box) in enumerate(zip(found, boxes, strict=True)):
+        name = repr(text.get_text())
+        if text.get_fontsize() < hybrid_viz.MIN_FONT:
+            problems.append(f"{name} at {text.get_fontsize():.1f} pt")
+        if (
+            box.x0 < edge.x0 - 0.5
+            or box.x1 > edge.x1 + 0.5
+            or box.y0 < edge.y0 - 0.5
+            or (box.y1 > edge.y1 + 0.5)
+        ):
+            problems.append(f"{name} cut off at the figure's edge")
+        problems += [f"{name} overlaps {found[j].get_text()!r}"
+                     for j in range(i + 1, len(found)) if overlap(box, boxes[j])]  # fmt: skip
+        centre = ((box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2)
+        for gid, cell in cells:
+            if cell.contains(*centre):
+                if box.width > cell.width + 0.5:
+                    problems.append(f"{name} is wider than its {gid} cell")
+            elif overlap(box, cell):
+                problems.append(f"{name} runs into a {gid} cell")
+    return problems
+
+
+def assert_readable(fig, rows: dict[str, float]) -> None:
+    """No layout problem, and the figure's x range covers each of ``rows`` (name -> its
+    width in cells): the figure is sized from its widest row."""
+    problems = layout_problems(fig)
+    assert not problems, problems[:10]
+    right = fig.axes[0].get_xlim()[1]
+    for name, width in rows.items():
+        assert width <= right, f"the {name} row ({width} cells) is wider than the figure"
+
+
 # ---------------------------------------------------------------------------------------------
 # 06.expand_block_table
 # ---------------------------------------------------------------------------------------------
@@ -60,7 +113,8 @@ def test_missing_times_b_is_rejected():
         return (table.unsqueeze(-1) + j).reshape(table.shape[0], table.shape[1] * per)
 
     found = failure("06.expand_block_table", plus_j)
-    assert "(the * 3 is missing)" in found.invariant
+    assert "should be k * K/B + j = 3 * 3 + j = 9..11" in found.invariant
+    assert "(the factor K/B = 3 is missing)" in found.invariant
 
 
 def test_int64_result_is_rejected():
@@ -80,7 +134,30 @@ def test_wrong_order_is_rejected():
         return (table.unsqueeze(1) * per + j).reshape(table.shape[0], table.shape[1] * per)
 
     found = failure("06.expand_block_table", transposed)
-    assert "entry [0, 1] is its attention block 1 and should be 3 * 3 + 1 = 10" in found.invariant
+    assert (
+        "entry [0, 1] is its attention block 1 and should be k * K/B + 1 = 3 * 3 + 1 = 10"
+        in found.invariant
+    )
+
+
+def test_non_contiguous_result_is_rejected():
+    # The right entries, laid out column by column: a transposed copy, viewed back. The
+    # launchers reject such a table, so the check does too (once a case has two rows).
+    def transposed_view(table, per):
+        j = torch.arange(per, dtype=table.dtype, device=table.device)
+        expanded = (table.unsqueeze(-1) * per + j).reshape(table.shape[0], table.shape[1] * per)
+        return expanded.t().contiguous().t()
+
+    found = failure("06.expand_block_table", transposed_view)
+    assert "two requests" in found.case_name
+    assert "has the right entries but is not contiguous (strides (1, 2)" in found.invariant
+    assert (found.expected, found.got) == ("strides (8, 1)", "strides (1, 2)")
+    with pytest.raises(ValueError, match="must be contiguous"):
+        table = transposed_view(torch.tensor([[3, 1], [0, 5]], dtype=torch.int32), 4)
+        slotmap.compute_slot_mapping(
+            torch.tensor([0, 1, 2], dtype=torch.int32, device=slotmap.DEVICE),
+            torch.tensor([0, 0], device=slotmap.DEVICE), table.to(slotmap.DEVICE), 4,
+        )  # fmt: skip
 
 
 def test_unexpanded_table_is_rejected():
@@ -235,8 +312,35 @@ def test_hybrid_figure_shows_what_the_kernel_wrote(lengths, block_size, per, fir
     filled = by_gid(fig, "cache-slot")
     assert len(filled) == len(positions)
     assert sorted(map(int, texts(fig, "cache-slot"))) == sorted(positions)
-    assert len(filled) + len(by_gid(fig, "cache-empty")) == run.num_kv_blocks * kv
+    # Request 1's positions before its first one are hatched where earlier steps wrote them.
+    earlier = by_gid(fig, "cache-earlier")
+    assert len(earlier) == firsts[1]
+    assert sorted(map(int, texts(fig, "cache-earlier"))) == list(range(firsts[1]))
+    assert {p.get_hatch() for p in earlier} <= {"///"}
+    assert len(filled) + len(earlier) + len(by_gid(fig, "cache-empty")) == run.num_kv_blocks * kv
     assert len(by_gid(fig, "attention-block")) == run.num_kv_blocks * per
+    if firsts[1]:
+        assert "hatched: written by earlier steps" in "".join(t.get_text() for t in fig.texts +
+                                                               fig.axes[0].texts)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("lengths", "first_1", "block_size", "per"),
+    [
+        pytest.param((14, 14), 12, 1, 4, id="longest-B1-K4"),
+        pytest.param((14, 14), 12, 4, 4, id="longest-B4-K16"),
+        pytest.param((14, 14), 12, 1, 1, id="longest-B1-K1"),
+        pytest.param((0, 0), 0, 1, 1, id="empty"),
+        pytest.param((1, 1), 12, 4, 4, id="short-late"),
+    ],
+)
+def test_hybrid_figure_is_readable_at_the_slider_ends(lengths, first_1, block_size, per):
+    fig = hybrid_viz.draw_hybrid(lengths, block_size, per, first_positions=(0, first_1))
+    run = fig.slotmap_run
+    assert run.slots == run.expected
+    assert_readable(fig, {"tokens": run.max_num_tokens, "block table": len(run.table[0]),
+                          "cache": 2 * run.kv_cache_block_size})  # fmt: skip
+    assert "K = K/B x B" in fig._suptitle.get_text()
 
 
 @pytest.mark.parametrize(
@@ -261,8 +365,33 @@ def test_groups_figure_shows_both_rows_of_one_launch(lengths, firsts, full, ring
     assert texts(fig, "group0-pad") == ["PAD"] * 2
     # A ring slot written twice is marked exactly when a request outgrows its ring.
     assert bool(by_gid(fig, "group1-collision")) == any(n > ring for n in lengths)
-    # The full group's cache: one cell per token of this batch.
+    # The full group's cache: one cell per token of this batch, and the earlier steps of the
+    # requests that start later, hatched.
     assert len(by_gid(fig, "cache0-slot")) == num_tokens
+    earlier = sum(first for first, n in zip(firsts, lengths, strict=True) if n)
+    assert len(by_gid(fig, "cache0-earlier")) == earlier
+
+
+@pytest.mark.parametrize(
+    ("lengths", "firsts", "full", "ring"),
+    [
+        pytest.param((10, 10, 10), (0, 24, 24), 1, 2, id="widest-table-smallest-ring"),
+        pytest.param((10, 10, 10), (0, 16, 24), 1, 2, id="newcomer-10-10-10-bs1-ring2"),
+        pytest.param((10, 10, 10), (0, 24, 24), 8, 12, id="three-digit-slots"),
+        pytest.param((10, 10, 10), (0, 0, 0), 1, 12, id="prefills"),
+        pytest.param((0, 0, 0), (0, 0, 0), 1, 2, id="empty"),
+        pytest.param((1, 1, 1), (0, 24, 24), 8, 2, id="decodes"),
+    ],
+)
+def test_groups_figure_is_readable_at_the_slider_ends(lengths, firsts, full, ring):
+    fig = groups_viz.draw_groups(lengths, firsts, full, ring)
+    run = fig.slotmap_run
+    assert run.slots == run.expected
+    assert_readable(fig, {"tokens": run.max_num_tokens, "group 0's table": len(run.tables[0][0]),
+                          "ring": ring})  # fmt: skip
+    assert fig.axes[0].get_xlim()[1] <= hybrid_viz.MAX_CELLS + 0.3
+    title = fig._suptitle.get_text()
+    assert ("writes a ring slot twice" in title) == bool(run.ring_collisions())
 
 
 def test_tiling_figure_reports_the_launchers_choice():
@@ -287,6 +416,8 @@ def test_tiling_figure_reports_the_launchers_choice():
         pytest.param(3, 5, 3, id="lesson"),
         pytest.param(2, 0, 2, id="window-0"),
         pytest.param(5, 7, 6, id="long-window"),
+        pytest.param(2, 7, 6, id="short-prefix-long-window"),
+        pytest.param(5, 0, 1, id="long-prefix-no-window"),
     ],
 )
 def test_replay_figure_pads_only_the_cacheable_group(cached_blocks, window, new_tokens):
@@ -309,6 +440,23 @@ def test_replay_figure_pads_only_the_cacheable_group(cached_blocks, window, new_
     shared = {str(p) for p in range(cached)}
     assert set(texts(fig, "cache0-shared")) <= shared
     assert len(by_gid(fig, "cache0-slot")) == len(replayed) - sum(replayed)
+    # The ring holds the window and the new tokens: no two positions share a ring slot.
+    assert run.ring_size == max(8, window + new_tokens)
+    assert not run.ring_collisions()
+    assert not by_gid(fig, "ring-collision")
+    assert_readable(fig, {"tokens": run.num_tokens, "table": len(run.full_table[0])})
+
+
+def test_replay_figure_marks_a_ring_too_small():
+    fig = groups_viz.draw_replay(3, 7, 6, ring_size=8)  # 13 positions written, 8 slots
+    run = fig.slotmap_run
+    ring = run.after[1][: run.num_tokens]
+    assert run.ring_collisions() == {s for s in ring if ring.count(s) > 1} != set()
+    marked = texts(fig, "ring-collision")
+    assert sorted(marked) == sorted(str(s) for s in ring if s in run.ring_collisions())
+    assert "too small for the 13 positions request 0 writes" in fig._suptitle.get_text()
+    assert "w + new tokens" in fig._suptitle.get_text()
+    assert_readable(fig, {"tokens": run.num_tokens})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,6 +490,12 @@ def test_groups_widget_redraws_on_a_change():
     assert run.slots == run.expected
     assert run.ring_collisions()  # request 0 has 6 tokens, the ring 3 slots
     print(f"groups widget update: {elapsed * 1000:.0f} ms")
+    # Each later request has its own start slider, labelled with what it moves.
+    assert box.controls["start_2"].description == "request 2 starts at"
+    _change(box, "start_2", 12)
+    assert [row[0] for row in box.figure.slotmap_run.positions] == [0, 9, 12]
+    _change(box, "start_1", 24)
+    assert [row[0] for row in box.figure.slotmap_run.positions] == [0, 24, 12]
 
 
 def test_replay_widget_redraws_on_a_change():

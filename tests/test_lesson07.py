@@ -321,7 +321,7 @@ def test_cp_figure_shows_ownership_local_caches_and_weights(seq_len, world_size,
         assert len(gids(run["local_axes"][r], f"local-r{r}")) == len(owned) == run["local_lens"][r]
     shares = torch.tensor(run["shares"])  # [W, H]
     torch.testing.assert_close(shares.sum(0), torch.ones(shares.shape[1]))
-    assert all(max(e.values()) < 1e-5 for e in run["errors"])
+    assert all(v < 1e-5 for e in run["errors"] for v in e.values())  # NaN fails too
 
 
 def text_boxes(fig, texts):

@@ -1,15 +1,18 @@
 """Lesson 06's exercises: hybrid blocks and replay padding.
 
 * ``06.expand_block_table``: turn a block table of physical KV blocks into one of attention
-  blocks (``slotmap.expand_block_table``): physical block ``k`` holds attention blocks
-  ``k * B .. k * B + B - 1``.
+  blocks (``slotmap.expand_block_table``). In the course's notation (B = ``block_size``, the
+  attention block; K = ``kv_cache_block_size``, the physical block; K/B =
+  ``blocks_per_kv_block``), physical block ``k`` holds attention blocks
+  ``k * K/B .. (k + 1) * K/B - 1``.
 * ``06.replay_padding``: the lanes of the replay-padding kernel whose slot becomes PAD_ID:
   positions ``[replay_start[q], replay_start[q] + window)`` of a request with
   ``replay_start[q] > 0``, in prefix-cacheable groups only.
 
 Both judges name the classic mistakes: for the expansion, numbering attention blocks like KV
-blocks, forgetting the ``+ j`` or the ``* B``; for the padding, padding a request without
-replay (``replay_start == 0``), a closed range, or a group that is not prefix-cacheable.
+blocks, forgetting the ``+ j`` or the ``* K/B``, a strided (non-contiguous) result; for the
+padding, padding a request without replay (``replay_start == 0``), a closed range, or a group
+that is not prefix-cacheable.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ TILE = 8  # tokens per tile in this lesson's kernel exercise
 # 06.expand_block_table
 # ---------------------------------------------------------------------------------------------
 EXPAND_HINT = (
-    "Physical KV block k holds attention blocks k * B + j for j = 0 .. B - 1: entry b of a "
-    "row becomes entries b * B .. b * B + B - 1 of the expanded row (int32)."
+    "Count in attention blocks: physical KV block k holds the K/B attention blocks that "
+    "start at k * K/B (K/B = blocks_per_kv_block). Each entry of a row becomes those K/B "
+    "entries, in its place."
 )
 
 
@@ -82,8 +86,8 @@ def _expand_strategy(draw: st.DrawFn) -> ExpandCase:
 
 
 def diagnose_expansion(case: ExpandCase, got: list[list[int]]) -> Wrong | None:
-    """The first manager entry whose attention blocks in ``got`` are not ``k * B .. k * B + B
-    - 1``, explained by the mistake its B entries show."""
+    """The first manager entry whose attention blocks in ``got`` are not ``k * K/B .. (k + 1)
+    * K/B - 1``, explained by the mistake its K/B entries show (K/B = ``per``)."""
     per = case.blocks_per_kv_block
     for r, row in enumerate(case.block_table):
         for b, k in enumerate(row):
@@ -111,14 +115,15 @@ def diagnose_expansion(case: ExpandCase, got: list[list[int]]) -> Wrong | None:
                 )
             elif values == [k + i for i in range(per)]:
                 why = (
-                    f"{where}: they should be {k} * {per} + j = {expected[0]}..{expected[-1]}, "
-                    f"got {k} + j = {values[0]}..{values[-1]} (the * {per} is missing): "
-                    f"attention block {values[0]} lies in KV block {values[0] // per}"
+                    f"{where}: they should be k * K/B + j = {k} * {per} + j = {expected[0]}.."
+                    f"{expected[-1]}, got {k} + j = {values[0]}..{values[-1]} (the factor "
+                    f"K/B = {per} is missing): attention block {values[0]} lies in KV block "
+                    f"{values[0] // per}"
                 )
             else:
                 why = (
                     f"{where}: entry [{r}, {b * per + j}] is its attention block {j} and should "
-                    f"be {k} * {per} + {j} = {expected[j]}, got {values[j]}"
+                    f"be k * K/B + {j} = {k} * {per} + {j} = {expected[j]}, got {values[j]}"
                 )
             return Wrong(why, expected, values, EXPAND_HINT)
     return None
@@ -154,6 +159,16 @@ def judge_expansion(candidate: Callable[[Tensor, int], Tensor], case: ExpandCase
     wrong = diagnose_expansion(case, got.cpu().tolist())
     if wrong is not None:
         raise wrong
+    if not got.is_contiguous():
+        raise Wrong(
+            f"the expanded table has the right entries but is not contiguous (strides "
+            f"{tuple(got.stride())}; a contiguous {shape[0]} x {shape[1]} table has strides "
+            f"({shape[1]}, 1)): the launchers reject it (block_table must be contiguous), since "
+            "the kernels read a row's entries side by side in memory",
+            f"strides ({shape[1]}, 1)", f"strides {tuple(got.stride())}",
+            "A transpose (or expand) changes the strides, not the memory; build the result in "
+            "row order, or copy it into row order before returning it.",
+        )  # fmt: skip
 
 
 register(

@@ -137,8 +137,9 @@ def choose_tiling(num_tokens: int, num_reqs: int) -> tuple[int, int]:
     production 1024 tile, each request spread over ``cdiv(mean, 1024)`` programs, and over at
     least 2 once the batch holds more than one tile: in a skewed batch (a few long prefills
     among many decodes) the mean says nothing about the long requests, and a tile sized by
-    the mean made them walk dozens of tiles one after another (H200: 18 µs against 3.6 µs
-    for 4 x 1536 + 256 x 1 tokens).
+    the mean made them walk dozens of tiles one after another (H200, 4 x 1536 + 256 x 1
+    tokens, graph-replayed: 18.1 µs before this rule, 2.9 µs after, benchmarks/NOTES.md
+    item 4; fused-1 2.90-2.97 µs in benchmarks/results/h200-final/bench.log).
     """
     mean = cdiv(num_tokens, max(num_reqs, 1))
     if mean <= SHORT_REQUESTS:

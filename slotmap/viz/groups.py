@@ -4,14 +4,16 @@
   sliding-window group (a ring of ``ring_size`` slots per request, lesson 04) for one batch,
   both from ONE launch of the fused kernel ``slotmap.compute_slot_mappings``: its
   ``[num_groups, max_num_tokens]`` output as two rows under the tokens, then each group's
-  block table and cache side by side.
+  block table and cache, one group under the other (the slots earlier steps wrote hatched,
+  a ring slot two tokens of the batch write edged in red).
 * ``draw_tiling``: what ``slotmap.choose_tiling`` picks for a few batch shapes, and what a
   fixed small or large tile would cost there (lanes issued per token, tiles the busiest
   program walks one after another); each batch is also run through the fused kernel with the
   adaptive choice and compared with the reference.
 * ``draw_replay``: a prefix-cache hit whose sliding-window group needs the last ``window``
   cached positions recomputed: the fused kernel's slots, then ``slotmap.pad_replayed_slots``
-  padding the replayed positions in the prefix-cacheable (full-attention) group only.
+  padding the replayed positions in the prefix-cacheable (full-attention) group only; the
+  ring is sized to hold the window and the new tokens (``ring_size_for``).
 
 Patches and texts carry a gid (``token``, ``group0-slot``, ``group1-slot``, ``group1-collision``,
 ``cache0-slot``, ``replayed``, ``after-pad``, ...) so that a test can read a figure back.
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from slotmap.viz import style
-from slotmap.viz.hybrid import GAP, Canvas
+from slotmap.viz.hybrid import GAP, Canvas, plural
 
 SHARED = "#9ecae1"  # a slot of a prefix-cached block that other requests share
 
@@ -143,6 +145,12 @@ def _cache(
     (request, position) written by an earlier step (hatched, edged in the request's colour).
     """
     per_line = max(1, int((width + GAP) // (block_size + GAP)))
+    widest = num_blocks - 1
+    caption = canvas.caption_format(
+        ["block {k} · slots {first}-{last}", "block {k}: {first}-{last}", "block {k}", "{k}"],
+        {"k": widest, "first": widest * block_size, "last": (widest + 1) * block_size - 1},
+        block_size + GAP * 0.8,
+    )  # fmt: skip
     shared = shared or {}
     earlier = earlier or {}
     for physical in range(num_blocks):
@@ -164,19 +172,13 @@ def _cache(
                 canvas.cell(bx + offset, by, SHARED, shared[slot], f"{gid}-shared",
                             hatch="///")  # fmt: skip
             elif slot in earlier:
-                request, position = earlier[slot]
-                canvas.cell(bx + offset, by, style.EMPTY, position, f"{gid}-earlier",
-                            hatch="///", edge=style.request_colour(request),
-                            text_colour=style.EDGE)  # fmt: skip
+                canvas.earlier(bx + offset, by, *earlier[slot], f"{gid}-earlier")
             else:
                 canvas.cell(bx + offset, by, style.EMPTY, "", f"{gid}-empty")
         first = physical * block_size
-        label = (
-            f"block {physical} · slots {first}-{first + block_size - 1}"
-            if block_size >= 4
-            else f"block {physical}"
-        )
-        canvas.note(bx + block_size / 2, by + 0.95, label, ha="center", va="top")
+        label = caption.format(k=physical, first=first, last=first + block_size - 1)
+        canvas.note(bx + block_size / 2, by + 0.95, label, ha="center", va="top",
+                    gid=f"{gid}-caption")  # fmt: skip
     return -(-num_blocks // per_line)
 
 
@@ -207,7 +209,7 @@ def _table_rows(canvas, x0, y, rows, used, label_x=None):
     for request, row in enumerate(rows):
         if label_x is not None:
             canvas.note(label_x, y + request + 0.4, f"request {request}", ha="right",
-                        va="center", fontsize=style.FONT_SIZE - 1, color="black")  # fmt: skip
+                        va="center", color="black")  # fmt: skip
         for b, physical in enumerate(row):
             on = b < used[request]
             canvas.cell(x0 + b, y + request, style.request_colour(request) if on else style.EMPTY,
@@ -231,26 +233,26 @@ def draw_groups(
 
 
 def draw_groups_run(run: GroupsRun):
-    """Draw a ``GroupsRun`` (see ``draw_groups``)."""
+    """Draw a ``GroupsRun`` (see ``draw_groups``): the launch's two output rows under the
+    tokens, then group 0's block table and cache, then group 1's, each over the full width
+    (the figure is as wide as its widest row: the tokens or group 0's block table)."""
     full_size, ring_size = run.block_sizes
-    width = float(max(run.max_num_tokens, 30, 2 * (2 * max(full_size, ring_size) + GAP) + 3))
-    left_width = width * 0.6 - 1
-    right_x = width * 0.6 + 1
-    right_width = width - right_x
     requests = len(run.positions)
-    y_table = 4.6
-    y_cache = y_table + requests + 1.4
-    widths = (left_width, right_width)
-    per_line = [
-        max(1, int((w + GAP) // (size + GAP)))
-        for w, size in zip(widths, run.block_sizes, strict=True)
-    ]
-    lines = max(-(-n // p) for n, p in zip(run.num_blocks, per_line, strict=True))
-    canvas = Canvas(width, y_cache + lines * 2.0 + 0.2)
+    table_width = max((len(row) for row in run.tables[0]), default=1)
+    width = float(max(run.max_num_tokens, table_width, 2 * ring_size + GAP, 30))
+    # The widget's sliders keep width <= hybrid.MAX_CELLS, where every label fits its cell.
+    per_line = [max(1, int((width + GAP) // (size + GAP))) for size in run.block_sizes]
+    lines = [-(-n // p) for n, p in zip(run.num_blocks, per_line, strict=True)]
+    y_table = [5.0, 0.0]
+    y_cache = [y_table[0] + requests + 1.6, 0.0]
+    y_table[1] = y_cache[0] + lines[0] * 2.0 + 1.2
+    y_cache[1] = y_table[1] + requests + 1.6
+    canvas = Canvas(width, y_cache[1] + lines[1] * 2.0 + 0.2, title_lines=3)
     collisions = run.ring_collisions()
 
     # The launch's output: one row per group under the batch's tokens.
-    canvas.heading(0, "batch tokens (colour: request) and the fused kernel's slot_mappings rows")
+    canvas.heading(0, "batch tokens (colour: request; grey: padding) and the fused kernel's "
+                   "slot_mappings rows")  # fmt: skip
     canvas.row_title(0, "token's position")
     canvas.row_title(1, "group 0: full")
     canvas.row_title(2, "group 1: ring")
@@ -266,43 +268,53 @@ def draw_groups_run(run: GroupsRun):
                         text_colour="white", edge=style.HIGHLIGHT if hit else style.EDGE,
                         linewidth=2.4 if hit else 0.6)  # fmt: skip
             token += 1
+    pad_label = "PAD" if canvas.fits("PAD", 1) else ""
     for pad in range(run.num_tokens, run.max_num_tokens):
         canvas.cell(pad, 0, style.PAD, "", "pad-token", hatch="///")
         for g in (0, 1):
-            canvas.cell(pad, 1 + g, style.PAD, "PAD", f"group{g}-pad", size=canvas.font * 0.8)
+            canvas.cell(pad, 1 + g, style.PAD, pad_label, f"group{g}-pad", size=canvas.small)
 
-    # Each group's block table and cache, side by side.
-    canvas.heading(y_table, f"group 0: full attention, paged, blocks of {full_size} slots")
-    canvas.heading(y_table, f"group 1: sliding window, rings of {ring_size} slots", x=right_x)
-    _table_rows(canvas, 0, y_table, run.tables[0], run.used[0], label_x=-0.25)
-    _table_rows(canvas, right_x + 3.2, y_table, run.tables[1], run.used[1], label_x=right_x + 3)
-    canvas.heading(y_cache, "its KV cache (label: position; hatched: earlier steps)")
-    canvas.heading(y_cache, "its KV cache (red edge: two tokens, one slot)", x=right_x)
-    canvas.row_title(y_cache, "slots")
-    _cache(canvas, 0, left_width, y_cache, full_size, run.num_blocks[0],
+    # Group 0: its block table, then its cache; group 1 below, the same way.
+    canvas.heading(y_table[0], f"group 0: full attention, paged, blocks of "
+                   f"{plural(full_size, 'slot')}: its block table")  # fmt: skip
+    _table_rows(canvas, 0, y_table[0], run.tables[0], run.used[0], label_x=-0.25)
+    canvas.heading(y_cache[0], "its KV cache (label: position; hatched: written by earlier "
+                   "steps; under a block: its number and slots)")  # fmt: skip
+    canvas.row_title(y_cache[0], "slots")
+    _cache(canvas, 0, width, y_cache[0], full_size, run.num_blocks[0],
            _landed(run.positions, run.slots[0]), "cache0",
            earlier=_earlier(run.positions, run.tables[0], full_size))  # fmt: skip
-    _cache(canvas, right_x, right_width, y_cache, ring_size, run.num_blocks[1],
+    canvas.heading(y_table[1], f"group 1: sliding window, a ring of {ring_size} slots a "
+                   "request: its block table (one ring each)")  # fmt: skip
+    _table_rows(canvas, 0, y_table[1], run.tables[1], run.used[1], label_x=-0.25)
+    canvas.heading(y_cache[1], "its KV cache (label: position; red edge: two tokens of this "
+                   "step, one slot)")  # fmt: skip
+    canvas.row_title(y_cache[1], "slots")
+    _cache(canvas, 0, width, y_cache[1], ring_size, run.num_blocks[1],
            _landed(run.positions, run.slots[1]), "cache1", collisions=collisions)  # fmt: skip
 
     tile, parallel = run.tiling
     verdict = "kernel = reference" if run.slots == run.expected else "KERNEL DIFFERS"
-    if collisions:
-        verdict += f"; a chunk longer than the ring ({ring_size}) writes a ring slot twice (red)"
-    verdict += f"; max_num_tokens {run.max_num_tokens}"
+    warning = (
+        f"red: a chunk longer than the ring ({plural(ring_size, 'slot')}) writes a ring slot "
+        "twice (lesson 04's collision)"
+        if collisions
+        else f"no ring slot written twice (every chunk fits its ring of {ring_size})"
+    )
     canvas.title(
-        f"One launch, grid (2 groups, {requests} requests + 1, {parallel}), tile {tile}: "
-        f"group 0 slot = table0[q, p // {full_size}] * {full_size} + p % {full_size}; "
-        f"group 1 slot = ring[q] * {ring_size} + p % {ring_size}\n"
-        f"slotmap.compute_slot_mappings: {verdict}"
+        f"One launch, grid (2 groups, {requests} requests + 1, {parallel}), tile {tile}, "
+        f"max_num_tokens {run.max_num_tokens}: slotmap.compute_slot_mappings: {verdict}\n"
+        f"group 0 slot = table0[q, p // {full_size}] * {full_size} + p % {full_size};   "
+        f"group 1 slot = ring[q] * {ring_size} + p % {ring_size}\n{warning}"
     )
     canvas.fig.slotmap_run = run
     return canvas.fig
 
 
-def groups_widget(lengths: Sequence[int] = (6, 3, 1), context: int = 9):
-    """Sliders for three request lengths, the context requests 1 and 2 continue from, the
-    full-attention block size and the ring size; every change re-runs the fused kernel."""
+def groups_widget(lengths: Sequence[int] = (6, 3, 1), first_positions: Sequence[int] = (0, 9, 21)):
+    """Sliders for three request lengths, the positions requests 1 and 2 start at (each its
+    own slider; request 0 is a prefill from 0), the full-attention block size and the ring
+    size; every change re-runs the fused kernel."""
     import ipywidgets as widgets
 
     from slotmap.viz.live import columns, live_figure
@@ -312,9 +324,11 @@ def groups_widget(lengths: Sequence[int] = (6, 3, 1), context: int = 9):
         f"request_{q}": widgets.IntSlider(value=n, min=0, max=10, description=f"request {q}")
         for q, n in enumerate(lengths)
     }
-    controls["context"] = widgets.IntSlider(
-        value=context, min=0, max=16, description="requests 1, 2 start at", style=wide
-    )
+    for q in (1, 2):
+        controls[f"start_{q}"] = widgets.IntSlider(
+            value=first_positions[q], min=0, max=MAX_START,
+            description=f"request {q} starts at", style=wide,
+        )  # fmt: skip
     controls["full_block_size"] = widgets.IntSlider(
         value=4, min=1, max=8, description="full block size", style=wide
     )
@@ -324,11 +338,14 @@ def groups_widget(lengths: Sequence[int] = (6, 3, 1), context: int = 9):
     names = list(controls)
     layout = columns([controls[n] for n in names[:3]], [controls[n] for n in names[3:]])
 
-    def draw(request_0, request_1, request_2, context, full_block_size, ring_size):
-        return draw_groups((request_0, request_1, request_2), (0, context, context + 12),
+    def draw(request_0, request_1, request_2, start_1, start_2, full_block_size, ring_size):
+        return draw_groups((request_0, request_1, request_2), (0, start_1, start_2),
                            full_block_size, ring_size)  # fmt: skip
 
     return live_figure(draw, controls, layout)
+
+
+MAX_START = 24  # the groups widget's latest start: 24 + 10 tokens, 34 <= hybrid.MAX_CELLS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,6 +478,11 @@ class ReplayRun:
     def num_tokens(self) -> int:
         return sum(len(row) for row in self.positions)
 
+    def ring_collisions(self) -> set[int]:
+        """Ring slots that two tokens of this batch write."""
+        ring = self.after[1][: self.num_tokens]
+        return {s for s in ring if s >= 0 and ring.count(s) > 1}
+
     def replayed(self) -> list[bool]:
         """Per batch token: is its position replayed?"""
         flags = []
@@ -475,15 +497,22 @@ def run_replay(
     window: int = 5,
     new_tokens: int = 3,
     block_size: int = 4,
-    ring_size: int = 8,
+    ring_size: int | None = None,
     *,
     decode_position: int = 9,
     seed: int = 2,
 ) -> ReplayRun:
     """Request 0 hits ``cached_blocks`` full blocks of the prefix cache and recomputes the last
-    ``window`` cached positions before its ``new_tokens``; request 1 decodes one token."""
+    ``window`` cached positions before its ``new_tokens``; request 1 decodes one token.
+
+    ``ring_size`` None: the sliding-window group's ring holds what this step writes into it,
+    ``window + new_tokens`` slots (at least 8), as an engine sizes it; a smaller ring given
+    explicitly makes two positions share a ring slot (``ReplayRun.ring_collisions``).
+    """
     import slotmap
 
+    if ring_size is None:
+        ring_size = ring_size_for(window, new_tokens)
     cached = cached_blocks * block_size
     replay_start = max(cached - window, 0)
     positions = [
@@ -514,12 +543,18 @@ def run_replay(
                      after.cpu().tolist(), expected.tolist())  # fmt: skip
 
 
+def ring_size_for(window: int, new_tokens: int) -> int:
+    """The replay figure's ring: it must hold the ``window`` replayed positions and the
+    ``new_tokens`` of the step, or two of them would share a slot (lesson 04)."""
+    return max(8, window + new_tokens)
+
+
 def draw_replay(
     cached_blocks: int = 3,
     window: int = 5,
     new_tokens: int = 3,
     block_size: int = 4,
-    ring_size: int = 8,
+    ring_size: int | None = None,
 ):
     """Run the fused kernel and the replay padding; draw the slots and the shared blocks."""
     run = run_replay(cached_blocks, window, new_tokens, block_size, ring_size)
@@ -529,19 +564,20 @@ def draw_replay(
 def draw_replay_run(run: ReplayRun):
     """Draw a ``ReplayRun`` (see ``draw_replay``)."""
     b = run.block_size
-    width = float(max(run.num_tokens, 30))
+    width = float(max(run.num_tokens, 26))  # cells wide enough for "PAD" at the cells' size
     y_table = 6.3
     y_cache = y_table + 2 + 1.4
     per_line = max(1, int((width + GAP) // (b + GAP)))
-    canvas = Canvas(width, y_cache + -(-run.num_blocks // per_line) * 2.0 + 0.2, left=0.2,
-                    title_lines=3)  # fmt: skip
     replayed = run.replayed()
+    collisions = run.ring_collisions()
+    canvas = Canvas(width, y_cache + -(-run.num_blocks // per_line) * 2.0 + 0.2, left=0.2,
+                    title_lines=4 if collisions else 3)  # fmt: skip
 
     rows = [
         ("token's position", None, "token"),
         ("group 0 (full, cacheable)", run.before[0], "before"),
         ("then pad_replayed_slots", run.after[0], "after"),
-        ("group 1 (ring), after it", run.after[1], "ring"),
+        (f"group 1 (ring of {run.ring_size}), after it", run.after[1], "ring"),
     ]
     canvas.heading(0, "batch tokens (colour: request; red outline: replayed position)")
     token = 0
@@ -552,10 +588,13 @@ def draw_replay_run(run: ReplayRun):
                 label = position if values is None else values[token]
                 pad = label == -1
                 edge = style.HIGHLIGHT if replayed[token] and y < 2 else style.EDGE
+                kind = f"{gid}-pad" if pad else gid
+                if y == 0 and replayed[token]:
+                    kind = "replayed"
+                if gid == "ring" and label in collisions:
+                    edge, kind = style.HIGHLIGHT, "ring-collision"
                 canvas.cell(token, y * 1.2, style.PAD if pad else colour,
-                            "PAD" if pad else label,
-                            f"{gid}-pad" if pad else ("replayed" if replayed[token] and y == 0
-                                                      else gid),
+                            "PAD" if pad else label, kind,
                             text_colour="black" if pad else "white", edge=edge,
                             linewidth=2.2 if edge == style.HIGHLIGHT else 0.6)  # fmt: skip
             token += 1
@@ -571,7 +610,7 @@ def draw_replay_run(run: ReplayRun):
     )
     for request, row in enumerate(run.full_table):
         canvas.note(-0.25, y_table + request + 0.4, f"request {request}", ha="right",
-                    va="center", fontsize=style.FONT_SIZE - 1, color="black")  # fmt: skip
+                    va="center", color="black")  # fmt: skip
         for k, physical in enumerate(row):
             on = k < run.full_used[request]
             is_shared = request == 0 and k < shared_blocks
@@ -590,8 +629,8 @@ def draw_replay_run(run: ReplayRun):
         shared[physical * b + p % b] = p
     for slot in landed:
         shared.pop(slot, None)
-    canvas.heading(y_cache, "group 0's KV cache after this step's writes (PAD: not written; "
-                   "hatched: earlier steps)")  # fmt: skip
+    canvas.heading(y_cache, "group 0's KV cache after this step (hatched blue: the shared "
+                   "prefix; in a request's colour: its earlier steps)")  # fmt: skip
     canvas.row_title(y_cache, "slots")
     earlier = _earlier(run.positions[1:], run.full_table[1:], b)
     earlier = {slot: (1, p) for slot, (_, p) in earlier.items()}  # request 1's earlier steps
@@ -607,12 +646,19 @@ def draw_replay_run(run: ReplayRun):
         if first > 0
         else f"replay_start {first}: nothing is padded (0 means no replay)"
     )
-    canvas.title(
-        f"Prefix-cache hit: request 0 finds positions 0..{run.cached - 1} cached and {span}\n"
-        "the prefix-cacheable group pads them (its shared blocks keep their bytes), "
-        "the ring keeps its slots\n"
-        f"slotmap.compute_slot_mappings, then slotmap.pad_replayed_slots: {verdict}"
-    )
+    lines = [
+        f"Prefix-cache hit: request 0 finds positions 0..{run.cached - 1} cached and {span}",
+        "the prefix-cacheable group pads them (its shared blocks keep their bytes), the ring "
+        "keeps its slots",
+        f"slotmap.compute_slot_mappings, then slotmap.pad_replayed_slots: {verdict}",
+    ]
+    if collisions:
+        lines.append(
+            f"red in the ring row: a ring of {run.ring_size} slots is too small for the "
+            f"{len(run.positions[0])} positions request 0 writes (the ring must hold w + new "
+            "tokens)"
+        )
+    canvas.title("\n".join(lines))
     canvas.fig.slotmap_run = run
     return canvas.fig
 

@@ -1,20 +1,23 @@
 """Lesson 06's hybrid-blocks figure and widget, drawn from real kernel runs.
 
-``draw_hybrid`` builds a batch whose KV-cache manager hands out physical KV blocks of
-``kv_cache_block_size = blocks_per_kv_block * block_size`` tokens, expands its block table
-into attention blocks of ``block_size`` tokens (``slotmap.expand_block_table``), runs the
-production kernel ``slotmap.compute_slot_mapping`` on the active backend and draws what it
-returned: the batch's tokens and slots, each request's two block tables (every physical KV
-block above the attention blocks it holds) and the KV cache, each physical block split into
-its attention blocks. ``hybrid_widget`` redraws it on every change of its sliders.
+``draw_hybrid`` builds a batch whose KV-cache manager hands out physical KV blocks of K =
+``kv_cache_block_size`` tokens, each K/B = ``blocks_per_kv_block`` attention blocks of B =
+``block_size`` tokens (the course's notation), expands its block table into attention
+blocks (``slotmap.expand_block_table``), runs the production kernel
+``slotmap.compute_slot_mapping`` on the active backend and draws what it returned: the
+batch's tokens and slots, each request's two block tables (every physical KV block above the
+attention blocks it holds) and the KV cache, each physical block split into its attention
+blocks, the slots earlier steps wrote hatched. ``hybrid_widget`` redraws it on every change
+of its sliders.
 
 The small cell grid (``Canvas``) is shared with lesson 06's other figures (``viz.groups``).
 Patches and texts carry a gid (``token``, ``slot``, ``kv-entry``, ``attention-entry``,
-``cache-slot``, ``cache-empty``, ...) so that a test can read a figure back.
+``cache-slot``, ``cache-earlier``, ``cache-empty``, ...) so that a test can read a figure back.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,13 +27,28 @@ import torch
 from slotmap.viz import style
 
 GAP = 0.5  # space between two physical blocks in a KV-cache picture, in cells
+MIN_FONT = 8.0  # points: no text of lesson 06's figures is smaller
+MAX_CELLS = 44  # widest canvas, in cells: a two-digit label at MIN_FONT still fits a cell
+
+
+@functools.lru_cache(maxsize=4096)
+def text_points(text: str, size: float) -> float:
+    """Width of ``text`` in points at font size ``size`` (matplotlib's own measure)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    width, _, _ = TextToPath().get_text_width_height_descent(
+        text, FontProperties(size=size), ismath=False
+    )
+    return width
 
 
 class Canvas:
     """One axes measured in cells (a token, an entry or a slot is one cell wide), y downwards.
 
     ``width`` and ``height`` in cells; the figure is ``style.WIDTH`` wide, so a cell gets
-    narrower (and its text smaller) as ``width`` grows.
+    narrower as ``width`` grows. Callers keep ``width`` at most ``MAX_CELLS``, so that cell
+    labels stay at ``MIN_FONT`` or larger; ``fits`` tells whether a caption fits its room.
     """
 
     def __init__(self, width: float, height: float, left: float = 0.14, title_lines: int = 2):
@@ -38,9 +56,11 @@ class Canvas:
 
         self.width = width
         cell_inches = style.WIDTH * (0.97 - left) / width
-        self.font = max(5.5, min(style.FONT_SIZE, cell_inches * 72 * 0.36))
-        row_inches = max(cell_inches, 0.26)  # rows stay tall enough for their text
-        title_inches = 0.12 + 0.2 * title_lines
+        self.cell_points = cell_inches * 72
+        self.font = max(MIN_FONT, min(style.FONT_SIZE, self.cell_points * 0.55))
+        self.small = MIN_FONT  # captions, notes, block numbers
+        row_inches = max(cell_inches, 0.27)  # rows stay tall enough for their text
+        title_inches = 0.12 + 0.21 * title_lines
         axes_inches = (height + 1.6) * row_inches
         self.fig, (self.ax,) = figure(1, height_per_row=axes_inches + title_inches)
         top = axes_inches / (axes_inches + title_inches)
@@ -48,6 +68,22 @@ class Canvas:
         margin = left / (0.97 - left) * width
         self.ax.set_xlim(-margin, width + 0.3)
         self.ax.set_ylim(height + 0.2, -1.4)
+
+    def fits(self, text: str, cells: float, size: float | None = None) -> bool:
+        """Whether ``text`` at ``size`` (default: the captions' size) fits ``cells`` cells,
+        a point of room left on each side."""
+        return text_points(text, size or self.small) <= cells * self.cell_points - 2
+
+    def caption_format(self, formats: Sequence[str], widest: dict, cells: float) -> str:
+        """The first (longest) of ``formats`` (``str.format`` templates) whose caption for
+        ``widest`` (the widest block's fields) fits ``cells`` cells; the last one if none
+        does. One format for a whole cache, so that its captions look alike."""
+        return next((f for f in formats if self.fits(f.format(**widest), cells)), formats[-1])
+
+    def label_size(self, label: str, cells: float) -> float:
+        """The cell labels' size, or the captions' (smaller) one where the label would not
+        fit its cell (a three-digit slot in a narrow cell)."""
+        return self.font if self.fits(label, cells, self.font) else self.small
 
     def cell(
         self,
@@ -63,16 +99,26 @@ class Canvas:
         edge: str = style.EDGE,
         linewidth: float = 0.6,
         size: float | None = None,
+        hatch_colour: str | None = None,
     ):
         from matplotlib.patches import Rectangle
 
+        extra = {} if hatch_colour is None else {"hatchcolor": hatch_colour}
         patch = Rectangle((x, y), wide, 0.8, facecolor=colour, edgecolor=edge,
-                          linewidth=linewidth, hatch=hatch, gid=gid)  # fmt: skip
+                          linewidth=linewidth, hatch=hatch, gid=gid, **extra)  # fmt: skip
         self.ax.add_artist(patch)
         if label != "":
             self.ax.text(x + wide / 2, y + 0.4, str(label), ha="center", va="center",
-                         fontsize=size or self.font, color=text_colour, gid=gid)  # fmt: skip
+                         fontsize=size or self.label_size(str(label), wide), color=text_colour,
+                         gid=gid)  # fmt: skip
         return patch
+
+    def earlier(self, x: float, y: float, request: int, position: int, gid: str):
+        """A slot an earlier step wrote: hatched in the request's colour, its position in
+        black on the pale cell (the same look in every lesson-06 figure)."""
+        colour = style.request_colour(request)
+        return self.cell(x, y, _pale(colour, 0.85), position, gid, hatch="///", linewidth=1.2,
+                         edge=colour, hatch_colour=_pale(colour, 0.4))  # fmt: skip
 
     def row_title(self, y: float, text: str, x: float = -0.25) -> None:
         self.ax.text(x, y + 0.4, text, ha="right", va="center", fontsize=style.FONT_SIZE)
@@ -85,9 +131,20 @@ class Canvas:
         self.fig.suptitle(text, fontsize=style.FONT_SIZE + 1, y=0.995, va="top")
 
     def note(self, x: float, y: float, text: str, **kwargs) -> None:
-        kwargs.setdefault("fontsize", self.font * 0.85)
+        kwargs.setdefault("fontsize", self.small)
         kwargs.setdefault("color", style.EDGE)
         self.ax.text(x, y, text, **kwargs)
+
+
+def _pale(colour: str, amount: float = 0.55) -> tuple[float, float, float]:
+    """``colour`` mixed with white."""
+    from matplotlib.colors import to_rgb
+
+    return tuple(c + (1 - c) * amount for c in to_rgb(colour))
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 def token_rows(
@@ -108,7 +165,8 @@ def token_rows(
             token += 1
     for pad in range(token, max_num_tokens):
         canvas.cell(pad, y, style.PAD, "", "pad-token", hatch="///")
-        canvas.cell(pad, y + 1, style.PAD, "PAD", "pad-slot", size=canvas.font * 0.8)
+        canvas.cell(pad, y + 1, style.PAD, "PAD" if canvas.fits("PAD", 1) else "", "pad-slot",
+                    size=canvas.small)  # fmt: skip
 
 
 @dataclass
@@ -203,26 +261,30 @@ def draw_hybrid(
 
 
 def draw_hybrid_run(run: HybridRun):
-    """Draw a ``HybridRun`` (see ``draw_hybrid``)."""
-    b, per, kv = run.block_size, run.blocks_per_kv_block, run.kv_cache_block_size
+    """Draw a ``HybridRun`` (see ``draw_hybrid``).
+
+    The lesson's notation: B = ``block_size`` (the attention block), K =
+    ``kv_cache_block_size`` (the physical KV block), K/B = ``BLOCKS_PER_KV_BLOCK``.
+    """
+    size, per, kv = run.block_size, run.blocks_per_kv_block, run.kv_cache_block_size
     table_width = len(run.table[0]) if run.table else 0
     width = float(max(run.max_num_tokens, table_width, 2 * kv + GAP, 24))
     per_line = max(1, int((width + GAP) // (kv + GAP)))
     cache_lines = -(-run.num_kv_blocks // per_line)
     y_token = 0.0
     y_table = 3.7
-    y_cache = y_table + len(run.positions) * 2.9 + 1.0
+    y_cache = y_table + len(run.positions) * 2.9 + 2.0
     height = y_cache + cache_lines * 2.3
     canvas = Canvas(width, height)
 
     token_rows(canvas, y_token, run.positions, run.slots, run.max_num_tokens)
 
-    # Block tables: the manager's entry k spans the attention blocks k * B .. k * B + B - 1
-    # that expand_block_table puts under it.
+    # Block tables: the manager's entry k spans the attention blocks k * K/B .. (k + 1) * K/B
+    # - 1 that expand_block_table puts under it.
     canvas.heading(
         y_table,
-        f"block tables: the manager's physical KV blocks ({kv} tokens) over the attention "
-        f"blocks ({b} tokens) the kernel indexes",
+        f"block tables: the manager's physical KV blocks (K = {plural(kv, 'token')}) over the "
+        f"attention blocks (B = {plural(size, 'token')}) the kernel indexes",
     )
     for request, (kv_row, row) in enumerate(zip(run.kv_table, run.table, strict=True)):
         y = y_table + request * 2.6
@@ -242,24 +304,36 @@ def draw_hybrid_run(run: HybridRun):
                             text_colour="white")  # fmt: skip
         # The kernel's logical (attention) block b reads entry b of the expanded row.
         for a in range(len(row)):
-            canvas.note(a + 0.5, y + 1.9, f"{a}", ha="center", va="top",
-                        fontsize=canvas.font * 0.75)  # fmt: skip
-        canvas.note(-0.25, y + 1.9, "logical block", ha="right", va="top",
-                    fontsize=canvas.font * 0.75)  # fmt: skip
+            canvas.note(a + 0.5, y + 1.9, f"{a}", ha="center", va="top")
+        canvas.note(-0.25, y + 1.9, "logical block", ha="right", va="top")
 
-    # The cache: physical KV block k = attention blocks k*B .. k*B + B - 1, B * b slots.
+    # The cache: physical KV block k = attention blocks k * K/B .. (k + 1) * K/B - 1, K slots.
     landed: dict[int, tuple[int, int]] = {}
     token = 0
     for request, row in enumerate(run.positions):
         for position in row:
             landed[run.slots[token]] = (request, position)
             token += 1
+    # What earlier steps wrote: the positions before each request's first one (a later chunk).
+    earlier: dict[int, tuple[int, int]] = {}
+    for request, row in enumerate(run.positions):
+        for p in range(row[0] if row else 0):
+            earlier[run.kv_table[request][p // kv] * kv + p % kv] = (request, p)
     canvas.heading(
-        y_cache,
-        f"KV cache: {run.num_kv_blocks} physical KV blocks of {kv} slots, each "
-        f"{per} attention blocks of {b} (numbered above; label: position stored there)",
+        y_cache - 0.45,
+        f"KV cache: {plural(run.num_kv_blocks, 'physical KV block')} of K = "
+        f"{plural(kv, 'slot')}, each K/B = {plural(per, 'attention block')} (numbered above) "
+        f"of B = {size}\nlabel: the position stored there"
+        + ("; hatched: written by earlier steps" if earlier else ""),
     )
     canvas.row_title(y_cache, "slots")
+    last = run.num_kv_blocks - 1
+    caption = canvas.caption_format(
+        ["KV block {k}: slots {first}-{last}", "KV block {k}: {first}-{last}", "KV block {k}",
+         "KV {k}", "{k}"],
+        {"k": last, "first": last * kv, "last": last * kv + kv - 1},
+        kv + GAP * 0.8,
+    )  # fmt: skip
     for physical in range(run.num_kv_blocks):
         line, column = divmod(physical, per_line)
         x0 = column * (kv + GAP)
@@ -270,29 +344,33 @@ def draw_hybrid_run(run: HybridRun):
                 request, position = landed[slot]
                 canvas.cell(x0 + offset, y, style.request_colour(request), position,
                             "cache-slot", text_colour="white")  # fmt: skip
+            elif slot in earlier:
+                canvas.earlier(x0 + offset, y, *earlier[slot], "cache-earlier")
             else:
                 canvas.cell(x0 + offset, y, style.EMPTY, "", "cache-empty")
         # Attention-block borders inside the physical block, and the physical block's outline.
         for j in range(per):
-            canvas.cell(x0 + j * b, y, "none", "", "attention-block", wide=b, linewidth=1.6)
-            canvas.note(x0 + j * b + b / 2, y - 0.08, str(physical * per + j), ha="center",
-                        va="bottom", fontsize=canvas.font * 0.75)  # fmt: skip
+            canvas.cell(x0 + j * size, y, "none", "", "attention-block", wide=size,
+                        linewidth=1.6)  # fmt: skip
+            canvas.note(x0 + j * size + size / 2, y - 0.08, str(physical * per + j),
+                        ha="center", va="bottom")  # fmt: skip
         canvas.cell(x0, y, "none", "", "kv-block", wide=kv, linewidth=2.2, edge="black")
-        label = f"KV block {physical}: slots {physical * kv}-{physical * kv + kv - 1}"
-        canvas.note(x0 + kv / 2, y + 0.95, label if kv >= 6 else f"KV {physical}",
-                    ha="center", va="top", gid="kv-block-label")  # fmt: skip
+        first = physical * kv
+        label = caption.format(k=physical, first=first, last=first + kv - 1)
+        canvas.note(x0 + kv / 2, y + 0.95, label, ha="center", va="top", gid="kv-block-label")
 
     agree = run.slots == run.expected
     same = run.slots[: run.num_tokens] == run.whole[: run.num_tokens]
     verdict = "kernel = reference" if agree else "KERNEL DIFFERS FROM THE REFERENCE"
     verdict += (
-        "; the same slots as whole KV blocks (block_size = kv, unexpanded table)"
+        "; the same slots as whole KV blocks (block_size = K, unexpanded table)"
         if same
         else "; NOT the slots of whole KV blocks"
     )
     canvas.title(
-        f"Hybrid blocks: kv_cache_block_size = {per} x {b} = {kv}; "
-        f"slot = expanded[q, p // {b}] * {b} + p % {b} (slotmap.compute_slot_mapping)\n" + verdict
+        f"Hybrid blocks: K = K/B x B = {per} x {size} = {kv}; "
+        f"slot = expanded[q, p // B] * B + p % B with B = {size}\n"
+        f"slotmap.compute_slot_mapping: {verdict}"
     )
     canvas.fig.slotmap_run = run
     return canvas.fig
@@ -301,8 +379,8 @@ def draw_hybrid_run(run: HybridRun):
 def hybrid_widget(
     lengths: Sequence[int] = (7, 10), block_size: int = 2, blocks_per_kv_block: int = 3
 ):
-    """Sliders for two request lengths, where request 1 starts, the attention block size and
-    the attention blocks per KV block; every change re-runs the kernel and redraws."""
+    """Sliders for two request lengths, where request 1 starts, the attention block B and
+    K/B, the attention blocks per KV block; every change re-runs the kernel and redraws."""
     import ipywidgets as widgets
 
     from slotmap.viz.live import columns, live_figure
@@ -315,13 +393,13 @@ def hybrid_widget(
             value=0, min=0, max=12, description="request 1 starts at", style=style_
         ),
         "block_size": widgets.IntSlider(
-            value=block_size, min=1, max=4, description="attention block", style=style_
+            value=block_size, min=1, max=4, description="B (attention block)", style=style_
         ),
         "blocks_per_kv_block": widgets.IntSlider(
             value=blocks_per_kv_block,
             min=1,
             max=4,
-            description="blocks per KV block",
+            description="K/B (blocks per KV block)",
             style=style_,
         ),  # fmt: skip
         "seed": widgets.IntSlider(value=5, min=0, max=20, description="shuffle"),
