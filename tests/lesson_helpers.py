@@ -50,3 +50,19 @@ def by_gid(fig, gid, kind="patch"):
     ax = fig.axes[0]
     items = ax.patches if kind == "patch" else ax.texts
     return [item for item in items if item.get_gid() == gid]
+
+
+class KernelVariant:
+    """A known-wrong (or right) variant of an exercise kernel: ``kernel[grid](...)`` with extra
+    constexpr arguments fixed, e.g. ``KernelVariant(_variant_kernel, MISTAKE=3)``. It stands
+    where a learner's ``@triton.jit`` kernel would."""
+
+    def __init__(self, kernel, **constants):
+        self.kernel = kernel
+        self.constants = constants
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            return self.kernel[grid](*args, **kwargs, **self.constants)
+
+        return launch

@@ -9,7 +9,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from lesson_helpers import by_gid, failure, solution_module
+from lesson_helpers import KernelVariant, by_gid, failure, solution_module
 
 import slotmap
 from slotmap.exercises import get_exercise, run_check
@@ -222,15 +222,8 @@ def _variant_kernel(
         tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=replayed)
 
 
-class Variant:
-    def __init__(self, mistake: int):
-        self.mistake = mistake
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            return _variant_kernel[grid](*args, **kwargs, MISTAKE=self.mistake)
-
-        return launch
+def Variant(mistake: int) -> KernelVariant:  # noqa: N802 - reads like the class it returns
+    return KernelVariant(_variant_kernel, MISTAKE=mistake)
 
 
 def test_replay_solution_passes(solution):
