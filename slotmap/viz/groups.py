@@ -62,6 +62,11 @@ def _paged_table(
     return rows, used, num_blocks
 
 
+def shared_slots(slots: Sequence[int]) -> set[int]:
+    """Slots (not PAD) that two tokens of a batch write: in a ring, a collision."""
+    return {s for s in slots if s >= 0 and slots.count(s) > 1}
+
+
 @dataclass
 class GroupsRun:
     """One batch, two KV-cache groups, and the fused kernel's output for them."""
@@ -81,9 +86,7 @@ class GroupsRun:
         return sum(len(row) for row in self.positions)
 
     def ring_collisions(self) -> set[int]:
-        """Ring slots that two tokens of this batch write."""
-        ring = self.slots[1][: self.num_tokens]
-        return {s for s in ring if s >= 0 and ring.count(s) > 1}
+        return shared_slots(self.slots[1][: self.num_tokens])
 
 
 def run_groups(
@@ -479,9 +482,7 @@ class ReplayRun:
         return sum(len(row) for row in self.positions)
 
     def ring_collisions(self) -> set[int]:
-        """Ring slots that two tokens of this batch write."""
-        ring = self.after[1][: self.num_tokens]
-        return {s for s in ring if s >= 0 and ring.count(s) > 1}
+        return shared_slots(self.after[1][: self.num_tokens])
 
     def replayed(self) -> list[bool]:
         """Per batch token: is its position replayed?"""
