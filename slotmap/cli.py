@@ -100,6 +100,13 @@ def widget_problems(stack: WidgetStack) -> list[str]:
     from packaging.utils import canonicalize_name
 
     versions = stack.versions
+    if kernel_side_only(stack):
+        # No JupyterLab here (a headless server whose notebooks a lab elsewhere connects
+        # to): only the kernel side can be checked.
+        pin = LAB_PINS["ipywidgets"]
+        if versions["ipywidgets"] not in SpecifierSet(pin):
+            return [f"ipywidgets {versions['ipywidgets']} is not the course's pin ipywidgets{pin}"]
+        return []
     missing = [name for name in LAB_PINS if not versions.get(name)]
     if missing:
         return [f"{name} is not installed: the course's widgets need it" for name in missing]
@@ -133,12 +140,23 @@ def widget_problems(stack: WidgetStack) -> list[str]:
     return problems
 
 
+def kernel_side_only(stack: WidgetStack) -> bool:
+    """ipywidgets is installed but JupyterLab is not: the frontend lives elsewhere."""
+    return bool(stack.versions.get("ipywidgets")) and not stack.versions.get("jupyterlab")
+
+
 def widgets_report(stack: WidgetStack) -> tuple[bool, list[str]]:
     """(all good, the doctor's lines) for the widget stack."""
     versions = stack.versions
     if not any(versions.get(name) for name in LAB_PINS):
         return True, ["widgets      not installed (the course needs the lab extra)"]
     problems = widget_problems(stack)
+    if not problems and kernel_side_only(stack):
+        return True, [
+            f"widgets      kernel side only: ipywidgets {versions['ipywidgets']}, no JupyterLab "
+            f"here; the JupyterLab that runs these notebooks needs jupyterlab_widgets"
+            f"{LAB_PINS['jupyterlab_widgets']}"
+        ]
     if not problems:
         version, folder = stack.loaded_extension or ("?", "?")
         return True, [

@@ -164,6 +164,21 @@ def test_doctor_without_the_lab_extra_is_not_a_mismatch():
     )
 
 
+def test_doctor_on_a_headless_machine_checks_only_the_kernel_side():
+    from slotmap.cli import widget_problems, widgets_report
+
+    headless = {"jupyterlab": None, "ipywidgets": "8.1.9", "jupyterlab_widgets": "3.0.17"}
+    assert widgets_report(matching_stack(versions=headless, loaded_extension=None)) == (
+        True,
+        ["widgets      kernel side only: ipywidgets 8.1.9, no JupyterLab here; the JupyterLab "
+         "that runs these notebooks needs jupyterlab_widgets==3.0.17"],
+    )  # fmt: skip
+    old = dict(headless, ipywidgets="8.1.5")
+    assert widget_problems(matching_stack(versions=old, loaded_extension=None)) == [
+        "ipywidgets 8.1.5 is not the course's pin ipywidgets==8.1.9"
+    ]
+
+
 def test_doctor_exits_1_on_a_widget_mismatch(monkeypatch, capsys):
     from slotmap import cli
 
