@@ -4,7 +4,7 @@ A headless executor (test_notebooks.py) proves the kernel side only: a widget wh
 never loads, a frontend/kernel version mismatch ("model not found") or a figure that does
 not follow its slider all pass there. Here ``slotmap lab`` (the command ``make lab`` runs)
 serves a temporary copy of the course on loopback, and Debian's Chromium, driven by
-Playwright, opens lesson 01, lesson 03 and the learner's copy of exercise 01, runs all cells
+Playwright, opens lessons 01, 03 and 07 and the learner's copy of exercise 01, runs all cells
 from the Run menu, waits for every widget and figure to render, moves sliders and checks that
 the figure changed, and that no cell shows an error. The exercise is filled in by pasting the
 solution's code into its cells, and its checks must then pass.
@@ -189,6 +189,20 @@ def test_lesson_03_renders_and_follows_its_sliders(learner):
     windows, failure = notebook.widget_views().nth(0), notebook.widget_views().nth(1)
     assert_slider_redraws(notebook, windows, "block size", "4", "5")
     assert_slider_redraws(notebook, failure, "first position", "3", "4")
+    assert_no_errors(learner, notebook)
+
+
+def test_lesson_07_runs_its_ranks_from_the_lab_kernel_and_follows_its_sliders(learner):
+    # Lesson 07 spawns one process per rank from the kernel the lab started (gloo on the CPU):
+    # the multi-process cell must work there too, not only under a headless executor.
+    notebook = learner.open_notebook("notebooks/07_end_to_end.ipynb")
+    notebook.run_all(RUN_ALL_MS)
+    assert_widgets_rendered(learner, notebook, 2)
+    assert_static_figures(notebook, 4)  # the cache, two corruptions, the CP picture
+    assert notebook.panel.get_by_text(re.compile(r"max \|merged - dense\| = \d")).count() == 1
+    paged, cp = notebook.widget_views().nth(0), notebook.widget_views().nth(1)
+    assert_slider_redraws(notebook, paged, "block size B", "4", "5")
+    assert_slider_redraws(notebook, cp, "sequence length", "13", "14")
     assert_no_errors(learner, notebook)
 
 
