@@ -31,6 +31,7 @@ import triton.language as tl
 from torch import Tensor
 
 from slotmap.layout import PAD_SLOT_ID
+from slotmap.validate import _fail, check_tensor
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -39,40 +40,14 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 # ---------------------------------------------------------------------------------------------
 # Validation: a ValueError naming the offending tensor, token, request or value.
 # ---------------------------------------------------------------------------------------------
-def _fail(message: str) -> None:
-    raise ValueError(message)
-
-
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _check_tensor(
-    name: str,
-    tensor: Tensor,
-    dtypes: tuple[torch.dtype, ...],
-    ndim: int,
-    device: torch.device,
-    anchor: str,
-) -> None:
-    """Type, rank, device (that of ``anchor``) and contiguity of one input tensor."""
-    if not isinstance(tensor, Tensor):
-        _fail(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.dtype not in dtypes:
-        wanted = " or ".join(_dtype_name(d) for d in dtypes)
-        _fail(f"{name} must be {wanted}, got {_dtype_name(tensor.dtype)}")
-    if tensor.dim() != ndim:
-        _fail(f"{name} must have {ndim} dimensions, got shape {tuple(tensor.shape)}")
-    if tensor.device != device:
-        _fail(f"{name} is on {tensor.device} but {anchor} is on {device}: use one device")
-    if not tensor.is_contiguous():
-        _fail(f"{name} must be contiguous (stride {tuple(tensor.stride())}): call .contiguous()")
-
-
 def _check_caches(key_cache: Tensor, value_cache: Tensor, device: torch.device, anchor: str):
     """Both caches [num_blocks, block_size, num_heads, head_dim], one dtype; returns the shape."""
-    _check_tensor("key_cache", key_cache, FLOAT_DTYPES, 4, device, anchor)
-    _check_tensor("value_cache", value_cache, FLOAT_DTYPES, 4, device, anchor)
+    check_tensor("key_cache", key_cache, FLOAT_DTYPES, 4, device, f"{anchor} is")
+    check_tensor("value_cache", value_cache, FLOAT_DTYPES, 4, device, f"{anchor} is")
     if key_cache.shape != value_cache.shape:
         _fail(
             f"key_cache has shape {tuple(key_cache.shape)} but value_cache "
@@ -99,9 +74,9 @@ def check_reshape_and_cache_inputs(
     full: bool = True,
 ) -> None:
     """Shapes, dtypes, devices, contiguity; with ``full``, every slot (reads the tensor)."""
-    _check_tensor("key", key, FLOAT_DTYPES, 3, getattr(key, "device", None), "key")
+    check_tensor("key", key, FLOAT_DTYPES, 3, getattr(key, "device", None), "key is")
     device = key.device
-    _check_tensor("value", value, FLOAT_DTYPES, 3, device, "key")
+    check_tensor("value", value, FLOAT_DTYPES, 3, device, "key is")
     if key.shape != value.shape:
         _fail(
             f"key has shape {tuple(key.shape)} but value {tuple(value.shape)}: both are "
@@ -121,7 +96,7 @@ def check_reshape_and_cache_inputs(
                 f"{name} is {_dtype_name(tensor.dtype)} but the cache is "
                 f"{_dtype_name(key_cache.dtype)}: cast one of them"
             )
-    _check_tensor("slot_mapping", slot_mapping, INDEX_DTYPES, 1, device, "key")
+    check_tensor("slot_mapping", slot_mapping, INDEX_DTYPES, 1, device, "key is")
     num_tokens = key.shape[0]
     if slot_mapping.numel() < num_tokens:
         _fail(f"slot_mapping has {slot_mapping.numel()} entries for {num_tokens} tokens")
@@ -158,7 +133,7 @@ def check_paged_attention_inputs(
     full: bool = True,
 ) -> None:
     """Shapes, dtypes, devices, contiguity; with ``full``, lengths and block numbers."""
-    _check_tensor("query", query, FLOAT_DTYPES, 3, getattr(query, "device", None), "query")
+    check_tensor("query", query, FLOAT_DTYPES, 3, getattr(query, "device", None), "query is")
     device = query.device
     num_blocks, block_size, num_heads, head_dim = _check_caches(
         key_cache, value_cache, device, "query"
@@ -169,8 +144,8 @@ def check_paged_attention_inputs(
             f"query has {query.shape[1]} heads of {query.shape[2]} but the cache holds "
             f"{num_heads} heads of {head_dim}"
         )
-    _check_tensor("block_table", block_table, (torch.int32,), 2, device, "query")
-    _check_tensor("seq_lens", seq_lens, (torch.int32,), 1, device, "query")
+    check_tensor("block_table", block_table, (torch.int32,), 2, device, "query is")
+    check_tensor("seq_lens", seq_lens, (torch.int32,), 1, device, "query is")
     if seq_lens.numel() != num_reqs:
         _fail(f"seq_lens has {seq_lens.numel()} entries for {num_reqs} requests (query rows)")
     if block_table.shape[0] < num_reqs:
@@ -479,8 +454,8 @@ def check_merge_inputs(outs: Tensor, lses: Tensor, *, full: bool = True) -> None
     """Shapes, dtypes and devices; with ``full``, also the values of ``lses``: a partial state
     with no keys has lse -inf (FlashAttention-2 reports +inf there; vLLM's merge maps it to
     -inf), and NaN means the partial itself is broken."""
-    _check_tensor("outs", outs, (torch.float32,), 4, getattr(outs, "device", None), "outs")
-    _check_tensor("lses", lses, (torch.float32,), 3, outs.device, "outs")
+    check_tensor("outs", outs, (torch.float32,), 4, getattr(outs, "device", None), "outs is")
+    check_tensor("lses", lses, (torch.float32,), 3, outs.device, "outs is")
     if tuple(lses.shape) != tuple(outs.shape[:3]):
         _fail(
             f"outs has shape {tuple(outs.shape)} but lses {tuple(lses.shape)}: "

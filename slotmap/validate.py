@@ -23,9 +23,15 @@ def _fail(message: str) -> None:
 
 
 def check_tensor(
-    name: str, tensor: Tensor, dtypes: Sequence[torch.dtype], ndim: int, device: torch.device
+    name: str,
+    tensor: Tensor,
+    dtypes: Sequence[torch.dtype],
+    ndim: int,
+    device: torch.device,
+    anchor: str = "positions are",
 ) -> None:
-    """Type, rank, device and contiguity of one input tensor."""
+    """Type, rank, device and contiguity of one input tensor; ``device`` is that of the
+    tensor the message names by ``anchor`` ("positions are", "key is")."""
     if not isinstance(tensor, Tensor):
         _fail(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dtype not in dtypes:
@@ -34,7 +40,7 @@ def check_tensor(
     if tensor.dim() != ndim:
         _fail(f"{name} must have {ndim} dimension(s), got shape {tuple(tensor.shape)}")
     if tensor.device != device:
-        _fail(f"{name} is on {tensor.device} but positions are on {device}: use one device")
+        _fail(f"{name} is on {tensor.device} but {anchor} on {device}: use one device")
     if not tensor.is_contiguous():
         _fail(f"{name} must be contiguous (stride {tuple(tensor.stride())}): call .contiguous()")
 

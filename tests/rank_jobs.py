@@ -35,9 +35,10 @@ def sleep_forever(ctx: RankContext) -> int:
     return ctx.rank
 
 
-def die_on_rank_zero(ctx: RankContext) -> int:
+def exit_on_rank_zero(ctx: RankContext, code: int) -> int:
+    """Rank 0 leaves with ``code`` and no report (3: it died; 0: it exited quietly)."""
     if ctx.rank == 0:
-        os._exit(3)
+        os._exit(code)
     time.sleep(60)
     return ctx.rank
 
@@ -49,11 +50,4 @@ def fail_during_a_collective(ctx: RankContext) -> int:
         raise RuntimeError("boom on rank 1")
     value = torch.ones(1, device=ctx.device)
     dist.all_reduce(value)
-    return ctx.rank
-
-
-def exit_quietly(ctx: RankContext) -> int:
-    if ctx.rank == 0:
-        os._exit(0)
-    time.sleep(60)
     return ctx.rank

@@ -30,7 +30,9 @@ from slotmap.cp import local_length
 from slotmap.cp_attention import (
     CPProblem,
     build_rank_state,
+    check_rank,
     cp_decode_rank,
+    decode_step,
     owned_positions,
     simulate_ranks,
 )
@@ -401,3 +403,15 @@ def test_bad_merge_inputs_are_named():
             with pytest.raises(ValueError, match=rf"lses\[1, 2, 0\] is {shown}: .* -inf"):
                 merge(outs, broken)
     merge_attention_states(outs, broken, validate=False)  # unchecked: the caller's problem
+
+
+def test_check_rank_reports_a_wrong_merge_and_a_nan_partial():
+    # check_rank is what cp_decode.py and the CP tests trust: it must see a wrong answer.
+    state = build_rank_state(CPProblem(seq_lens=(5, 9), interleave=2), 1, 0, DEVICE)
+    merged, local = decode_step(state)
+    assert all(e < ATOL for e in check_rank(state, merged, local).values())
+    shifted = (merged[0] + 0.5, merged[1])
+    assert abs(check_rank(state, shifted, local)["merged_out"] - 0.5) < 1e-5
+    broken = (local[0].clone(), local[1])
+    broken[0][1, 0, 0] = math.nan
+    assert math.isnan(check_rank(state, merged, broken)["local_out"])

@@ -37,7 +37,7 @@ def test_a_failing_rank_reports_its_traceback_and_stops_the_others():
 
 def test_a_rank_that_dies_is_reported():
     with pytest.raises(RankFailed, match="rank 0 died with exit code 3"):
-        run_ranks(rank_jobs.die_on_rank_zero, 2, timeout_s=60)
+        run_ranks(rank_jobs.exit_on_rank_zero, 2, 3, timeout_s=60)
 
 
 def test_the_deadline_stops_every_process():
@@ -70,5 +70,5 @@ def test_the_rank_that_raised_is_reported_first_not_the_one_it_left_hanging():
 def test_a_rank_that_exits_without_reporting_is_reported():
     start = time.monotonic()
     with pytest.raises(RankFailed, match="rank 0 exited without reporting a result"):
-        run_ranks(rank_jobs.exit_quietly, 2, timeout_s=60)
+        run_ranks(rank_jobs.exit_on_rank_zero, 2, 0, timeout_s=60)
     assert time.monotonic() - start < 30
