@@ -114,10 +114,11 @@ def sweep_single(case, launcher_name, configs, results):
         )
 
         def run(tile=tile, warps=warps, parallel=parallel):
+            extra = {} if launcher_name == "window" else {"token_parallel": False}
             return launcher(
                 case.query_start_loc, case.positions, case.block_tables[0], case.block_size,
                 num_tokens=case.shape.num_tokens, max_num_tokens=m, out=out, validate=False,
-                tile_size=tile, num_warps=warps, parallel_tiles=parallel,
+                tile_size=tile, num_warps=warps, parallel_tiles=parallel, **extra,
             )  # fmt: skip
 
         us = checked_graph_time(run, out, want, label)
@@ -146,6 +147,47 @@ def sweep_fused(case, configs, results):
 
             us = checked_graph_time(run, out, want, label)
             print(f"{label:<48} {us:9.3f} us", flush=True)
+            results.append(dict(label=label, us=us))
+
+
+def sweep_tokens(case, configs, results, groups_list=(0, 1, 4)):
+    """The token grid (``token_parallel=True``): direct (groups 0) and fused over 1 and 4
+    groups for each (tile, warps), next to an empty kernel on the same grid."""
+    from slotmap.kernels.common import token_launch_shape
+
+    m, n = case.shape.max_num_tokens, case.shape.num_tokens
+    for tile, warps in configs:
+        _, grid, options = token_launch_shape(n, m, case.num_reqs, tile, warps)
+        for groups in groups_list:
+            g = max(groups, 1)
+            out = torch.empty(g, m, dtype=torch.int32, device="cuda")
+            want = case.expected[:g]
+            name = "direct" if groups == 0 else f"fused-{groups}"
+            label = f"{case.shape.name} b{case.block_size} tokens {name} t{tile} w{warps}"
+
+            def run(tile=tile, warps=warps, groups=groups, out=out):
+                if groups == 0:
+                    return slotmap.compute_slot_mapping_direct(
+                        case.query_start_loc, case.positions, case.block_tables[0],
+                        case.block_size, num_tokens=n, max_num_tokens=m, out=out[0],
+                        validate=False, tile_size=tile, num_warps=warps, token_parallel=True,
+                    )  # fmt: skip
+                return slotmap.compute_slot_mappings(
+                    case.query_start_loc, case.positions, case.block_tables[:groups],
+                    [case.block_size] * groups, num_tokens=n, max_num_tokens=m, out=out,
+                    validate=False, tile_size=tile, num_warps=warps, token_parallel=True,
+                )  # fmt: skip
+
+            us = checked_graph_time(run, out, want, label)
+            gbps = case.bytes_moved(g) / us / 1e3
+            print(f"{label:<52} {us:9.3f} us {gbps:8.0f} GB/s", flush=True)
+            results.append(dict(label=label, us=us, gbps=gbps))
+        w = options["num_warps"]
+        for groups in sorted({max(x, 1) for x in groups_list}):
+            gg = (groups, grid[0]) if groups > 1 else grid
+            us = time_graph(lambda gg=gg, w=w: _empty_kernel[gg](num_warps=w), CALLS, False)
+            label = f"{case.shape.name} b{case.block_size} tokens empty-{groups} t{tile} w{w}"
+            print(f"{label:<52} {us:9.3f} us", flush=True)
             results.append(dict(label=label, us=us))
 
 
@@ -179,6 +221,23 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", default=["ladder", "big", "small", "fused"])
     args = parser.parse_args()
     results = []
+    if "tokens" in args.parts:
+        # The first timing in a process reads low (benchmarks/NOTES.md): take one to discard.
+        warm = build_case(SHAPES["decode256"], 128, "cuda")
+        sweep_tokens(warm, [(64, 1)], [], (0,))
+        # The token grid over tile x warps on every shape, the request grid beside it.
+        small = [(32, 1), (64, 1), (64, 2), (128, 1), (128, 2), (128, 4), (256, 4), (512, 4)]
+        for shape, block in (("decode256", 128), ("decode1024", 128), ("mixed", 128),
+                             ("mixed", 16), ("prefill8192", 128), ("decode256", 16),
+                             ("decode1024", 16)):  # fmt: skip
+            case = build_case(SHAPES[shape], block, "cuda")
+            sweep_tokens(case, small, results)
+            sweep_single(case, "direct", [(None, None, None)], results)
+        if "huge" in args.parts:
+            for block in (128, 16):
+                case = build_case(SHAPES["huge"], block, "cuda")
+                sweep_tokens(case, [(1024, 8), (1024, 4), (2048, 8), (512, 4)], results, (0, 1))
+                sweep_single(case, "direct", [(None, None, None)], results)
     if "ladder" in args.parts:
         ladder(results)
     if "lanes" in args.parts:

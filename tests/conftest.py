@@ -177,6 +177,13 @@ def _window(**fixed: Any) -> Callable[..., Tensor]:
     return run
 
 
+def _direct(**fixed: Any) -> Callable[..., Tensor]:
+    def run(*args: Any, **kwargs: Any) -> Tensor:
+        return slotmap.compute_slot_mapping_direct(*args, **kwargs, **fixed)
+
+    return run
+
+
 def _fused(**fixed: Any) -> Callable[..., Tensor]:
     def run(*args: Any, **kwargs: Any) -> Tensor:
         return fused_single_group(*args, **kwargs, **fixed)
@@ -194,8 +201,11 @@ SINGLE_GROUP_IMPLEMENTATIONS: dict[str, tuple[Callable[[], Callable[..., Tensor]
     "window-float": (lambda: _window(gather_as_float=True), True),
     "window-int": (lambda: _window(gather_as_float=False), True),
     "direct": (lambda: slotmap.compute_slot_mapping_direct, True),
+    "direct-requests": (lambda: _direct(token_parallel=False), True),
+    "direct-tokens-tile128": (lambda: _direct(token_parallel=True, tile_size=128), True),
     "fused": (lambda: _fused(), False),
     "fused-tile16": (lambda: _fused(tile_size=16, parallel_tiles=2), False),
+    "fused-tokens-tile128": (lambda: _fused(token_parallel=True, tile_size=128), False),
 }
 
 
@@ -527,12 +537,14 @@ def slot_mapping_cases(
     chunk: int = 16,
     max_requests: int = 4,
     max_length: int = 40,
+    lengths: st.SearchStrategy[list[int]] | None = None,
 ) -> Case:
     """Any valid single-group case of one mode (``SINGLE_GROUP_MODES``; None: any).
 
     Block sizes incl. non-powers of two, CP with every rank and every interleave dividing the
     kv block, circular with negative positions, empty requests, padding tails, big block
     numbers, garbage positions past num_tokens, explicit num_tokens, a custom pad_id.
+    ``lengths``: the requests' lengths (default: ``request_lengths``).
     """
     if mode is None:
         mode = draw(st.sampled_from(SINGLE_GROUP_MODES))
@@ -543,7 +555,7 @@ def slot_mapping_cases(
     kv_cache_block_size = block_size * blocks_per_kv_block
     cp_rank = draw(st.integers(0, cp_world_size - 1))
     cp_interleave = draw(st.sampled_from(divisors(kv_cache_block_size)))
-    lengths = draw(request_lengths(max_requests, max_length))
+    lengths = draw(request_lengths(max_requests, max_length) if lengths is None else lengths)
     return make_case(
         lengths,
         block_size,
@@ -575,6 +587,7 @@ def multi_group_cases(
     max_groups: int = 3,
     max_requests: int = 4,
     max_length: int = 40,
+    lengths: st.SearchStrategy[list[int]] | None = None,
 ) -> MultiCase:
     """Any valid multi-group case of one mode (``MULTI_GROUP_MODES``; None: any): mixed
     block sizes, circular groups (``all-circular`` has negative positions), idx_mapping, CP."""
@@ -593,7 +606,7 @@ def multi_group_cases(
         circular[draw(st.integers(0, groups - 1))] = True
     else:
         circular = [False] * groups
-    lengths = draw(request_lengths(max_requests, max_length))
+    lengths = draw(request_lengths(max_requests, max_length) if lengths is None else lengths)
     return make_multi_case(
         lengths,
         block_sizes,

@@ -30,9 +30,19 @@ SINGLE_GROUP: dict[str, Callable[..., Any]] = {
     "window": lambda *a, **k: slotmap.compute_slot_mapping(*a, **k),
     "direct": lambda *a, **k: slotmap.compute_slot_mapping_direct(*a, **k),
     "fused": fused_single_group,
+    # Each grid of the two launchers that have two, whatever their defaults choose here.
+    "direct-requests": lambda *a, **k: slotmap.compute_slot_mapping_direct(
+        *a, token_parallel=False, **k
+    ),
+    "direct-tokens": lambda *a, **k: slotmap.compute_slot_mapping_direct(
+        *a, token_parallel=True, **k
+    ),
+    "fused-requests": lambda *a, **k: fused_single_group(*a, token_parallel=False, **k),
+    "fused-tokens": lambda *a, **k: fused_single_group(*a, token_parallel=True, **k),
 }
 ALL = tuple(SINGLE_GROUP)
-LAUNCHERS = ("window", "direct", "fused")
+LAUNCHERS = ("window", "direct", "fused", "direct-requests", "direct-tokens", "fused-requests",
+             "fused-tokens")  # fmt: skip
 
 
 def batch(
@@ -163,7 +173,7 @@ BAD: dict[str, Bad] = {
             tile_size=16,
         ),  # fmt: skip
         r"request 0, tokens 0 and 1: logical blocks 0 and 100",
-        impls=("window", "fused"),
+        impls=("window", "fused-requests"),  # the token grid loads per lane: no window
     ),
     "tile-not-power-of-two": Bad(
         lambda: batch(tile_size=24), r"tile_size must be a power of two, got 24", LAUNCHERS
@@ -277,6 +287,8 @@ MULTI_GROUP = {
     "oracle": lambda *a, **k: slotmap.slot_mappings_oracle(*a, **k),
     "torch": lambda *a, **k: slotmap.slot_mappings_torch(*a, **k),
     "fused": lambda *a, **k: slotmap.compute_slot_mappings(*a, **k),
+    "fused-requests": lambda *a, **k: slotmap.compute_slot_mappings(*a, token_parallel=False, **k),
+    "fused-tokens": lambda *a, **k: slotmap.compute_slot_mappings(*a, token_parallel=True, **k),
 }
 BAD_MULTI: dict[str, Bad] = {
     "idx-mapping-out-of-range": Bad(

@@ -57,9 +57,13 @@ def test_runtime_sizes_are_not_specialised():
     assert {"num_tokens", "max_num_tokens"} <= skipped
 
 
-# Launch tuning that the references have no use for: the tile, the programs per request
-# and (GPU only) the warps per program change how the kernel runs, never what it returns.
-LAUNCHER_ONLY = {"tile_size", "gather_as_float", "parallel_tiles", "num_warps", "window_trace"}
+# Launch tuning that the references have no use for: the tile, the programs per request,
+# the grid (requests or tokens) and (GPU only) the warps per program change how the kernel
+# runs, never what it returns.
+LAUNCHER_ONLY = {
+    "tile_size", "gather_as_float", "parallel_tiles", "num_warps", "window_trace",
+    "token_parallel",
+}  # fmt: skip
 
 
 SINGLE_GROUP = [slotmap.slot_mapping_oracle, slotmap.slot_mapping_torch]

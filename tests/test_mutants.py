@@ -34,6 +34,7 @@ class Mutant:
 
 
 WINDOW_PROPERTY = "tests/test_slot_mapping_properties.py::test_window_kernel_matches_oracle"
+TOKEN_HAND = "tests/test_token_grid.py::test_hand_case"
 
 MUTANTS = {
     # (a) The window without its + 1: a tile that starts mid-block spans one block more than
@@ -106,6 +107,36 @@ MUTANTS = {
         "        return\n",
         "        return\n",
         ("tests/test_hand_cases.py::test_hand_case[padding-tail-window]",),
+    ),
+    # (e) The token grid's guess checked by the guessed requests' ends alone: an empty
+    # request whose start lies past the tile's first token looks right (qsl 0 2 3 3 4 5).
+    "token-guess-without-start-check": Mutant(
+        "kernels/common.py",
+        "return guess, (right & (start == tile_start)).to(tl.int32)",
+        "return guess, right.to(tl.int32)",
+        (f"{TOKEN_HAND}[direct-empty-request-under-a-right-looking-guess]",),
+    ),
+    # (f) One request for the tile when a request ends at its last token (< for <=).
+    "token-tile-one-request-off-by-one": Mutant(
+        "kernels/common.py",
+        "if first_req == tl.sum((ends <= last).to(tl.int32), 0):",
+        "if first_req == tl.sum((ends < last).to(tl.int32), 0):",
+        (f"{TOKEN_HAND}[direct-end-at-tiles-last-token]",),
+    ),
+    # (g) The histogram's last bin keeps the ends past the tile: the last lane counts them.
+    "token-histogram-keeps-ends-past-the-tile": Mutant(
+        "kernels/common.py",
+        "        req_idx = req_idx - tl.where(lane == TILE_BLOCK_SIZE - 1, past_count, 0)\n",
+        "",
+        (f"{TOKEN_HAND}[fused-ends-past-the-tile]",),
+    ),
+    # (h) Padding programs that start at num_tokens, not after the last token tile: they
+    # stop short of max_num_tokens by the last token tile's masked lanes.
+    "token-padding-starts-at-num-tokens": Mutant(
+        "kernels/direct.py",
+        "first = token_tiles * TILE_BLOCK_SIZE + (tile_idx - token_tiles) * PAD_TILE_SIZE",
+        "first = num_tokens + (tile_idx - token_tiles) * PAD_TILE_SIZE",
+        (f"{TOKEN_HAND}[direct-padding-programs-end-at-the-output]",),
     ),
 }
 

@@ -8,6 +8,8 @@ say so instead of reading outside the window.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 from conftest import (
@@ -104,7 +106,7 @@ def far_apart(**options):
     "launcher",
     [
         pytest.param(slotmap.compute_slot_mapping, id="window"),
-        pytest.param(fused_single_group, id="fused"),
+        pytest.param(partial(fused_single_group, token_parallel=False), id="fused"),
     ],
 )
 def test_precondition_violation_is_reported(launcher) -> None:
@@ -115,10 +117,19 @@ def test_precondition_violation_is_reported(launcher) -> None:
         launcher(*args, tile_size=16, **options)
 
 
-def test_direct_kernel_has_no_precondition() -> None:
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        pytest.param(partial(slotmap.compute_slot_mapping_direct, token_parallel=False),
+                     id="direct-requests"),
+        pytest.param(partial(slotmap.compute_slot_mapping_direct, token_parallel=True),
+                     id="direct-tokens"),
+        pytest.param(partial(fused_single_group, token_parallel=True), id="fused-tokens"),
+    ],
+)  # fmt: skip
+def test_per_lane_loads_have_no_precondition(launcher) -> None:
     args, options = far_apart()
-    actual = slotmap.compute_slot_mapping_direct(*args, tile_size=16)
-    assert_slots_equal(actual, [500, 600, 501])
+    assert_slots_equal(launcher(*args, tile_size=16), [500, 600, 501])
 
 
 def test_a_big_enough_tile_window_fits() -> None:

@@ -110,6 +110,72 @@ def _gather_from_window(
 
 
 @triton.jit
+def _guess_requests(
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    num_reqs,  # int: requests in the batch
+    num_tokens,  # int: real tokens in the batch
+    tile_start,  # int: first batch token of the tile
+    TILE_BLOCK_SIZE: tl.constexpr,
+):
+    # The token grid's fast case: the tile is a run of one-token (decode) requests, token t
+    # being request t at the batch's front or request t - (num_tokens - num_reqs) at its
+    # back. Returns the guessed request of every lane and whether the guess is right, which
+    # the guessed requests' own boundaries say: qsl[g_0] == t_0 and qsl[g_i + 1] == t_i + 1.
+    # The loads wait for nothing, so they fly together with the positions.
+    lane = tl.arange(0, TILE_BLOCK_SIZE)
+    offsets = tile_start + lane
+    real = offsets < num_tokens
+    shift = num_tokens - num_reqs
+    first_guess = tl.where(tile_start >= shift, tile_start - shift, tile_start)
+    guess = first_guess + lane
+    known = real & (guess < num_reqs)
+    stops = tl.load(query_start_loc_ptr + guess + 1, mask=known, other=-1)
+    start = tl.load(query_start_loc_ptr + first_guess, mask=first_guess < num_reqs, other=-1)
+    right = tl.min(((stops == offsets + 1) | ~real).to(tl.int32), 0) == 1
+    return guess, (right & (start == tile_start)).to(tl.int32)  # 1: right
+
+
+@triton.jit
+def _request_ends(
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    num_reqs,  # int: requests in the batch
+    REQ_LANES: tl.constexpr,  # a power of two >= num_reqs
+):
+    # Every request's end, query_start_loc[1..num_reqs], in one load; INT32_MAX past them.
+    j = tl.arange(0, REQ_LANES)
+    return tl.load(query_start_loc_ptr + 1 + j, mask=j < num_reqs, other=INT32_MAX_SENTINEL)
+
+
+@triton.jit
+def _count_requests(
+    ends,  # [REQ_LANES] int32: _request_ends
+    num_tokens,  # int: real tokens in the batch
+    tile_start,  # int: first batch token of the tile
+    TILE_BLOCK_SIZE: tl.constexpr,
+):
+    # The request of each token t of the tile: the number of request ends at or below t.
+    lane = tl.arange(0, TILE_BLOCK_SIZE)
+    last = tl.minimum(tile_start + TILE_BLOCK_SIZE, num_tokens) - 1
+    first_req = tl.sum((ends <= tile_start).to(tl.int32), 0)
+    if first_req == tl.sum((ends <= last).to(tl.int32), 0):
+        # The tile lies inside one request (a long prefill): as many ends at or below its
+        # first token as at or below its last.
+        req_idx = tl.zeros_like(lane) + first_req
+    else:
+        # Any other tile: a histogram of where the ends fall in the tile and its running sum
+        # count them for every lane without a [TILE, num_reqs] compare. Empty requests share
+        # an end with the next one and are skipped by the count.
+        rel = ends - tile_start  # <= 0: ended before the tile, counts for every lane
+        past = rel >= TILE_BLOCK_SIZE  # ends after the tile: counts for no lane
+        bins = tl.minimum(tl.maximum(rel, 0), TILE_BLOCK_SIZE - 1)
+        req_idx = tl.cumsum(tl.histogram(bins, TILE_BLOCK_SIZE), 0)
+        # The ends past the tile went to the last bin, which only the last lane sums.
+        past_count = tl.sum(past.to(tl.int32), 0)
+        req_idx = req_idx - tl.where(lane == TILE_BLOCK_SIZE - 1, past_count, 0)
+    return req_idx
+
+
+@triton.jit
 def _fill_pad(
     slot_mapping_ptr,  # output row
     first,  # int: first index to fill
@@ -186,8 +252,8 @@ _PLANS_SIZE = 256
 
 
 def remember_plan(key: tuple, plan: list) -> None:
-    """Store a launch plan ``[grid, constants, last tensors]`` whose integer arguments passed
-    the full checks."""
+    """Store a launch plan ``[grid, constants, last tensors, kernel]`` whose integer arguments
+    passed the full checks."""
     if len(_PLANS) >= _PLANS_SIZE:
         _PLANS.clear()
     _PLANS[key] = plan
@@ -241,7 +307,6 @@ def hot_inputs_ok(
 
 
 def launch_cached_plan(
-    kernel: Any,
     key: tuple,
     query_start_loc: Tensor,
     positions: Tensor,
@@ -251,8 +316,9 @@ def launch_cached_plan(
     num_tokens: int | None,
     max_num_tokens: int | None,
 ) -> bool:
-    """A hot call: launch ``kernel`` with the plan cached under ``key`` (a launcher's integer
-    arguments) and return True, when there is one and the tensors pass the structural checks.
+    """A hot call: launch the plan cached under ``key`` (a launcher's integer arguments; the
+    plan holds the kernel, grid and constants) and return True, when there is one and the
+    tensors pass the structural checks.
     False: the caller goes the full way (``launch_slot_mapping``)."""
     plan = _PLANS.get(key)
     if plan is None or not (
@@ -260,7 +326,7 @@ def launch_cached_plan(
         or hot_inputs_ok(query_start_loc, positions, block_table, out, num_tokens, max_num_tokens)
     ):
         return False
-    grid, constants, _ = plan
+    grid, constants, _, kernel = plan
     plan[2] = (query_start_loc, positions, block_table, out)
     kernel[grid](
         num_tokens, out.shape[0], query_start_loc, positions, block_table,
@@ -318,6 +384,85 @@ def launch_shape(
     if parallel_tiles < 1:
         raise ValueError(f"parallel_tiles must be >= 1, got {parallel_tiles}")
     return tile_size, parallel_tiles, warps_option(tile_size, num_warps)
+
+
+# The token grid (the direct kernels on the GPU): program i maps batch tokens
+# [i * TILE, (i + 1) * TILE), whichever requests they belong to, and finds each token's
+# request itself (``_guess_requests``, ``_count_requests``); the programs after the last token
+# tile write the padding tail, PAD_TILE entries each. On a decode batch the chain of dependent
+# loads shrinks from query_start_loc -> position -> block table -> store to position ->
+# block table -> store, on a few programs instead of one a request (H200, graph of 20:
+# decode 1024 from 2.22 to 1.80 us; benchmarks/NOTES.md).
+MAX_TOKEN_GRID_REQS = 4096  # a tile that is not a decode run loads every request end
+MAX_TOKEN_GRID_TOKENS = 1 << 16  # larger batches are bandwidth-bound: the request grid is
+MAX_TOKEN_GRID_MEAN = 64  # longer requests on average: the request grid's tiles are as fast
+TOKENS_PER_GRID = 256  # the tile spreads a batch over about this many programs (>= 32 lanes)
+PAD_TILE = 1024  # entries of the padding tail a padding program writes
+
+
+def use_token_grid(
+    num_tokens: int, num_reqs: int, token_parallel: bool | None, parallel_tiles: int | None
+) -> bool:
+    """Whether a direct launch takes the token grid: as asked, else (``token_parallel``
+    None) the GPU's and the interpreter's choice for a batch of short requests: at most
+    MAX_TOKEN_GRID_MEAN tokens a request on average, MAX_TOKEN_GRID_TOKENS tokens and
+    MAX_TOKEN_GRID_REQS requests, and no ``parallel_tiles`` given. Never by default on the
+    NPU, where production's request grid is the design (a per-lane block-table load is a
+    scalar load there, and ``tl.histogram`` has not run on triton-ascend)."""
+    if token_parallel is None:
+        return (
+            BACKEND.name != "npu"
+            and parallel_tiles is None
+            and num_reqs <= MAX_TOKEN_GRID_REQS
+            and num_tokens <= MAX_TOKEN_GRID_TOKENS
+            and num_tokens <= MAX_TOKEN_GRID_MEAN * max(num_reqs, 1)
+        )
+    if token_parallel and parallel_tiles is not None:
+        raise ValueError("parallel_tiles belongs to the request grid: not with token_parallel")
+    if token_parallel and num_reqs > MAX_TOKEN_GRID_REQS:
+        raise ValueError(
+            f"token_parallel takes at most {MAX_TOKEN_GRID_REQS} requests, got {num_reqs}"
+        )
+    return bool(token_parallel)
+
+
+def token_launch_shape(
+    num_tokens: int,
+    max_num_tokens: int,
+    num_reqs: int,
+    tile_size: int | None,
+    num_warps: int | None,
+) -> tuple[int, tuple[int], dict]:
+    """(tile, grid, launch options) of a token-grid launch; None picks, a number is taken.
+
+    * tile: on the GPU ``next_power_of_2(num_tokens / TOKENS_PER_GRID)`` within 32..1024; the
+      interpreter takes the lessons' 1024. Swept on the H200 (benchmarks/NOTES.md): small
+      tiles on one warp win on decode and mixed batches (no cross-warp reduction);
+    * warps: one up to 64 lanes, 4 above;
+    * the kernel's ``num_reqs``, ``REQ_LANES`` (request ends a miss loads) and
+      ``PAD_TILE_SIZE``, and ``EARLY_ENDS``: a batch that cannot be all decode
+      (``num_tokens != num_reqs``) loads the request ends up front, beside the positions;
+      a possible decode batch only when its guess misses.
+    """
+    if tile_size is None:
+        if BACKEND.interpreted:
+            tile_size = 1024
+        else:
+            wanted = triton.next_power_of_2(max(-(-num_tokens // TOKENS_PER_GRID), 1))
+            tile_size = min(max(wanted, 32), 1024)
+    check_tile(tile_size)
+    if num_warps is None and BACKEND.name != "npu":
+        num_warps = 1 if tile_size <= 64 else 4
+    token_tiles = -(-num_tokens // tile_size)
+    pad_programs = -(-max(max_num_tokens - token_tiles * tile_size, 0) // PAD_TILE)
+    options = warps_option(tile_size, num_warps)
+    options.update(
+        num_reqs=num_reqs,
+        REQ_LANES=triton.next_power_of_2(max(num_reqs, 1)),
+        PAD_TILE_SIZE=PAD_TILE,
+        EARLY_ENDS=num_tokens != num_reqs,
+    )
+    return tile_size, (max(token_tiles + pad_programs, 1),), options
 
 
 def warps_option(tile_size: int, num_warps: int | None) -> dict:
@@ -417,6 +562,8 @@ def launch_slot_mapping(
     window: bool,
     gather_as_float: bool | None = None,
     window_trace: Tensor | None = None,
+    token_kernel: Any = None,
+    token_parallel: bool | None = None,
 ) -> Tensor:
     """What a single-group launcher does after a miss of its hot path, shared by window and
     direct: check the arguments, allocate ``out`` on the inputs' device when the caller gave
@@ -424,14 +571,24 @@ def launch_slot_mapping(
 
     ``window``: ``kernel`` is the window kernel, which adds the window precondition and its
     constants. ``window_trace`` (window kernel only) is checked and passed on, never cached.
+    ``token_kernel`` (direct only): the same formula on the token grid, launched instead of
+    ``kernel`` when ``use_token_grid`` says so.
     """
     num_reqs = query_start_loc.numel() - 1
     if num_tokens is None:
         # The launch shape depends on the batch: read num_tokens first (one device sync).
         num_tokens, _ = resolve_counts(query_start_loc, positions, None, max_num_tokens, validate)
-    tile_size, parallel_tiles, options = launch_shape(
-        num_tokens, num_reqs, tile_size, parallel_tiles, num_warps
+    tokens = token_kernel is not None and use_token_grid(
+        num_tokens, num_reqs, token_parallel, parallel_tiles
     )
+    if tokens:
+        kernel, parallel_tiles = token_kernel, 1
+        check_tile(tile_size or 1)
+        options = {}
+    else:
+        tile_size, parallel_tiles, options = launch_shape(
+            num_tokens, num_reqs, tile_size, parallel_tiles, num_warps
+        )
     kv_cache_block_size = kv_cache_block_size or block_size
     num_tokens, max_num_tokens = check_slot_mapping_inputs(
         query_start_loc, positions, block_table, block_size,
@@ -442,7 +599,12 @@ def launch_slot_mapping(
     )  # fmt: skip
     check_launch_device(positions)
     check_int32_extent("block_table", block_table)
-    grid = (num_reqs + 1, parallel_tiles)
+    if tokens:
+        tile_size, grid, options = token_launch_shape(
+            num_tokens, max_num_tokens, num_reqs, tile_size, num_warps
+        )
+    else:
+        grid = (num_reqs + 1, parallel_tiles)
     check_grid(grid)
     if out is None:
         out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
@@ -452,10 +614,12 @@ def launch_slot_mapping(
         pad_id=pad_id, circular=circular, parallel_tiles=parallel_tiles, window=window,
         gather_as_float=gather_as_float,
     )  # fmt: skip
+    if tokens:
+        del constants["PARALLEL_TILES"]  # the token grid has no request axis to split
     constants.update(options)
     trace = {}
     if window_trace is None:
-        remember_plan(key, [grid, constants, ()])
+        remember_plan(key, [grid, constants, (), kernel])
     else:
         check_window_trace(window_trace, num_reqs)
         trace = dict(

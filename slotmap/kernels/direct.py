@@ -15,7 +15,10 @@ from torch import Tensor
 
 from slotmap.kernels.common import (
     _block_and_offset,
+    _count_requests,
     _fill_pad,
+    _guess_requests,
+    _request_ends,
     launch_cached_plan,
     launch_slot_mapping,
 )
@@ -83,6 +86,85 @@ def _compute_slot_mapping_direct_kernel(
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
 
 
+@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
+def _compute_slot_mapping_direct_tokens_kernel(
+    num_tokens,  # int: real tokens in the batch
+    max_num_tokens,  # int: length of slot_mapping
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    positions_ptr,  # [>= num_tokens], int64
+    block_table_ptr,  # [max_num_reqs, block_table_stride], int32
+    block_table_stride,  # int
+    block_size,  # int
+    slot_mapping_ptr,  # [max_num_tokens], int32
+    KV_CACHE_BLOCK_SIZE: tl.constexpr,
+    BLOCKS_PER_KV_BLOCK: tl.constexpr,
+    TOTAL_CP_WORLD_SIZE: tl.constexpr,
+    TOTAL_CP_RANK: tl.constexpr,
+    CP_KV_CACHE_INTERLEAVE_SIZE: tl.constexpr,
+    PAD_ID: tl.constexpr,
+    TILE_BLOCK_SIZE: tl.constexpr,
+    IS_CIRCULAR: tl.constexpr = False,
+    num_reqs=0,  # int: requests in the batch (the token grid does not say it)
+    REQ_LANES: tl.constexpr = 1,  # a power of two >= num_reqs
+    PAD_TILE_SIZE: tl.constexpr = 1024,  # padding entries a padding program writes
+    EARLY_ENDS: tl.constexpr = True,  # load the request ends before the guess is checked
+):
+    # The same formula on the token grid (GPU): program i maps tokens [i*TILE, (i+1)*TILE)
+    # of whichever requests they belong to. Its position loads need nothing from
+    # query_start_loc, so the two loads fly together; a decode batch needs a few programs
+    # instead of one a request. Programs after the last token tile write the padding tail.
+    tile_idx = tl.program_id(0)
+    token_tiles = tl.cdiv(num_tokens, TILE_BLOCK_SIZE)
+    if tile_idx >= token_tiles:
+        first = token_tiles * TILE_BLOCK_SIZE + (tile_idx - token_tiles) * PAD_TILE_SIZE
+        offsets = first + tl.arange(0, PAD_TILE_SIZE)
+        tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
+        return
+
+    tile_start = tile_idx * TILE_BLOCK_SIZE
+    offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
+    mask = offsets < num_tokens
+    pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
+    # Guess each lane's request (a run of decode requests), and load the block-table entries
+    # of the guess at once: checking the guess is then off the chain of dependent loads.
+    req_idx, guessed_right = _guess_requests(
+        query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE
+    )
+    if EARLY_ENDS:
+        ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
+    block_indices, slot_offsets, has_slot = _block_and_offset(
+        pos,
+        block_size,
+        KV_CACHE_BLOCK_SIZE,
+        BLOCKS_PER_KV_BLOCK,
+        TOTAL_CP_WORLD_SIZE,
+        TOTAL_CP_RANK,
+        CP_KV_CACHE_INTERLEAVE_SIZE,
+        IS_CIRCULAR,
+    )
+    # Each lane loads its own entry from its own request's row, masked to the table.
+    in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
+    block_numbers = tl.load(
+        block_table_ptr + req_idx * block_table_stride + block_indices,
+        mask=in_row & (req_idx < num_reqs),
+        other=0,
+    )
+    if guessed_right == 0:
+        # Count each token's request from all the request ends, then load again.
+        if not EARLY_ENDS:
+            ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
+        req_idx = _count_requests(ends, num_tokens, tile_start, TILE_BLOCK_SIZE)
+        block_numbers = tl.load(
+            block_table_ptr + req_idx * block_table_stride + block_indices,
+            mask=in_row & (req_idx < num_reqs),
+            other=0,
+        )
+    slot_ids = block_numbers * block_size + slot_offsets
+    # Lanes past num_tokens in the last token tile are padding too.
+    slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)
+    tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)
+
+
 def compute_slot_mapping_direct(
     query_start_loc: Tensor,
     positions: Tensor,
@@ -102,20 +184,27 @@ def compute_slot_mapping_direct(
     tile_size: int | None = None,
     parallel_tiles: int | None = None,
     num_warps: int | None = None,
+    token_parallel: bool | None = None,
 ) -> Tensor:
     """Slot of every batch token, one block-table load per token (no window precondition).
 
     Same arguments and result as ``compute_slot_mapping`` and ``slot_mapping_oracle``;
     ``tile_size``, ``parallel_tiles`` and ``num_warps`` as there.
+
+    ``token_parallel``: launch on the token grid (program i maps batch tokens
+    ``[i * tile, (i + 1) * tile)`` and finds their requests itself) instead of production's
+    request grid. None: the token grid on the GPU and the interpreter for a batch of at most
+    65536 tokens and 4096 requests without ``parallel_tiles`` (``use_token_grid``); the request
+    grid on the NPU and for larger batches.
     """
     # The hot path (see slotmap.kernels.common): a cached plan and structural checks only.
     key = (
         "direct", query_start_loc.numel() - 1, num_tokens, max_num_tokens, block_size,
         kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id, tile_size,
-        parallel_tiles, num_warps,
+        parallel_tiles, num_warps, token_parallel,
     )  # fmt: skip
     if not validate and launch_cached_plan(
-        _compute_slot_mapping_direct_kernel, key,
+        key,
         query_start_loc, positions, block_table, block_size, out, num_tokens, max_num_tokens,
     ):  # fmt: skip
         return out
@@ -127,4 +216,5 @@ def compute_slot_mapping_direct(
         cp_interleave=cp_interleave, circular=circular, pad_id=pad_id, out=out,
         validate=validate, tile_size=tile_size, parallel_tiles=parallel_tiles,
         num_warps=num_warps, window=False,
+        token_kernel=_compute_slot_mapping_direct_tokens_kernel, token_parallel=token_parallel,
     )  # fmt: skip

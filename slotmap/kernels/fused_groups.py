@@ -25,12 +25,17 @@ from slotmap.kernels.common import (
     DEFAULT_GATHER_AS_FLOAT,
     MAX_PARALLEL_PROGRAMS,
     _block_and_offset,
+    _count_requests,
     _fill_pad,
     _gather_from_window,
+    _guess_requests,
+    _request_ends,
     check_grid,
     check_int32_extent,
     check_launch_device,
     check_tile,
+    token_launch_shape,
+    use_token_grid,
     warps_option,
 )
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, cdiv, window_size
@@ -129,6 +134,112 @@ def _compute_slot_mappings_kernel(
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
 
 
+@triton.jit
+def _load_row_entries(
+    block_table_ptr,  # this group's block table, int32
+    block_table_stride,  # int: entries per row
+    idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    req_idx,  # [TILE] int32: each lane's request
+    num_reqs,  # int: requests in the batch
+    block_indices,  # [TILE] int32: each lane's logical block
+    in_row,  # [TILE] bool: lanes with an entry to load
+    HAS_IDX_MAPPING: tl.constexpr,
+):
+    # block_table[row(q), b] for every lane, each lane its own load.
+    in_batch = in_row & (req_idx < num_reqs)
+    if HAS_IDX_MAPPING:
+        row_idx = tl.load(idx_mapping_ptr + req_idx, mask=in_batch, other=0)
+    else:
+        row_idx = req_idx
+    return tl.load(
+        block_table_ptr + row_idx * block_table_stride + block_indices, mask=in_batch, other=0
+    )
+
+
+@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
+def _compute_slot_mappings_tokens_kernel(
+    num_tokens,  # int: real tokens in the batch
+    max_num_tokens,  # int: length of each output row
+    num_reqs,  # int: requests
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    positions_ptr,  # [>= num_tokens], int64
+    idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    group_meta_ptr,  # [num_groups, 4], int64: table address, row stride, block size, circular
+    slot_mappings_ptr,  # [num_groups, max_num_tokens], int32
+    slot_mappings_stride,  # int: elements between two groups' rows
+    TOTAL_CP_WORLD_SIZE: tl.constexpr,
+    TOTAL_CP_RANK: tl.constexpr,
+    CP_KV_CACHE_INTERLEAVE_SIZE: tl.constexpr,
+    PAD_ID: tl.constexpr,
+    TILE_BLOCK_SIZE: tl.constexpr,
+    HAS_IDX_MAPPING: tl.constexpr,
+    REQ_LANES: tl.constexpr,  # a power of two >= num_reqs
+    PAD_TILE_SIZE: tl.constexpr,  # padding entries a padding program writes
+    EARLY_ENDS: tl.constexpr = True,  # load the request ends before the guess is checked
+):
+    # The token grid (GPU), as the direct kernel's: program (g, i) maps batch tokens
+    # [i*TILE, (i+1)*TILE) in group g. A tile may span several requests, so each lane loads its
+    # own block-table entry (no window). The group's metadata, the request ends and the
+    # positions are three independent loads; only the block-table load waits for them.
+    group_idx = tl.program_id(0)
+    tile_idx = tl.program_id(1)
+    slot_mapping_ptr = slot_mappings_ptr + group_idx * slot_mappings_stride
+    token_tiles = tl.cdiv(num_tokens, TILE_BLOCK_SIZE)
+    if tile_idx >= token_tiles:
+        first = token_tiles * TILE_BLOCK_SIZE + (tile_idx - token_tiles) * PAD_TILE_SIZE
+        offsets = first + tl.arange(0, PAD_TILE_SIZE)
+        tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
+        return
+
+    meta_ptr = group_meta_ptr + group_idx * 4
+    block_table_ptr = tl.load(meta_ptr).to(tl.pointer_type(tl.int32))
+    block_table_stride = tl.load(meta_ptr + 1).to(tl.int32)
+    block_size = tl.load(meta_ptr + 2).to(tl.int32)
+    is_circular = tl.load(meta_ptr + 3) != 0
+
+    tile_start = tile_idx * TILE_BLOCK_SIZE
+    offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
+    mask = offsets < num_tokens
+    pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
+    # As the direct token kernel: guess, load with the guess, check off the chain.
+    req_idx, guessed_right = _guess_requests(
+        query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE
+    )
+    if EARLY_ENDS:
+        ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
+    if is_circular:
+        block_indices, slot_offsets, has_slot = _block_and_offset(
+            pos, block_size, block_size, 1, 1, 0, 1, True
+        )
+    else:
+        block_indices, slot_offsets, has_slot = _block_and_offset(
+            pos,
+            block_size,
+            block_size,
+            1,
+            TOTAL_CP_WORLD_SIZE,
+            TOTAL_CP_RANK,
+            CP_KV_CACHE_INTERLEAVE_SIZE,
+            False,
+        )
+    in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
+    block_numbers = _load_row_entries(
+        block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs, block_indices,
+        in_row, HAS_IDX_MAPPING,
+    )  # fmt: skip
+    if guessed_right == 0:
+        if not EARLY_ENDS:
+            ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
+        req_idx = _count_requests(ends, num_tokens, tile_start, TILE_BLOCK_SIZE)
+        block_numbers = _load_row_entries(
+            block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs,
+            block_indices, in_row, HAS_IDX_MAPPING,
+        )  # fmt: skip
+    slot_ids = block_numbers * block_size + slot_offsets
+    slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)
+    tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)
+
+
 def choose_tiling(num_tokens: int, num_reqs: int) -> tuple[int, int]:
     """Adaptive (tile size, parallel tiles) from the mean request length, without a sync.
 
@@ -206,6 +317,7 @@ def compute_slot_mappings(
     parallel_tiles: int | None = None,
     gather_as_float: bool | None = None,
     num_warps: int | None = None,
+    token_parallel: bool | None = None,
 ) -> Tensor:
     """Slot mappings of all KV-cache groups in one launch.
 
@@ -216,6 +328,9 @@ def compute_slot_mappings(
     Returns [num_groups, max_num_tokens] int32, or writes ``out``. ``tile_size`` and
     ``parallel_tiles`` None choose adaptively (``choose_tiling``). Same arguments and result
     as ``slotmap.slot_mappings_oracle``. ``num_warps`` (GPU only) None: one warp per 128 lanes.
+    ``token_parallel``: the token grid ``(num_groups, token tiles + padding programs)`` with
+    per-lane block-table loads, as ``compute_slot_mapping_direct``'s (None: chosen the same
+    way, ``use_token_grid``); otherwise the request grid with the window gather.
     """
     circular = list(circular) if circular is not None else [False] * len(block_tables)
     # The adaptive tiling needs num_tokens: check query_start_loc before reading it.
@@ -223,6 +338,12 @@ def compute_slot_mappings(
         query_start_loc, positions, num_tokens, max_num_tokens, validate
     )
     num_reqs = query_start_loc.numel() - 1
+    if use_token_grid(num_tokens, num_reqs, token_parallel, parallel_tiles):
+        return launch_token_grid(
+            query_start_loc, positions, block_tables, block_sizes, circular, idx_mapping,
+            num_tokens, max_num_tokens, cp_world_size, cp_rank, cp_interleave, pad_id, out,
+            validate, tile_size, num_warps,
+        )  # fmt: skip
     auto_tile, auto_parallel = choose_tiling(num_tokens, num_reqs)
     tile_size = auto_tile if tile_size is None else tile_size
     parallel_tiles = auto_parallel if parallel_tiles is None else parallel_tiles
@@ -267,5 +388,66 @@ def compute_slot_mappings(
         HAS_IDX_MAPPING=idx_mapping is not None,
         GATHER_AS_FLOAT=DEFAULT_GATHER_AS_FLOAT if gather_as_float is None else gather_as_float,
         **warps_option(tile_size, num_warps),
+    )
+    return out
+
+
+def launch_token_grid(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_tables: Sequence[Tensor],
+    block_sizes: Sequence[int],
+    circular: list[bool],
+    idx_mapping: Tensor | None,
+    num_tokens: int,
+    max_num_tokens: int | None,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    pad_id: int,
+    out: Tensor | None,
+    validate: bool,
+    tile_size: int | None,
+    num_warps: int | None,
+) -> Tensor:
+    """``compute_slot_mappings`` on the token grid (its checks, then one launch)."""
+    num_tokens, max_num_tokens = check_slot_mappings_inputs(
+        query_start_loc, positions, block_tables, block_sizes,
+        circular=circular, idx_mapping=idx_mapping, num_tokens=num_tokens,
+        max_num_tokens=max_num_tokens, cp_world_size=cp_world_size, cp_rank=cp_rank,
+        cp_interleave=cp_interleave, out=out, full=validate, tile_size=None,
+    )  # fmt: skip
+    check_launch_device(positions)
+    for g, table in enumerate(block_tables):
+        check_int32_extent(f"block_tables[{g}]", table)
+    num_groups = len(block_tables)
+    if out is None:
+        out = torch.empty(num_groups, max_num_tokens, dtype=torch.int32, device=positions.device)
+    check_int32_extent("out", out)
+    num_reqs = query_start_loc.numel() - 1
+    tile_size, (programs,), options = token_launch_shape(
+        num_tokens, max_num_tokens, num_reqs, tile_size, num_warps
+    )
+    grid = (num_groups, programs)
+    check_grid(grid)
+    meta = group_metadata(block_tables, block_sizes, circular)
+    options.pop("num_reqs")  # a positional argument of this kernel
+    _compute_slot_mappings_tokens_kernel[grid](
+        num_tokens,
+        max_num_tokens,
+        num_reqs,
+        query_start_loc,
+        positions,
+        idx_mapping if idx_mapping is not None else query_start_loc,
+        meta,
+        out,
+        out.stride(0),
+        TOTAL_CP_WORLD_SIZE=cp_world_size,
+        TOTAL_CP_RANK=cp_rank,
+        CP_KV_CACHE_INTERLEAVE_SIZE=cp_interleave,
+        PAD_ID=pad_id,
+        TILE_BLOCK_SIZE=tile_size,
+        HAS_IDX_MAPPING=idx_mapping is not None,
+        **options,
     )
     return out

@@ -159,7 +159,7 @@ def compute_slot_mapping(
         parallel_tiles, num_warps, gather_as_float,
     )  # fmt: skip
     if not validate and window_trace is None and launch_cached_plan(
-        _compute_slot_mapping_kernel, key,
+        key,
         query_start_loc, positions, block_table, block_size, out, num_tokens, max_num_tokens,
     ):  # fmt: skip
         return out
