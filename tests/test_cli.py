@@ -15,7 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if k not in ("SLOTMAP_BACKEND",)}
+    # The banner test needs it printed: drop what the caller set to choose or silence it.
+    environment = {
+        k: v for k, v in os.environ.items() if k not in ("SLOTMAP_BACKEND", "SLOTMAP_QUIET")
+    }
     environment.update(env)
     environment["PYTHONPATH"] = str(ROOT) + os.pathsep + environment.get("PYTHONPATH", "")
     return subprocess.run(
