@@ -1,0 +1,220 @@
+"""Experiment (not part of the package): where the token grid's time goes on the mixed shape.
+
+Variants of ``slotmap.kernels.direct._compute_slot_mapping_direct_tokens_kernel`` (same
+arguments, the library's helpers), each checked exactly against the reference before and after
+timing, next to ladder microkernels on the same grid:
+
+* ``library``: the shipped kernel;
+* ``one-request-first``: on a missed guess, load the block-table entries of the tile's first
+  token's request right away (the tile lies inside one request, a long prefill's tiles) and
+  check that beside the load, as the guess is checked; only a tile across requests pays
+  for the histogram and a third load;
+* ``no-guess``: ``one-request-first`` without the decode guess (no boundary loads, no check);
+* ladder: ``loads2+store`` / ``loads3+store`` over the same number of 32-lane programs.
+
+Run on the device: ``PYTHONPATH=$PWD python3 benchmarks/token_lab.py --out $OUT/lab.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+# isort: off
+import slotmap  # first: it chooses the backend before triton loads
+import torch
+import triton
+import triton.language as tl
+from slotmap.kernels.common import (
+    _block_and_offset,
+    _guess_requests,
+    _request_ends,
+    token_launch_shape,
+)
+
+# isort: on
+
+CALLS = 20
+
+
+@triton.jit
+def _count_from(ends, tile_start, TILE_BLOCK_SIZE: tl.constexpr):
+    # The histogram way only (as slotmap.kernels.common._count_requests's second branch).
+    lane = tl.arange(0, TILE_BLOCK_SIZE)
+    rel = ends - tile_start
+    past = rel >= TILE_BLOCK_SIZE
+    bins = tl.minimum(tl.maximum(rel, 0), TILE_BLOCK_SIZE - 1)
+    req_idx = tl.cumsum(tl.histogram(bins, TILE_BLOCK_SIZE), 0)
+    past_count = tl.sum(past.to(tl.int32), 0)
+    return req_idx - tl.where(lane == TILE_BLOCK_SIZE - 1, past_count, 0)
+
+
+@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
+def _lab_kernel(
+    num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr, block_table_ptr,
+    block_table_stride, block_size, slot_mapping_ptr, num_reqs,
+    PAD_ID: tl.constexpr, TILE_BLOCK_SIZE: tl.constexpr, REQ_LANES: tl.constexpr,
+    PAD_TILE_SIZE: tl.constexpr, GUESS: tl.constexpr,
+):  # fmt: skip
+    tile_idx = tl.program_id(0)
+    token_tiles = tl.cdiv(num_tokens, TILE_BLOCK_SIZE)
+    if tile_idx >= token_tiles:
+        first = token_tiles * TILE_BLOCK_SIZE + (tile_idx - token_tiles) * PAD_TILE_SIZE
+        offsets = first + tl.arange(0, PAD_TILE_SIZE)
+        tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
+        return
+    tile_start = tile_idx * TILE_BLOCK_SIZE
+    offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
+    mask = offsets < num_tokens
+    pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
+    ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
+    block_indices, slot_offsets, has_slot = _block_and_offset(pos, block_size, block_size, 1, 1,
+                                                              0, 1, False)  # fmt: skip
+    in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
+    if GUESS:
+        req_idx, right = _guess_requests(
+            query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE
+        )
+        block_numbers = tl.load(
+            block_table_ptr + req_idx * block_table_stride + block_indices,
+            mask=in_row & (req_idx < num_reqs), other=0,
+        )  # fmt: skip
+    else:
+        right = 0
+        block_numbers = tl.zeros_like(offsets)  # always replaced below
+    if right == 0:
+        last = tl.minimum(tile_start + TILE_BLOCK_SIZE, num_tokens) - 1
+        first_req = tl.sum((ends <= tile_start).to(tl.int32), 0)
+        req_idx = tl.zeros_like(offsets) + first_req
+        block_numbers = tl.load(
+            block_table_ptr + req_idx * block_table_stride + block_indices,
+            mask=in_row & (req_idx < num_reqs), other=0,
+        )  # fmt: skip
+        if first_req != tl.sum((ends <= last).to(tl.int32), 0):
+            req_idx = _count_from(ends, tile_start, TILE_BLOCK_SIZE)
+            block_numbers = tl.load(
+                block_table_ptr + req_idx * block_table_stride + block_indices,
+                mask=in_row & (req_idx < num_reqs), other=0,
+            )  # fmt: skip
+    slot_ids = block_numbers * block_size + slot_offsets
+    slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)
+    tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)
+
+
+@triton.jit
+def _ladder_lanes_kernel(qsl_ptr, pos_ptr, table_ptr, out_ptr, n, STEPS: tl.constexpr,
+                         LANES: tl.constexpr):  # fmt: skip
+    lanes = tl.program_id(0) * LANES + tl.arange(0, LANES)
+    mask = lanes < n
+    value = lanes
+    if STEPS >= 1:
+        value = tl.load(qsl_ptr + lanes, mask=mask, other=0)
+    if STEPS >= 2:
+        value = tl.load(pos_ptr + value, mask=mask, other=0).to(tl.int32)
+    if STEPS >= 3:
+        value = tl.load(table_ptr + value // 128, mask=mask, other=0)
+    tl.store(out_ptr + lanes, value, mask=mask)
+
+
+def lab_run(case, out, tile, guess):
+    n, m = case.shape.num_tokens, case.shape.max_num_tokens
+    _, grid, options = token_launch_shape(n, m, case.num_reqs, tile, None)
+    table = case.block_tables[0]
+
+    def run():
+        _lab_kernel[grid](
+            n, m, case.query_start_loc, case.positions, table, table.stride(0), case.block_size,
+            out, case.num_reqs, PAD_ID=-1, TILE_BLOCK_SIZE=tile, REQ_LANES=options["REQ_LANES"],
+            PAD_TILE_SIZE=options["PAD_TILE_SIZE"], GUESS=guess, num_warps=options["num_warps"],
+        )  # fmt: skip
+
+    return run
+
+
+def library_run(case, out, tile):
+    def run():
+        return slotmap.compute_slot_mapping_direct(
+            case.query_start_loc, case.positions, case.block_tables[0], case.block_size,
+            num_tokens=case.shape.num_tokens, max_num_tokens=case.shape.max_num_tokens,
+            out=out, validate=False, tile_size=tile, token_parallel=True,
+        )  # fmt: skip
+
+    return run
+
+
+def ladder_run(qsl, pos, table, out, n, steps):
+    # ``steps`` dependent loads and a store, 32 lanes a program (the chain by itself).
+    def run():
+        _ladder_lanes_kernel[(triton.cdiv(n, 32),)](
+            qsl, pos, table, out, n, STEPS=steps, LANES=32, num_warps=1
+        )
+
+    return run
+
+
+def main() -> None:
+    from slotmap.bench import SHAPES, build_case, time_graph
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="lab.json")
+    parser.add_argument("--cpu", action="store_true", help="a dry run on the interpreter")
+    args = parser.parse_args()
+    device = "cpu" if args.cpu else "cuda"
+    timer = (lambda run, calls, quick: (run(), 0.0)[1]) if args.cpu else time_graph
+    results = []
+
+    def record(label, us):
+        print(f"{label:<44} {us:8.3f} us", flush=True)
+        results.append(dict(label=label, us=us))
+
+    shapes = (
+        (("tiny-mixed", 16),)
+        if args.cpu
+        else (
+            ("decode256", 128),
+            ("mixed", 128),
+            ("mixed", 16),
+            ("decode1024", 128),
+            ("mixed", 128),
+            ("decode256", 128),
+        )
+    )
+    for shape, block in shapes:
+        from slotmap.bench import TINY_SHAPES
+
+        case = build_case({**SHAPES, **TINY_SHAPES}[shape], block, device)
+        out = torch.empty(case.shape.max_num_tokens, dtype=torch.int32, device=device)
+        want = case.expected[0]
+        for tile in (32, 64):
+            variants = {
+                "library": library_run(case, out, tile),
+                "one-request-first": lab_run(case, out, tile, True),
+                "no-guess": lab_run(case, out, tile, False),
+            }
+            for name, run in variants.items():
+                for _ in range(2):
+                    out.fill_(-999)
+                    run()
+                    if not torch.equal(out, want):
+                        raise AssertionError(f"{shape} {name} t{tile}: not exact")
+                us = timer(run, CALLS, False)
+                if not torch.equal(out, want):
+                    raise AssertionError(f"{shape} {name} t{tile}: not exact after timing")
+                record(f"{shape} b{block} t{tile} {name}", us)
+        if args.cpu:
+            continue
+        n = case.shape.num_tokens
+        qsl = torch.arange(n + 1, dtype=torch.int32, device=device)
+        pos = torch.randint(0, 4096, (n + 1,), dtype=torch.int64, device=device)
+        table = torch.randint(0, 2**20, (64,), dtype=torch.int32, device=device)
+        lout = torch.empty(n, dtype=torch.int32, device=device)
+        programs = triton.cdiv(n, 32)
+        for steps in (2, 3):
+            us = timer(ladder_run(qsl, pos, table, lout, n, steps), CALLS, False)
+            record(f"{shape} ladder {programs}x32 loads{steps}+store", us)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
