@@ -31,6 +31,7 @@ from slotmap.kernels.common import (
     _request_ends,
     token_launch_shape,
 )
+from sweep import _ladder_lanes_kernel  # benchmarks/sweep.py: the chain by itself
 
 # isort: on
 
@@ -99,21 +100,6 @@ def _lab_kernel(
     slot_ids = block_numbers * block_size + slot_offsets
     slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)
     tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)
-
-
-@triton.jit
-def _ladder_lanes_kernel(qsl_ptr, pos_ptr, table_ptr, out_ptr, n, STEPS: tl.constexpr,
-                         LANES: tl.constexpr):  # fmt: skip
-    lanes = tl.program_id(0) * LANES + tl.arange(0, LANES)
-    mask = lanes < n
-    value = lanes
-    if STEPS >= 1:
-        value = tl.load(qsl_ptr + lanes, mask=mask, other=0)
-    if STEPS >= 2:
-        value = tl.load(pos_ptr + value, mask=mask, other=0).to(tl.int32)
-    if STEPS >= 3:
-        value = tl.load(table_ptr + value // 128, mask=mask, other=0)
-    tl.store(out_ptr + lanes, value, mask=mask)
 
 
 def lab_run(case, out, tile, guess):

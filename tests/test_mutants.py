@@ -133,7 +133,7 @@ MUTANTS = {
     # (h) Padding programs that start at num_tokens, not after the last token tile: they
     # stop short of max_num_tokens by the last token tile's masked lanes.
     "token-padding-starts-at-num-tokens": Mutant(
-        "kernels/direct.py",
+        "kernels/common.py",
         "first = token_tiles * TILE_BLOCK_SIZE + (tile_idx - token_tiles) * PAD_TILE_SIZE",
         "first = num_tokens + (tile_idx - token_tiles) * PAD_TILE_SIZE",
         (f"{TOKEN_HAND}[direct-padding-programs-end-at-the-output]",),

@@ -190,6 +190,23 @@ def _fill_pad(
         tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < stop)
 
 
+@triton.jit
+def _fill_token_grid_pad(
+    slot_mapping_ptr,  # output row
+    tile_idx,  # int: this program's index on the token grid (>= token_tiles)
+    token_tiles,  # int: programs that map tokens, cdiv(num_tokens, TILE)
+    max_num_tokens,  # int: length of the output row
+    PAD_ID: tl.constexpr,
+    TILE_BLOCK_SIZE: tl.constexpr,
+    PAD_TILE_SIZE: tl.constexpr,
+):
+    # The token grid's padding programs: the tail after the last token tile (whose own lanes
+    # past num_tokens it pads itself), PAD_TILE_SIZE entries a program.
+    first = token_tiles * TILE_BLOCK_SIZE + (tile_idx - token_tiles) * PAD_TILE_SIZE
+    offsets = first + tl.arange(0, PAD_TILE_SIZE)
+    tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
+
+
 def check_launch_device(tensor: Tensor) -> None:
     """Triton compiles for one device: refuse tensors on another before the launch."""
     if BACKEND.interpreted:

@@ -17,6 +17,7 @@ from slotmap.kernels.common import (
     _block_and_offset,
     _count_requests,
     _fill_pad,
+    _fill_token_grid_pad,
     _guess_requests,
     _request_ends,
     launch_cached_plan,
@@ -116,9 +117,10 @@ def _compute_slot_mapping_direct_tokens_kernel(
     tile_idx = tl.program_id(0)
     token_tiles = tl.cdiv(num_tokens, TILE_BLOCK_SIZE)
     if tile_idx >= token_tiles:
-        first = token_tiles * TILE_BLOCK_SIZE + (tile_idx - token_tiles) * PAD_TILE_SIZE
-        offsets = first + tl.arange(0, PAD_TILE_SIZE)
-        tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
+        _fill_token_grid_pad(
+            slot_mapping_ptr, tile_idx, token_tiles, max_num_tokens, PAD_ID, TILE_BLOCK_SIZE,
+            PAD_TILE_SIZE,
+        )  # fmt: skip
         return
 
     tile_start = tile_idx * TILE_BLOCK_SIZE

@@ -27,6 +27,7 @@ from slotmap.kernels.common import (
     _block_and_offset,
     _count_requests,
     _fill_pad,
+    _fill_token_grid_pad,
     _gather_from_window,
     _guess_requests,
     _request_ends,
@@ -186,9 +187,10 @@ def _compute_slot_mappings_tokens_kernel(
     slot_mapping_ptr = slot_mappings_ptr + group_idx * slot_mappings_stride
     token_tiles = tl.cdiv(num_tokens, TILE_BLOCK_SIZE)
     if tile_idx >= token_tiles:
-        first = token_tiles * TILE_BLOCK_SIZE + (tile_idx - token_tiles) * PAD_TILE_SIZE
-        offsets = first + tl.arange(0, PAD_TILE_SIZE)
-        tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
+        _fill_token_grid_pad(
+            slot_mapping_ptr, tile_idx, token_tiles, max_num_tokens, PAD_ID, TILE_BLOCK_SIZE,
+            PAD_TILE_SIZE,
+        )  # fmt: skip
         return
 
     meta_ptr = group_meta_ptr + group_idx * 4
@@ -338,23 +340,20 @@ def compute_slot_mappings(
         query_start_loc, positions, num_tokens, max_num_tokens, validate
     )
     num_reqs = query_start_loc.numel() - 1
-    if use_token_grid(num_tokens, num_reqs, token_parallel, parallel_tiles):
-        return launch_token_grid(
-            query_start_loc, positions, block_tables, block_sizes, circular, idx_mapping,
-            num_tokens, max_num_tokens, cp_world_size, cp_rank, cp_interleave, pad_id, out,
-            validate, tile_size, num_warps,
-        )  # fmt: skip
-    auto_tile, auto_parallel = choose_tiling(num_tokens, num_reqs)
-    tile_size = auto_tile if tile_size is None else tile_size
-    parallel_tiles = auto_parallel if parallel_tiles is None else parallel_tiles
-    check_tile(tile_size)
-    if parallel_tiles < 1:
-        raise ValueError(f"parallel_tiles must be >= 1, got {parallel_tiles}")
+    tokens = use_token_grid(num_tokens, num_reqs, token_parallel, parallel_tiles)
+    if not tokens:
+        auto_tile, auto_parallel = choose_tiling(num_tokens, num_reqs)
+        tile_size = auto_tile if tile_size is None else tile_size
+        parallel_tiles = auto_parallel if parallel_tiles is None else parallel_tiles
+        check_tile(tile_size)
+        if parallel_tiles < 1:
+            raise ValueError(f"parallel_tiles must be >= 1, got {parallel_tiles}")
     num_tokens, max_num_tokens = check_slot_mappings_inputs(
         query_start_loc, positions, block_tables, block_sizes,
         circular=circular, idx_mapping=idx_mapping, num_tokens=num_tokens,
         max_num_tokens=max_num_tokens, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, out=out, full=validate, tile_size=tile_size,
+        cp_interleave=cp_interleave, out=out, full=validate,
+        tile_size=None if tokens else tile_size,  # the token grid has no window to check
     )  # fmt: skip
     check_launch_device(positions)
     for g, table in enumerate(block_tables):
@@ -363,12 +362,39 @@ def compute_slot_mappings(
     if out is None:
         out = torch.empty(num_groups, max_num_tokens, dtype=torch.int32, device=positions.device)
     check_int32_extent("out", out)
-    grid = (num_groups, num_reqs + 1, parallel_tiles)
+    constants = dict(
+        TOTAL_CP_WORLD_SIZE=cp_world_size,
+        TOTAL_CP_RANK=cp_rank,
+        CP_KV_CACHE_INTERLEAVE_SIZE=cp_interleave,
+        PAD_ID=pad_id,
+        HAS_IDX_MAPPING=idx_mapping is not None,
+    )
+    if tokens:
+        kernel = _compute_slot_mappings_tokens_kernel
+        tile_size, (programs,), options = token_launch_shape(
+            num_tokens, max_num_tokens, num_reqs, tile_size, num_warps
+        )
+        options.pop("num_reqs")  # a positional argument of this kernel
+        grid = (num_groups, programs)
+        constants.update(TILE_BLOCK_SIZE=tile_size, **options)
+    else:
+        kernel = _compute_slot_mappings_kernel
+        grid = (num_groups, num_reqs + 1, parallel_tiles)
+        linear_sizes = [s for s, c in zip(block_sizes, circular, strict=True) if not c]
+        constants.update(
+            TILE_BLOCK_SIZE=tile_size,
+            BLOCK_TABLE_WINDOW_SIZE=window_size(tile_size, min(linear_sizes))
+            if linear_sizes
+            else 2,
+            PARALLEL_TILES=parallel_tiles,
+            GATHER_AS_FLOAT=DEFAULT_GATHER_AS_FLOAT
+            if gather_as_float is None
+            else gather_as_float,
+            **warps_option(tile_size, num_warps),
+        )
     check_grid(grid)
-    linear_sizes = [s for s, c in zip(block_sizes, circular, strict=True) if not c]
-    window = window_size(tile_size, min(linear_sizes)) if linear_sizes else 2
     meta = group_metadata(block_tables, block_sizes, circular)
-    _compute_slot_mappings_kernel[grid](
+    kernel[grid](
         num_tokens,
         max_num_tokens,
         num_reqs,
@@ -378,76 +404,6 @@ def compute_slot_mappings(
         meta,
         out,
         out.stride(0),
-        TOTAL_CP_WORLD_SIZE=cp_world_size,
-        TOTAL_CP_RANK=cp_rank,
-        CP_KV_CACHE_INTERLEAVE_SIZE=cp_interleave,
-        PAD_ID=pad_id,
-        TILE_BLOCK_SIZE=tile_size,
-        BLOCK_TABLE_WINDOW_SIZE=window,
-        PARALLEL_TILES=parallel_tiles,
-        HAS_IDX_MAPPING=idx_mapping is not None,
-        GATHER_AS_FLOAT=DEFAULT_GATHER_AS_FLOAT if gather_as_float is None else gather_as_float,
-        **warps_option(tile_size, num_warps),
-    )
-    return out
-
-
-def launch_token_grid(
-    query_start_loc: Tensor,
-    positions: Tensor,
-    block_tables: Sequence[Tensor],
-    block_sizes: Sequence[int],
-    circular: list[bool],
-    idx_mapping: Tensor | None,
-    num_tokens: int,
-    max_num_tokens: int | None,
-    cp_world_size: int,
-    cp_rank: int,
-    cp_interleave: int,
-    pad_id: int,
-    out: Tensor | None,
-    validate: bool,
-    tile_size: int | None,
-    num_warps: int | None,
-) -> Tensor:
-    """``compute_slot_mappings`` on the token grid (its checks, then one launch)."""
-    num_tokens, max_num_tokens = check_slot_mappings_inputs(
-        query_start_loc, positions, block_tables, block_sizes,
-        circular=circular, idx_mapping=idx_mapping, num_tokens=num_tokens,
-        max_num_tokens=max_num_tokens, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, out=out, full=validate, tile_size=None,
-    )  # fmt: skip
-    check_launch_device(positions)
-    for g, table in enumerate(block_tables):
-        check_int32_extent(f"block_tables[{g}]", table)
-    num_groups = len(block_tables)
-    if out is None:
-        out = torch.empty(num_groups, max_num_tokens, dtype=torch.int32, device=positions.device)
-    check_int32_extent("out", out)
-    num_reqs = query_start_loc.numel() - 1
-    tile_size, (programs,), options = token_launch_shape(
-        num_tokens, max_num_tokens, num_reqs, tile_size, num_warps
-    )
-    grid = (num_groups, programs)
-    check_grid(grid)
-    meta = group_metadata(block_tables, block_sizes, circular)
-    options.pop("num_reqs")  # a positional argument of this kernel
-    _compute_slot_mappings_tokens_kernel[grid](
-        num_tokens,
-        max_num_tokens,
-        num_reqs,
-        query_start_loc,
-        positions,
-        idx_mapping if idx_mapping is not None else query_start_loc,
-        meta,
-        out,
-        out.stride(0),
-        TOTAL_CP_WORLD_SIZE=cp_world_size,
-        TOTAL_CP_RANK=cp_rank,
-        CP_KV_CACHE_INTERLEAVE_SIZE=cp_interleave,
-        PAD_ID=pad_id,
-        TILE_BLOCK_SIZE=tile_size,
-        HAS_IDX_MAPPING=idx_mapping is not None,
-        **options,
+        **constants,
     )
     return out
