@@ -46,6 +46,35 @@ SMALL_TILE = 16  # the tile the adaptive choice gives a batch of short requests
 SHORT_REQUESTS = 2  # mean tokens a request at or under which a batch counts as short
 
 
+@triton.jit
+def _group_block_and_offset(
+    pos,  # [TILE] int32 positions
+    block_size,  # int: this group's block size
+    is_circular,  # bool: this group is a ring buffer
+    TOTAL_CP_WORLD_SIZE: tl.constexpr,
+    TOTAL_CP_RANK: tl.constexpr,
+    CP_KV_CACHE_INTERLEAVE_SIZE: tl.constexpr,
+):
+    # _block_and_offset for one group: the circular flag is per group, so it is a runtime
+    # branch here; a group's physical block is its block size.
+    if is_circular:
+        block_indices, slot_offsets, has_slot = _block_and_offset(
+            pos, block_size, block_size, 1, 1, 0, 1, True
+        )
+    else:
+        block_indices, slot_offsets, has_slot = _block_and_offset(
+            pos,
+            block_size,
+            block_size,
+            1,
+            TOTAL_CP_WORLD_SIZE,
+            TOTAL_CP_RANK,
+            CP_KV_CACHE_INTERLEAVE_SIZE,
+            False,
+        )
+    return block_indices, slot_offsets, has_slot
+
+
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
 def _compute_slot_mappings_kernel(
     num_tokens,  # int: real tokens in the batch
@@ -105,22 +134,10 @@ def _compute_slot_mappings_kernel(
         offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
         mask = offsets < end_idx
         pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
-        # The circular flag is per group, so it is a runtime branch here.
-        if is_circular:
-            block_indices, slot_offsets, has_slot = _block_and_offset(
-                pos, block_size, block_size, 1, 1, 0, 1, True
-            )
-        else:
-            block_indices, slot_offsets, has_slot = _block_and_offset(
-                pos,
-                block_size,
-                block_size,
-                1,
-                TOTAL_CP_WORLD_SIZE,
-                TOTAL_CP_RANK,
-                CP_KV_CACHE_INTERLEAVE_SIZE,
-                False,
-            )
+        block_indices, slot_offsets, has_slot = _group_block_and_offset(
+            pos, block_size, is_circular, TOTAL_CP_WORLD_SIZE, TOTAL_CP_RANK,
+            CP_KV_CACHE_INTERLEAVE_SIZE,
+        )  # fmt: skip
         valid = mask & has_slot
         block_numbers, _ = _gather_from_window(
             block_table_row_ptr,
@@ -209,21 +226,10 @@ def _compute_slot_mappings_tokens_kernel(
     )
     if EARLY_ENDS:
         ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
-    if is_circular:
-        block_indices, slot_offsets, has_slot = _block_and_offset(
-            pos, block_size, block_size, 1, 1, 0, 1, True
-        )
-    else:
-        block_indices, slot_offsets, has_slot = _block_and_offset(
-            pos,
-            block_size,
-            block_size,
-            1,
-            TOTAL_CP_WORLD_SIZE,
-            TOTAL_CP_RANK,
-            CP_KV_CACHE_INTERLEAVE_SIZE,
-            False,
-        )
+    block_indices, slot_offsets, has_slot = _group_block_and_offset(
+        pos, block_size, is_circular, TOTAL_CP_WORLD_SIZE, TOTAL_CP_RANK,
+        CP_KV_CACHE_INTERLEAVE_SIZE,
+    )  # fmt: skip
     in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
     block_numbers = _load_row_entries(
         block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs, block_indices,
