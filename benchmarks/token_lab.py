@@ -102,6 +102,71 @@ def _lab_kernel(
     tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)
 
 
+@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
+def _one_request_kernel(
+    num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr, block_table_ptr,
+    block_table_stride, block_size, slot_mapping_ptr, num_reqs,
+    PAD_ID: tl.constexpr, TILE_BLOCK_SIZE: tl.constexpr, REQ_LANES: tl.constexpr,
+):  # fmt: skip
+    # Way 2 alone: the tile's request is the number of request ends at or below its first
+    # token. Right only for batches whose tiles each lie inside one request (prefill4).
+    tile_start = tl.program_id(0) * TILE_BLOCK_SIZE
+    offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
+    mask = offsets < num_tokens
+    pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
+    ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
+    req = tl.sum((ends <= tile_start).to(tl.int32), 0)
+    block_indices = pos // block_size
+    block_numbers = tl.load(block_table_ptr + req * block_table_stride + block_indices,
+                            mask=mask, other=0)  # fmt: skip
+    slot_ids = block_numbers * block_size + pos - block_indices * block_size
+    tl.store(slot_mapping_ptr + offsets, tl.where(mask, slot_ids, PAD_ID),
+             mask=offsets < max_num_tokens)  # fmt: skip
+
+
+def width_part(device, timer, record):
+    """Does the width of the request-ends vector cost the chain? A batch of 4 x 1536-token
+    requests (every 32-token tile inside one request; no padding) through way 2 alone, with
+    the ends vector 4 lanes wide and padded to 512 (masked), beside the shipped kernel and
+    the ladder on the same 192 programs."""
+    from slotmap.bench import Shape, build_case
+
+    case = build_case(Shape("prefill4", (1536,) * 4, 6144, "4 x 1536"), 128, device)
+    n, table = case.shape.num_tokens, case.block_tables[0]
+    out = torch.empty(n, dtype=torch.int32, device=device)
+    want = case.expected[0]
+    runs = {"library": library_run(case, out, 32)}
+    for lanes in (4, 512):
+
+        def run(lanes=lanes):
+            _one_request_kernel[(n // 32,)](
+                n, n, case.query_start_loc, case.positions, table, table.stride(0),
+                case.block_size, out, case.num_reqs, PAD_ID=-1, TILE_BLOCK_SIZE=32,
+                REQ_LANES=lanes, num_warps=1,
+            )  # fmt: skip
+
+        runs[f"one-request-only ends{lanes}"] = run
+    timer(runs["library"], CALLS, False)  # the process's first timing reads low: discard it
+    for name, run in runs.items():
+        out.fill_(-999)
+        run()
+        if not torch.equal(out, want):
+            raise AssertionError(f"prefill4 {name}: not exact")
+        us = timer(run, CALLS, False)
+        if not torch.equal(out, want):
+            raise AssertionError(f"prefill4 {name}: not exact after timing")
+        record(f"prefill4 b128 t32 {name}", us)
+    if device == "cpu":
+        return
+    qsl = torch.arange(n + 1, dtype=torch.int32, device=device)
+    pos = torch.randint(0, 4096, (n + 1,), dtype=torch.int64, device=device)
+    ladder_table = torch.randint(0, 2**20, (64,), dtype=torch.int32, device=device)
+    lout = torch.empty(n, dtype=torch.int32, device=device)
+    for steps in (2, 3):
+        us = timer(ladder_run(qsl, pos, ladder_table, lout, n, steps), CALLS, False)
+        record(f"prefill4 ladder {n // 32}x32 loads{steps}+store", us)
+
+
 def lab_run(case, out, tile, guess):
     n, m = case.shape.num_tokens, case.shape.max_num_tokens
     _, grid, options = token_launch_shape(n, m, case.num_reqs, tile, None)
@@ -144,6 +209,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="lab.json")
     parser.add_argument("--cpu", action="store_true", help="a dry run on the interpreter")
+    parser.add_argument("--parts", nargs="+", default=["width", "variants"])
     args = parser.parse_args()
     device = "cpu" if args.cpu else "cuda"
     timer = (lambda run, calls, quick: (run(), 0.0)[1]) if args.cpu else time_graph
@@ -153,8 +219,13 @@ def main() -> None:
         print(f"{label:<44} {us:8.3f} us", flush=True)
         results.append(dict(label=label, us=us))
 
+    if "width" in args.parts:
+        # First: it also takes the process's first (unreliably low) timing on a throw-away.
+        width_part(device, timer, record)
     shapes = (
-        (("tiny-mixed", 16),)
+        ()
+        if "variants" not in args.parts
+        else (("tiny-mixed", 16),)
         if args.cpu
         else (
             ("decode256", 128),
