@@ -119,15 +119,15 @@ MUTANTS = {
     # (f) One request for the tile when a request ends at its last token (< for <=).
     "token-tile-one-request-off-by-one": Mutant(
         "kernels/common.py",
-        "if first_req == tl.sum((ends <= last).to(tl.int32), 0):",
-        "if first_req == tl.sum((ends < last).to(tl.int32), 0):",
+        "last_req = tl.sum((ends <= last).to(tl.int32), 0)",
+        "last_req = tl.sum((ends < last).to(tl.int32), 0)",
         (f"{TOKEN_HAND}[direct-end-at-tiles-last-token]",),
     ),
     # (g) The histogram's last bin keeps the ends past the tile: the last lane counts them.
     "token-histogram-keeps-ends-past-the-tile": Mutant(
         "kernels/common.py",
-        "        req_idx = req_idx - tl.where(lane == TILE_BLOCK_SIZE - 1, past_count, 0)\n",
-        "",
+        "return req_idx - tl.where(lane == TILE_BLOCK_SIZE - 1, past_count, 0)",
+        "return req_idx",
         (f"{TOKEN_HAND}[fused-ends-past-the-tile]",),
     ),
     # (h) Padding programs that start at num_tokens, not after the last token tile: they

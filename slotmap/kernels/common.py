@@ -147,32 +147,38 @@ def _request_ends(
 
 
 @triton.jit
-def _count_requests(
+def _tile_request_span(
     ends,  # [REQ_LANES] int32: _request_ends
     num_tokens,  # int: real tokens in the batch
     tile_start,  # int: first batch token of the tile
     TILE_BLOCK_SIZE: tl.constexpr,
 ):
-    # The request of each token t of the tile: the number of request ends at or below t.
-    lane = tl.arange(0, TILE_BLOCK_SIZE)
+    # The requests of the tile's first and last real token: the number of request ends at or
+    # below each. Equal: the whole tile lies inside one request (a long prefill's tile).
     last = tl.minimum(tile_start + TILE_BLOCK_SIZE, num_tokens) - 1
     first_req = tl.sum((ends <= tile_start).to(tl.int32), 0)
-    if first_req == tl.sum((ends <= last).to(tl.int32), 0):
-        # The tile lies inside one request (a long prefill): as many ends at or below its
-        # first token as at or below its last.
-        req_idx = tl.zeros_like(lane) + first_req
-    else:
-        # Any other tile: a histogram of where the ends fall in the tile and its running sum
-        # count them for every lane without a [TILE, num_reqs] compare. Empty requests share
-        # an end with the next one and are skipped by the count.
-        rel = ends - tile_start  # <= 0: ended before the tile, counts for every lane
-        past = rel >= TILE_BLOCK_SIZE  # ends after the tile: counts for no lane
-        bins = tl.minimum(tl.maximum(rel, 0), TILE_BLOCK_SIZE - 1)
-        req_idx = tl.cumsum(tl.histogram(bins, TILE_BLOCK_SIZE), 0)
-        # The ends past the tile went to the last bin, which only the last lane sums.
-        past_count = tl.sum(past.to(tl.int32), 0)
-        req_idx = req_idx - tl.where(lane == TILE_BLOCK_SIZE - 1, past_count, 0)
-    return req_idx
+    last_req = tl.sum((ends <= last).to(tl.int32), 0)
+    return first_req, last_req
+
+
+@triton.jit
+def _histogram_requests(
+    ends,  # [REQ_LANES] int32: _request_ends
+    tile_start,  # int: first batch token of the tile
+    TILE_BLOCK_SIZE: tl.constexpr,
+):
+    # Any tile: a token's request is the number of request ends at or below it. A histogram
+    # of where the ends fall in the tile and its running sum count them for every lane
+    # without a [TILE, num_reqs] compare. Empty requests share an end with the next one and
+    # are skipped by the count.
+    lane = tl.arange(0, TILE_BLOCK_SIZE)
+    rel = ends - tile_start  # <= 0: ended before the tile, counts for every lane
+    past = rel >= TILE_BLOCK_SIZE  # ends after the tile: counts for no lane
+    bins = tl.minimum(tl.maximum(rel, 0), TILE_BLOCK_SIZE - 1)
+    req_idx = tl.cumsum(tl.histogram(bins, TILE_BLOCK_SIZE), 0)
+    # The ends past the tile went to the last bin, which only the last lane sums.
+    past_count = tl.sum(past.to(tl.int32), 0)
+    return req_idx - tl.where(lane == TILE_BLOCK_SIZE - 1, past_count, 0)
 
 
 @triton.jit

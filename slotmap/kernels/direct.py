@@ -15,11 +15,12 @@ from torch import Tensor
 
 from slotmap.kernels.common import (
     _block_and_offset,
-    _count_requests,
     _fill_pad,
     _fill_token_grid_pad,
     _guess_requests,
+    _histogram_requests,
     _request_ends,
+    _tile_request_span,
     launch_cached_plan,
     launch_slot_mapping,
 )
@@ -133,7 +134,11 @@ def _compute_slot_mapping_direct_tokens_kernel(
         query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE
     )
     if EARLY_ENDS:
+        # A batch that cannot be all decode: where the guess is wrong, take the request of the
+        # tile's first token instead (right for a long request's tiles), checked afterwards.
         ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
+        first_req, last_req = _tile_request_span(ends, num_tokens, tile_start, TILE_BLOCK_SIZE)
+        req_idx = tl.where(guessed_right == 1, req_idx, first_req)
     block_indices, slot_offsets, has_slot = _block_and_offset(
         pos,
         block_size,
@@ -152,15 +157,23 @@ def _compute_slot_mapping_direct_tokens_kernel(
         other=0,
     )
     if guessed_right == 0:
-        # Count each token's request from all the request ends, then load again.
         if not EARLY_ENDS:
             ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
-        req_idx = _count_requests(ends, num_tokens, tile_start, TILE_BLOCK_SIZE)
-        block_numbers = tl.load(
-            block_table_ptr + req_idx * block_table_stride + block_indices,
-            mask=in_row & (req_idx < num_reqs),
-            other=0,
-        )
+            first_req, last_req = _tile_request_span(ends, num_tokens, tile_start, TILE_BLOCK_SIZE)
+            req_idx = tl.zeros_like(req_idx) + first_req
+            block_numbers = tl.load(
+                block_table_ptr + req_idx * block_table_stride + block_indices,
+                mask=in_row & (req_idx < num_reqs),
+                other=0,
+            )
+        if first_req != last_req:
+            # The tile spans requests: count each token's request, then load again.
+            req_idx = _histogram_requests(ends, tile_start, TILE_BLOCK_SIZE)
+            block_numbers = tl.load(
+                block_table_ptr + req_idx * block_table_stride + block_indices,
+                mask=in_row & (req_idx < num_reqs),
+                other=0,
+            )
     slot_ids = block_numbers * block_size + slot_offsets
     # Lanes past num_tokens in the last token tile are padding too.
     slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)
