@@ -150,6 +150,11 @@ def _rank_main(
 
 
 # Words in a rank's traceback that say it failed because another rank went away.
+# A rank that exited with status 0 but sent nothing is named after this long (its report
+# may still be on its way). After a first failure the others get SETTLE_S to report: longer
+# than the grace, so that a rank that left quietly (often the cause) is still named.
+QUIET_GRACE_S = 2.0
+SETTLE_S = QUIET_GRACE_S + 1.0
 KNOCK_ON = ("Connection closed", "Connection reset", "Read error", "DistBackendError",
             "NCCL communicator", "Broken pipe", "connection")  # fmt: skip
 
@@ -250,10 +255,13 @@ def run_ranks(
                         continue
                     if process.exitcode not in (None, 0):
                         failures[rank] = f"rank {rank} died with exit code {process.exitcode}"
-                    elif process.exitcode == 0 and now - quiet_since.setdefault(rank, now) > 2:
+                    elif (
+                        process.exitcode == 0
+                        and now - quiet_since.setdefault(rank, now) > QUIET_GRACE_S
+                    ):
                         failures[rank] = f"rank {rank} exited without reporting a result"
                 if failures:
-                    settle = min(settle, now + 1.0)
+                    settle = min(settle, now + SETTLE_S)
                 if now > deadline and not failures:
                     missing = sorted(set(range(world_size)) - set(values))
                     raise RankFailed(
@@ -265,7 +273,7 @@ def run_ranks(
             else:
                 failures[rank] = payload
                 # Give the other ranks a moment to report: the cause may be among them.
-                settle = min(settle, time.monotonic() + 1.0)
+                settle = min(settle, time.monotonic() + SETTLE_S)
         if failures:
             raise RankFailed(_failure_message(failures))
         for process in processes:

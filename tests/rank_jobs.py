@@ -43,6 +43,15 @@ def exit_on_rank_zero(ctx: RankContext, code: int) -> int:
     return ctx.rank
 
 
+def quiet_exit_then_knock_on(ctx: RankContext) -> int:
+    """Rank 0 leaves quietly; rank 1 then fails as a rank does whose peer went away (CI saw
+    this race: the knock-on error arrived before rank 0 could be named)."""
+    if ctx.rank == 0:
+        os._exit(0)
+    time.sleep(0.3)
+    raise ConnectionError("Connection reset by peer (rank 0 went away)")
+
+
 def fail_during_a_collective(ctx: RankContext) -> int:
     """Rank 1 raises while rank 0 waits in an all_reduce: the report must name rank 1's
     error, not rank 0's broken connection."""

@@ -67,6 +67,15 @@ def test_the_rank_that_raised_is_reported_first_not_the_one_it_left_hanging():
         assert "RuntimeError: boom on rank 1" in message
 
 
+def test_a_quiet_exit_is_named_first_even_after_a_knock_on_failure():
+    # The knock-on failure reports first; the rank that left quietly is still named, first.
+    with pytest.raises(RankFailed) as failure:
+        run_ranks(rank_jobs.quiet_exit_then_knock_on, 2, timeout_s=60)
+    message = str(failure.value)
+    assert message.startswith("rank 0 exited without reporting a result"), message
+    assert "Connection reset by peer (rank 0 went away)" in message
+
+
 def test_a_rank_that_exits_without_reporting_is_reported():
     start = time.monotonic()
     with pytest.raises(RankFailed, match="rank 0 exited without reporting a result"):
