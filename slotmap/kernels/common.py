@@ -182,6 +182,29 @@ def _histogram_requests(
 
 
 @triton.jit
+def _load_row_entries(
+    block_table_ptr,  # this group's block table, int32
+    block_table_stride,  # int: entries per row
+    idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    req_idx,  # [TILE] int32: each lane's request
+    num_reqs,  # int: requests in the batch
+    block_indices,  # [TILE] int32: each lane's logical block
+    in_row,  # [TILE] bool: lanes with an entry to load
+    HAS_IDX_MAPPING: tl.constexpr,
+):
+    # block_table[row(q), b] for every lane, each lane its own load (the token grid: a
+    # tile may span requests). Lanes of no request (q >= num_reqs) load nothing.
+    in_batch = in_row & (req_idx < num_reqs)
+    if HAS_IDX_MAPPING:
+        row_idx = tl.load(idx_mapping_ptr + req_idx, mask=in_batch, other=0)
+    else:
+        row_idx = req_idx
+    return tl.load(
+        block_table_ptr + row_idx * block_table_stride + block_indices, mask=in_batch, other=0
+    )
+
+
+@triton.jit
 def _fill_pad(
     slot_mapping_ptr,  # output row
     first,  # int: first index to fill
@@ -411,13 +434,14 @@ def launch_shape(
 
 # The token grid (the direct kernels on the GPU): program i maps batch tokens
 # [i * TILE, (i + 1) * TILE), whichever requests they belong to, and finds each token's
-# request itself (``_guess_requests``, ``_count_requests``); the programs after the last token
+# request itself (``_guess_requests``, ``_tile_request_span``, ``_histogram_requests``); the
+# programs after the last token
 # tile write the padding tail, PAD_TILE entries each. On a decode batch the chain of dependent
 # loads shrinks from query_start_loc -> position -> block table -> store to position ->
 # block table -> store, on a few programs instead of one a request (H200, graph of 20:
 # decode 1024 from 2.22 to 1.80 us; benchmarks/NOTES.md).
 MAX_TOKEN_GRID_REQS = 4096  # a tile that is not a decode run loads every request end
-MAX_TOKEN_GRID_TOKENS = 1 << 16  # larger batches are bandwidth-bound: the request grid is
+MAX_TOKEN_GRID_TOKENS = 1 << 16  # larger: bandwidth-bound, where the request grid is as fast
 MAX_TOKEN_GRID_MEAN = 64  # longer requests on average: the request grid's tiles are as fast
 TOKENS_PER_GRID = 256  # the tile spreads a batch over about this many programs (>= 32 lanes)
 PAD_TILE = 1024  # entries of the padding tail a padding program writes
@@ -604,10 +628,8 @@ def launch_slot_mapping(
     tokens = token_kernel is not None and use_token_grid(
         num_tokens, num_reqs, token_parallel, parallel_tiles
     )
-    if tokens:
-        kernel, parallel_tiles = token_kernel, 1
-        check_tile(tile_size or 1)
-        options = {}
+    if tokens:  # the token grid's shape needs max_num_tokens: worked out after the checks
+        kernel, parallel_tiles, options = token_kernel, 1, {}
     else:
         tile_size, parallel_tiles, options = launch_shape(
             num_tokens, num_reqs, tile_size, parallel_tiles, num_warps

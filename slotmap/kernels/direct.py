@@ -19,6 +19,7 @@ from slotmap.kernels.common import (
     _fill_token_grid_pad,
     _guess_requests,
     _histogram_requests,
+    _load_row_entries,
     _request_ends,
     _tile_request_span,
     launch_cached_plan,
@@ -151,29 +152,26 @@ def _compute_slot_mapping_direct_tokens_kernel(
     )
     # Each lane loads its own entry from its own request's row, masked to the table.
     in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
-    block_numbers = tl.load(
-        block_table_ptr + req_idx * block_table_stride + block_indices,
-        mask=in_row & (req_idx < num_reqs),
-        other=0,
-    )
+    block_numbers = _load_row_entries(
+        block_table_ptr, block_table_stride, query_start_loc_ptr, req_idx, num_reqs,
+        block_indices, in_row, False,
+    )  # fmt: skip
     if guessed_right == 0:
         if not EARLY_ENDS:
             ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
             first_req, last_req = _tile_request_span(ends, num_tokens, tile_start, TILE_BLOCK_SIZE)
             req_idx = tl.zeros_like(req_idx) + first_req
-            block_numbers = tl.load(
-                block_table_ptr + req_idx * block_table_stride + block_indices,
-                mask=in_row & (req_idx < num_reqs),
-                other=0,
-            )
+            block_numbers = _load_row_entries(
+                block_table_ptr, block_table_stride, query_start_loc_ptr, req_idx, num_reqs,
+                block_indices, in_row, False,
+            )  # fmt: skip
         if first_req != last_req:
             # The tile spans requests: count each token's request, then load again.
             req_idx = _histogram_requests(ends, tile_start, TILE_BLOCK_SIZE)
-            block_numbers = tl.load(
-                block_table_ptr + req_idx * block_table_stride + block_indices,
-                mask=in_row & (req_idx < num_reqs),
-                other=0,
-            )
+            block_numbers = _load_row_entries(
+                block_table_ptr, block_table_stride, query_start_loc_ptr, req_idx, num_reqs,
+                block_indices, in_row, False,
+            )  # fmt: skip
     slot_ids = block_numbers * block_size + slot_offsets
     # Lanes past num_tokens in the last token tile are padding too.
     slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)
@@ -208,9 +206,9 @@ def compute_slot_mapping_direct(
 
     ``token_parallel``: launch on the token grid (program i maps batch tokens
     ``[i * tile, (i + 1) * tile)`` and finds their requests itself) instead of production's
-    request grid. None: the token grid on the GPU and the interpreter for a batch of at most
-    65536 tokens and 4096 requests without ``parallel_tiles`` (``use_token_grid``); the request
-    grid on the NPU and for larger batches.
+    request grid. None: ``use_token_grid`` decides (the token grid on the GPU and the
+    interpreter for batches of short requests; the request grid on the NPU and for long
+    requests or large batches).
     """
     # The hot path (see slotmap.kernels.common): a cached plan and structural checks only.
     key = (

@@ -30,6 +30,7 @@ from slotmap.kernels.common import (
     _gather_from_window,
     _guess_requests,
     _histogram_requests,
+    _load_row_entries,
     _request_ends,
     _tile_request_span,
     check_grid,
@@ -151,28 +152,6 @@ def _compute_slot_mappings_kernel(
         slot_ids = block_numbers * block_size + slot_offsets
         slot_ids = tl.where(has_slot, slot_ids, PAD_ID)
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
-
-
-@triton.jit
-def _load_row_entries(
-    block_table_ptr,  # this group's block table, int32
-    block_table_stride,  # int: entries per row
-    idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
-    req_idx,  # [TILE] int32: each lane's request
-    num_reqs,  # int: requests in the batch
-    block_indices,  # [TILE] int32: each lane's logical block
-    in_row,  # [TILE] bool: lanes with an entry to load
-    HAS_IDX_MAPPING: tl.constexpr,
-):
-    # block_table[row(q), b] for every lane, each lane its own load.
-    in_batch = in_row & (req_idx < num_reqs)
-    if HAS_IDX_MAPPING:
-        row_idx = tl.load(idx_mapping_ptr + req_idx, mask=in_batch, other=0)
-    else:
-        row_idx = req_idx
-    return tl.load(
-        block_table_ptr + row_idx * block_table_stride + block_indices, mask=in_batch, other=0
-    )
 
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
