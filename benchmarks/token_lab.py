@@ -1,15 +1,19 @@
 """Experiment (not part of the package): where the token grid's time goes on the mixed shape.
 
-Variants of ``slotmap.kernels.direct._compute_slot_mapping_direct_tokens_kernel`` (same
+Designs of ``slotmap.kernels.direct._compute_slot_mapping_direct_tokens_kernel`` (same
 arguments, the library's helpers), each checked exactly against the reference before and after
 timing, next to ladder microkernels on the same grid:
 
-* ``library``: the shipped kernel;
-* ``one-request-first``: on a missed guess, load the block-table entries of the tile's first
-  token's request right away (the tile lies inside one request, a long prefill's tiles) and
-  check that beside the load, as the guess is checked; only a tile across requests pays
-  for the histogram and a third load;
-* ``no-guess``: ``one-request-first`` without the decode guess (no boundary loads, no check);
+* ``library``: the shipped kernel: a likely decode run (two scalar loads say so) takes the
+  guess, any other tile its first token's request, counted on a sample of the request ends
+  (the first and last tile / 2 of them, one load a lane); checked after the block-table load.
+  Its variants on the way there, each timed against ``run6`` in one process, are in
+  ``results/h200-runs/token-lab-{likely-branch-full-ends,scalar-check,sampled-ends}.log``;
+* ``run6``: the kernel of run 6 (commit 47126a2): the guess where its whole check (a
+  reduction) says right, else the tile's first token's request; a decode tile's block-table
+  load waits for the check;
+* (until commit 47126a2 also ``one-request-first`` and ``no-guess``, the variants that led to
+  run 6: ``results/h200-runs/token-lab.log``);
 * ladder: ``loads2+store`` / ``loads3+store`` over the same number of 32-lane programs.
 
 Run on the device: ``PYTHONPATH=$PWD python3 benchmarks/token_lab.py --out $OUT/lab.json``.
@@ -26,8 +30,6 @@ import torch
 import triton
 import triton.language as tl
 from slotmap.kernels.common import (
-    _block_and_offset,
-    _guess_requests,
     _request_ends,
     token_launch_shape,
 )
@@ -51,12 +53,14 @@ def _count_from(ends, tile_start, TILE_BLOCK_SIZE: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
-def _lab_kernel(
+def _run6_kernel(
     num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr, block_table_ptr,
     block_table_stride, block_size, slot_mapping_ptr, num_reqs,
     PAD_ID: tl.constexpr, TILE_BLOCK_SIZE: tl.constexpr, REQ_LANES: tl.constexpr,
-    PAD_TILE_SIZE: tl.constexpr, GUESS: tl.constexpr,
+    PAD_TILE_SIZE: tl.constexpr, EARLY_ENDS: tl.constexpr,
 ):  # fmt: skip
+    # The direct token kernel of run 6 (commit 47126a2), linear caches only, its helpers
+    # inlined: the block-table load's request waits for the guess's whole check.
     tile_idx = tl.program_id(0)
     token_tiles = tl.cdiv(num_tokens, TILE_BLOCK_SIZE)
     if tile_idx >= token_tiles:
@@ -65,40 +69,41 @@ def _lab_kernel(
         tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
         return
     tile_start = tile_idx * TILE_BLOCK_SIZE
-    offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
+    lane = tl.arange(0, TILE_BLOCK_SIZE)
+    offsets = tile_start + lane
     mask = offsets < num_tokens
     pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
-    ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
-    block_indices, slot_offsets, has_slot = _block_and_offset(pos, block_size, block_size, 1, 1,
-                                                              0, 1, False)  # fmt: skip
-    in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
-    if GUESS:
-        req_idx, right = _guess_requests(
-            query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE
-        )
-        block_numbers = tl.load(
-            block_table_ptr + req_idx * block_table_stride + block_indices,
-            mask=in_row & (req_idx < num_reqs), other=0,
-        )  # fmt: skip
-    else:
-        right = 0
-        block_numbers = tl.zeros_like(offsets)  # always replaced below
-    if right == 0:
-        last = tl.minimum(tile_start + TILE_BLOCK_SIZE, num_tokens) - 1
+    shift = num_tokens - num_reqs
+    first_guess = tl.where(tile_start >= shift, tile_start - shift, tile_start)
+    req_idx = first_guess + lane
+    stops = tl.load(query_start_loc_ptr + req_idx + 1, mask=mask & (req_idx < num_reqs), other=-1)
+    start = tl.load(query_start_loc_ptr + first_guess, mask=first_guess < num_reqs, other=-1)
+    right = tl.min(((stops == offsets + 1) | ~mask).to(tl.int32), 0) == 1
+    guessed_right = (right & (start == tile_start)).to(tl.int32)
+    last = tl.minimum(tile_start + TILE_BLOCK_SIZE, num_tokens) - 1
+    if EARLY_ENDS:
+        ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
         first_req = tl.sum((ends <= tile_start).to(tl.int32), 0)
-        req_idx = tl.zeros_like(offsets) + first_req
-        block_numbers = tl.load(
-            block_table_ptr + req_idx * block_table_stride + block_indices,
-            mask=in_row & (req_idx < num_reqs), other=0,
-        )  # fmt: skip
-        if first_req != tl.sum((ends <= last).to(tl.int32), 0):
+        last_req = tl.sum((ends <= last).to(tl.int32), 0)
+        req_idx = tl.where(guessed_right == 1, req_idx, first_req)
+    block_indices = pos // block_size
+    in_row = mask & (pos >= 0) & (block_indices < block_table_stride)
+    block_numbers = tl.load(block_table_ptr + req_idx * block_table_stride + block_indices,
+                            mask=in_row & (req_idx < num_reqs), other=0)  # fmt: skip
+    if guessed_right == 0:
+        if not EARLY_ENDS:
+            ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
+            first_req = tl.sum((ends <= tile_start).to(tl.int32), 0)
+            last_req = tl.sum((ends <= last).to(tl.int32), 0)
+            req_idx = tl.zeros_like(req_idx) + first_req
+            block_numbers = tl.load(block_table_ptr + req_idx * block_table_stride + block_indices,
+                                    mask=in_row & (req_idx < num_reqs), other=0)  # fmt: skip
+        if first_req != last_req:
             req_idx = _count_from(ends, tile_start, TILE_BLOCK_SIZE)
-            block_numbers = tl.load(
-                block_table_ptr + req_idx * block_table_stride + block_indices,
-                mask=in_row & (req_idx < num_reqs), other=0,
-            )  # fmt: skip
-    slot_ids = block_numbers * block_size + slot_offsets
-    slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)
+            block_numbers = tl.load(block_table_ptr + req_idx * block_table_stride + block_indices,
+                                    mask=in_row & (req_idx < num_reqs), other=0)  # fmt: skip
+    slot_ids = block_numbers * block_size + pos - block_indices * block_size
+    slot_ids = tl.where(mask & (pos >= 0), slot_ids, PAD_ID)
     tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)
 
 
@@ -135,7 +140,10 @@ def width_part(device, timer, record):
     n, table = case.shape.num_tokens, case.block_tables[0]
     out = torch.empty(n, dtype=torch.int32, device=device)
     want = case.expected[0]
-    runs = {"library": library_run(case, out, 32)}
+    runs = {
+        "library": library_run(case, out, 32),
+        "run6": run6_run(case, out, 32),
+    }
     for lanes in (4, 512):
 
         def run(lanes=lanes):
@@ -167,16 +175,17 @@ def width_part(device, timer, record):
         record(f"prefill4 ladder {n // 32}x32 loads{steps}+store", us)
 
 
-def lab_run(case, out, tile, guess):
+def run6_run(case, out, tile):
     n, m = case.shape.num_tokens, case.shape.max_num_tokens
     _, grid, options = token_launch_shape(n, m, case.num_reqs, tile, None)
     table = case.block_tables[0]
 
     def run():
-        _lab_kernel[grid](
+        _run6_kernel[grid](
             n, m, case.query_start_loc, case.positions, table, table.stride(0), case.block_size,
             out, case.num_reqs, PAD_ID=-1, TILE_BLOCK_SIZE=tile, REQ_LANES=options["REQ_LANES"],
-            PAD_TILE_SIZE=options["PAD_TILE_SIZE"], GUESS=guess, num_warps=options["num_warps"],
+            PAD_TILE_SIZE=options["PAD_TILE_SIZE"], EARLY_ENDS=options["EARLY_ENDS"],
+            num_warps=options["num_warps"],
         )  # fmt: skip
 
     return run
@@ -231,22 +240,24 @@ def main() -> None:
             ("decode256", 128),
             ("mixed", 128),
             ("mixed", 16),
+            ("decodes-first", 128),
             ("decode1024", 128),
             ("mixed", 128),
             ("decode256", 128),
         )
     )
-    for shape, block in shapes:
-        from slotmap.bench import TINY_SHAPES
+    from slotmap.bench import TINY_SHAPES, Shape
 
-        case = build_case({**SHAPES, **TINY_SHAPES}[shape], block, device)
+    # vLLM's own order: the decodes first, the long requests at the batch's back.
+    extra = {"decodes-first": Shape("decodes-first", (1,) * 256 + (1536,) * 4, 8192, "")}
+    for shape, block in shapes:
+        case = build_case({**SHAPES, **TINY_SHAPES, **extra}[shape], block, device)
         out = torch.empty(case.shape.max_num_tokens, dtype=torch.int32, device=device)
         want = case.expected[0]
         for tile in (32, 64):
             variants = {
                 "library": library_run(case, out, tile),
-                "one-request-first": lab_run(case, out, tile, True),
-                "no-guess": lab_run(case, out, tile, False),
+                "run6": run6_run(case, out, tile),
             }
             for name, run in variants.items():
                 for _ in range(2):

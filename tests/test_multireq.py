@@ -37,4 +37,4 @@ def test_token_lab_variants_are_exact(tmp_path):
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("tiny-mixed b16") == 6
+    assert done.stdout.count("tiny-mixed b16") == 4  # 2 tiles x (library, run6)

@@ -11,10 +11,14 @@ in every mode. Outputs are poisoned and guarded; everything is compared with the
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from conftest import (
+    DEVICE,
     MULTI_GROUP_MODES,
     SINGLE_GROUP_MODES,
     assert_slots_equal,
@@ -22,11 +26,17 @@ from conftest import (
     multi_group_cases,
     slot_mapping_cases,
 )
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import slotmap
-from slotmap.kernels.common import PAD_TILE, token_launch_shape, use_token_grid
+from slotmap.kernels.common import (
+    PAD_TILE,
+    _sample_request_ends,
+    _sampled_request,
+    token_launch_shape,
+    use_token_grid,
+)
 
 TOKEN_TILES = (2, 4, 8, 16, 32, 64)
 
@@ -50,6 +60,15 @@ HAND = {
     # The guessed requests' ends all match, but the first guessed request is empty and
     # starts after the tile's first token (qsl = 0 2 3 3 4 5): token 2 is request 1, not 2.
     "empty-request-under-a-right-looking-guess": ([2, 1, 0, 1, 1], 2, 1),
+    # The guess's two scalar checks pass (its first start and its last end match) but a
+    # two-token request and an empty one sit between them: the lanes' own ends catch it,
+    # in a batch that can be all decode and in one that cannot.
+    "likely-run-hiding-a-two-token-request": ([1] * 4 + [2, 0, 1, 1] + [1] * 4, 4, 2),
+    "likely-run-hiding-a-two-token-request-early-ends": (
+        [1] * 4 + [2, 0, 1, 1] + [1] * 4 + [9],
+        4,
+        2,
+    ),
     # one request for the whole tile
     "tile-inside-one-request": ([100], 16, 7),
     "tiles-inside-two-requests": ([40, 40], 8, 0),
@@ -165,3 +184,46 @@ def test_token_grid_positions_stay_int64_in_the_hot_path() -> None:
     run(qsl, positions, table, block_size, out=out)
     with pytest.raises(ValueError, match="positions"):
         run(qsl, positions.to(torch.int32), table, block_size, out=out)
+
+
+@triton.jit
+def _sampled_request_probe(qsl_ptr, num_reqs, num_tokens, out_ptr, TILE: tl.constexpr):
+    # The token grid's sampled answer for every tile, by itself: out = (request, settled).
+    tile_idx = tl.program_id(0)
+    ends, back_first, middle = _sample_request_ends(qsl_ptr, num_reqs, TILE)
+    req, settled = _sampled_request(
+        ends, back_first, middle, num_reqs, num_tokens, tile_idx * TILE, TILE
+    )
+    tl.store(out_ptr + 2 * tile_idx, req)
+    tl.store(out_ptr + 2 * tile_idx + 1, settled)
+
+
+@given(
+    lengths=st.one_of(decode_heavy_lengths(), st.lists(st.integers(0, 40), max_size=40)),
+    tile=st.sampled_from(TOKEN_TILES),
+)
+# The back half's first end (request 6's, token 8) is exactly the tile's first token.
+@example(lengths=[1] * 6 + [2, 8], tile=4)
+def test_sampled_request_is_exact_where_it_settles(lengths: list[int], tile: int) -> None:
+    # The sample holds the first tile / 2 request ends and the last tile / 2. A tile inside
+    # one request must settle exactly when that request's end was sampled (the first tile / 2
+    # requests, or requests past the back half's first end, or any request when every end
+    # was sampled), with the right request; every other tile must not settle: it falls back
+    # to the histogram. A wrong "settled" is a wrong output; a missing one costs a load.
+    num_tokens = sum(lengths)
+    if num_tokens == 0:
+        return
+    qsl = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+    num_reqs, tiles = len(lengths), -(-num_tokens // tile)
+    out = torch.full((2 * tiles,), -7, dtype=torch.int32, device=DEVICE)
+    _sampled_request_probe[(tiles,)](qsl.to(DEVICE), num_reqs, num_tokens, out, TILE=tile)
+    got = out.cpu().view(tiles, 2).tolist()
+    half, middle = tile // 2, max(num_reqs - tile, 0)
+    for i, (req, settled) in enumerate(got):
+        first, last = i * tile, min((i + 1) * tile, num_tokens) - 1
+        want = int(torch.searchsorted(qsl[1:], first, right=True))
+        inside = int(torch.searchsorted(qsl[1:], last, right=True)) == want
+        sampled = middle == 0 or want < half or want > half + middle
+        assert settled == int(inside and sampled), (lengths, tile, i, req, settled, want)
+        if settled:
+            assert req == want, (lengths, tile, i, req, want)

@@ -119,20 +119,31 @@ def _guess_requests(
 ):
     # The token grid's fast case: the tile is a run of one-token (decode) requests, token t
     # being request t at the batch's front or request t - (num_tokens - num_reqs) at its
-    # back. Returns the guessed request of every lane and whether the guess is right, which
-    # the guessed requests' own boundaries say: qsl[g_0] == t_0 and qsl[g_i + 1] == t_i + 1.
-    # The loads wait for nothing, so they fly together with the positions.
+    # back. Returns each lane's guessed request; ``likely``, from two scalar loads: the guess
+    # starts at the tile's first token and its last lane's request ends after the tile's last
+    # token (qsl[g_0] == t_0, qsl[g_0 + n] == t_0 + n; a branch on it waits for no
+    # reduction); and ``lane_ok``, each lane's own end (qsl[g_i + 1] == t_i + 1), which
+    # ``_guess_is_right`` folds after the block-table load. The loads wait for nothing, so
+    # they fly together with the positions.
     lane = tl.arange(0, TILE_BLOCK_SIZE)
     offsets = tile_start + lane
     real = offsets < num_tokens
     shift = num_tokens - num_reqs
     first_guess = tl.where(tile_start >= shift, tile_start - shift, tile_start)
     guess = first_guess + lane
-    known = real & (guess < num_reqs)
-    stops = tl.load(query_start_loc_ptr + guess + 1, mask=known, other=-1)
+    stops = tl.load(query_start_loc_ptr + guess + 1, mask=real & (guess < num_reqs), other=-1)
+    n = tl.minimum(num_tokens - tile_start, TILE_BLOCK_SIZE)  # real lanes, >= 1
     start = tl.load(query_start_loc_ptr + first_guess, mask=first_guess < num_reqs, other=-1)
-    right = tl.min(((stops == offsets + 1) | ~real).to(tl.int32), 0) == 1
-    return guess, (right & (start == tile_start)).to(tl.int32)  # 1: right
+    stop = tl.load(query_start_loc_ptr + first_guess + n, mask=first_guess + n <= num_reqs,
+                   other=-1)  # fmt: skip
+    likely = (start == tile_start) & (stop == tile_start + n)
+    return guess, likely.to(tl.int32), (stops == offsets + 1) | ~real
+
+
+@triton.jit
+def _guess_is_right(likely, lane_ok):
+    # The whole check of ``_guess_requests``'s guess: the first start and every lane's end.
+    return likely & tl.min(lane_ok.to(tl.int32), 0)  # 1: right
 
 
 @triton.jit
@@ -147,18 +158,50 @@ def _request_ends(
 
 
 @triton.jit
-def _tile_request_span(
-    ends,  # [REQ_LANES] int32: _request_ends
+def _sample_request_ends(
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    num_reqs,  # int: requests in the batch
+    TILE_BLOCK_SIZE: tl.constexpr,
+):
+    # The first and the last TILE / 2 request ends, one a lane (every end when num_reqs <=
+    # TILE), INT32_MAX past them; the first end of the back half; and how many ends lie
+    # between the halves, sampled by neither.
+    half: tl.constexpr = TILE_BLOCK_SIZE // 2
+    lane = tl.arange(0, TILE_BLOCK_SIZE)
+    middle = tl.maximum(num_reqs - TILE_BLOCK_SIZE, 0)
+    j = tl.where(lane < half, lane, lane + middle)
+    ends = tl.load(query_start_loc_ptr + 1 + j, mask=j < num_reqs, other=INT32_MAX_SENTINEL)
+    back_first = tl.load(query_start_loc_ptr + 1 + half + middle,
+                         mask=half + middle < num_reqs, other=INT32_MAX_SENTINEL)  # fmt: skip
+    return ends, back_first, middle
+
+
+@triton.jit
+def _sampled_request(
+    ends,  # [TILE] int32: _sample_request_ends's sample
+    back_first,  # int: its back half's first end
+    middle,  # int: ends between its halves
+    num_reqs,  # int: requests in the batch
     num_tokens,  # int: real tokens in the batch
     tile_start,  # int: first batch token of the tile
     TILE_BLOCK_SIZE: tl.constexpr,
 ):
-    # The requests of the tile's first and last real token: the number of request ends at or
-    # below each. Equal: the whole tile lies inside one request (a long prefill's tile).
+    # The request of the tile's first token, and whether the whole tile lies inside it, from
+    # the sample alone (one reduction, no further load). The request is the number of ends
+    # at or below the token: every middle end is once the back half's first end is. Exact,
+    # and the answer settled, where that request's own end was sampled (one of the first
+    # TILE / 2 requests or of the last TILE / 2 - 1; any request when num_reqs <= TILE) and
+    # no sampled end falls inside the tile; otherwise the caller falls back to the histogram.
+    half: tl.constexpr = TILE_BLOCK_SIZE // 2
     last = tl.minimum(tile_start + TILE_BLOCK_SIZE, num_tokens) - 1
-    first_req = tl.sum((ends <= tile_start).to(tl.int32), 0)
-    last_req = tl.sum((ends <= last).to(tl.int32), 0)
-    return first_req, last_req
+    # Both counts in one sum: ends at or below the first token in the low 16 bits, ends
+    # inside the tile (after the first token, at or below the last) in the high ones.
+    packed = tl.where(ends <= tile_start, 1, tl.where(ends <= last, 1 << 16, 0))
+    counts = tl.sum(packed, 0)
+    req = (counts & 0xFFFF) + tl.where(back_first <= tile_start, middle, 0)
+    sampled_end = (req < half) | (req >= half + middle)
+    settled = sampled_end & (req < num_reqs) & ((counts >> 16) == 0)
+    return req, settled.to(tl.int32)
 
 
 @triton.jit
@@ -179,6 +222,65 @@ def _histogram_requests(
     # The ends past the tile went to the last bin, which only the last lane sums.
     past_count = tl.sum(past.to(tl.int32), 0)
     return req_idx - tl.where(lane == TILE_BLOCK_SIZE - 1, past_count, 0)
+
+
+@triton.jit
+def _token_grid_requests(
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    num_reqs,  # int: requests in the batch
+    num_tokens,  # int: real tokens in the batch
+    tile_start,  # int: first batch token of the tile
+    TILE_BLOCK_SIZE: tl.constexpr,
+    EARLY_ENDS: tl.constexpr,  # the batch cannot be all decode: sample the request ends now
+):
+    # The token grid's first answer to "which request is each lane's token in", for the
+    # block-table load to use at once; ``_token_grid_settle`` checks it after that load.
+    # A likely decode run takes the guess; any other tile of a batch that cannot be all
+    # decode takes its first token's request (right for a long request's tiles), counted on
+    # a sample of the request ends: one load a lane and one reduction, not a load of every
+    # end (H200, mixed batch: 2.0 -> 1.9 us; benchmarks/NOTES.md). Only a tile that the
+    # answer does not settle loads every end, after the block-table load.
+    req_idx, likely, lane_ok = _guess_requests(
+        query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE
+    )
+    one = likely * 0  # the tile lies inside one request, as sampled
+    if EARLY_ENDS:
+        ends, back_first, middle = _sample_request_ends(
+            query_start_loc_ptr, num_reqs, TILE_BLOCK_SIZE
+        )
+        first_req, one = _sampled_request(
+            ends, back_first, middle, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE
+        )
+        req_idx = tl.where(likely == 1, req_idx, first_req)
+    return req_idx, likely, lane_ok, one
+
+
+@triton.jit
+def _token_grid_settle(
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    num_reqs,  # int: requests in the batch
+    num_tokens,  # int: real tokens in the batch
+    tile_start,  # int: first batch token of the tile
+    req_idx,  # [TILE] int32: _token_grid_requests's answer
+    likely,  # int: _token_grid_requests's
+    lane_ok,  # [TILE] bool: _token_grid_requests's
+    one,  # int: _token_grid_requests's
+    TILE_BLOCK_SIZE: tl.constexpr,
+    REQ_LANES: tl.constexpr,  # a power of two >= num_reqs
+    EARLY_ENDS: tl.constexpr,
+):
+    # After the first block-table load, off its chain: was ``req_idx`` right? Returns
+    # (1, req_idx) if so, else (0, every lane's request by a histogram of all the request
+    # ends), which the kernel loads again. Only tiles across requests that are not a decode
+    # run, tiles of a request in the batch's middle, or batches that break the guess's
+    # pattern pay for that.
+    settled = _guess_is_right(likely, lane_ok)
+    if EARLY_ENDS:
+        settled = tl.where(likely == 1, settled, one)
+    if settled == 0:
+        ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
+        req_idx = _histogram_requests(ends, tile_start, TILE_BLOCK_SIZE)
+    return settled, req_idx
 
 
 @triton.jit
@@ -434,13 +536,12 @@ def launch_shape(
 
 # The token grid (the direct kernels on the GPU): program i maps batch tokens
 # [i * TILE, (i + 1) * TILE), whichever requests they belong to, and finds each token's
-# request itself (``_guess_requests``, ``_tile_request_span``, ``_histogram_requests``); the
-# programs after the last token
-# tile write the padding tail, PAD_TILE entries each. On a decode batch the chain of dependent
-# loads shrinks from query_start_loc -> position -> block table -> store to position ->
-# block table -> store, on a few programs instead of one a request (H200, graph of 20:
-# decode 1024 from 2.22 to 1.80 us; benchmarks/NOTES.md).
-MAX_TOKEN_GRID_REQS = 4096  # a tile that is not a decode run loads every request end
+# request itself (``_token_grid_requests``, then ``_token_grid_settle``); the programs after
+# the last token tile write the padding tail, PAD_TILE entries each. On a decode batch the
+# chain of dependent loads shrinks from query_start_loc -> position -> block table -> store
+# to position -> block table -> store, on a few programs instead of one a request (H200,
+# graph of 20: decode 1024 from 2.22 to 1.80 us; benchmarks/NOTES.md).
+MAX_TOKEN_GRID_REQS = 4096  # a tile the first answer does not settle loads every end
 MAX_TOKEN_GRID_TOKENS = 1 << 16  # larger: bandwidth-bound, where the request grid is as fast
 MAX_TOKEN_GRID_MEAN = 64  # longer requests on average: the request grid's tiles are as fast
 TOKENS_PER_GRID = 256  # the tile spreads a batch over about this many programs (>= 32 lanes)
@@ -488,8 +589,8 @@ def token_launch_shape(
     * warps: one up to 64 lanes, 4 above;
     * the kernel's ``num_reqs``, ``REQ_LANES`` (request ends a miss loads) and
       ``PAD_TILE_SIZE``, and ``EARLY_ENDS``: a batch that cannot be all decode
-      (``num_tokens != num_reqs``) loads the request ends up front, beside the positions;
-      a possible decode batch only when its guess misses.
+      (``num_tokens != num_reqs``) samples the request ends up front, beside the positions;
+      a possible decode batch loads them only when its guess misses.
     """
     if tile_size is None:
         if BACKEND.interpreted:

@@ -17,11 +17,9 @@ from slotmap.kernels.common import (
     _block_and_offset,
     _fill_pad,
     _fill_token_grid_pad,
-    _guess_requests,
-    _histogram_requests,
     _load_row_entries,
-    _request_ends,
-    _tile_request_span,
+    _token_grid_requests,
+    _token_grid_settle,
     launch_cached_plan,
     launch_slot_mapping,
 )
@@ -110,7 +108,7 @@ def _compute_slot_mapping_direct_tokens_kernel(
     num_reqs=0,  # int: requests in the batch (the token grid does not say it)
     REQ_LANES: tl.constexpr = 1,  # a power of two >= num_reqs
     PAD_TILE_SIZE: tl.constexpr = 1024,  # padding entries a padding program writes
-    EARLY_ENDS: tl.constexpr = True,  # load the request ends before the guess is checked
+    EARLY_ENDS: tl.constexpr = True,  # sample the request ends before the guess is checked
 ):
     # The same formula on the token grid (GPU): program i maps tokens [i*TILE, (i+1)*TILE)
     # of whichever requests they belong to. Its position loads need nothing from
@@ -129,17 +127,11 @@ def _compute_slot_mapping_direct_tokens_kernel(
     offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
     mask = offsets < num_tokens
     pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
-    # Guess each lane's request (a run of decode requests), and load the block-table entries
-    # of the guess at once: checking the guess is then off the chain of dependent loads.
-    req_idx, guessed_right = _guess_requests(
-        query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE
+    # Each lane's request, answered at once (a likely decode run: the guess; else the tile's
+    # first token's request); checked after the block-table load, off its chain.
+    req_idx, likely, lane_ok, one = _token_grid_requests(
+        query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE, EARLY_ENDS
     )
-    if EARLY_ENDS:
-        # A batch that cannot be all decode: where the guess is wrong, take the request of the
-        # tile's first token instead (right for a long request's tiles), checked afterwards.
-        ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
-        first_req, last_req = _tile_request_span(ends, num_tokens, tile_start, TILE_BLOCK_SIZE)
-        req_idx = tl.where(guessed_right == 1, req_idx, first_req)
     block_indices, slot_offsets, has_slot = _block_and_offset(
         pos,
         block_size,
@@ -156,22 +148,15 @@ def _compute_slot_mapping_direct_tokens_kernel(
         block_table_ptr, block_table_stride, query_start_loc_ptr, req_idx, num_reqs,
         block_indices, in_row, False,
     )  # fmt: skip
-    if guessed_right == 0:
-        if not EARLY_ENDS:
-            ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
-            first_req, last_req = _tile_request_span(ends, num_tokens, tile_start, TILE_BLOCK_SIZE)
-            req_idx = tl.zeros_like(req_idx) + first_req
-            block_numbers = _load_row_entries(
-                block_table_ptr, block_table_stride, query_start_loc_ptr, req_idx, num_reqs,
-                block_indices, in_row, False,
-            )  # fmt: skip
-        if first_req != last_req:
-            # The tile spans requests: count each token's request, then load again.
-            req_idx = _histogram_requests(ends, tile_start, TILE_BLOCK_SIZE)
-            block_numbers = _load_row_entries(
-                block_table_ptr, block_table_stride, query_start_loc_ptr, req_idx, num_reqs,
-                block_indices, in_row, False,
-            )  # fmt: skip
+    settled, req_idx = _token_grid_settle(
+        query_start_loc_ptr, num_reqs, num_tokens, tile_start, req_idx, likely, lane_ok, one,
+        TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS,
+    )  # fmt: skip
+    if settled == 0:
+        block_numbers = _load_row_entries(
+            block_table_ptr, block_table_stride, query_start_loc_ptr, req_idx, num_reqs,
+            block_indices, in_row, False,
+        )  # fmt: skip
     slot_ids = block_numbers * block_size + slot_offsets
     # Lanes past num_tokens in the last token tile are padding too.
     slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)

@@ -28,11 +28,9 @@ from slotmap.kernels.common import (
     _fill_pad,
     _fill_token_grid_pad,
     _gather_from_window,
-    _guess_requests,
-    _histogram_requests,
     _load_row_entries,
-    _request_ends,
-    _tile_request_span,
+    _token_grid_requests,
+    _token_grid_settle,
     check_grid,
     check_int32_extent,
     check_launch_device,
@@ -173,7 +171,7 @@ def _compute_slot_mappings_tokens_kernel(
     HAS_IDX_MAPPING: tl.constexpr,
     REQ_LANES: tl.constexpr,  # a power of two >= num_reqs
     PAD_TILE_SIZE: tl.constexpr,  # padding entries a padding program writes
-    EARLY_ENDS: tl.constexpr = True,  # load the request ends before the guess is checked
+    EARLY_ENDS: tl.constexpr = True,  # sample the request ends before the guess is checked
 ):
     # The token grid (GPU), as the direct kernel's: program (g, i) maps batch tokens
     # [i*TILE, (i+1)*TILE) in group g. A tile may span several requests, so each lane loads its
@@ -200,15 +198,11 @@ def _compute_slot_mappings_tokens_kernel(
     offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
     mask = offsets < num_tokens
     pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
-    # As the direct token kernel: guess (and, unless the batch can be all decode, the
-    # tile's first request where the guess is wrong), load, check off the chain.
-    req_idx, guessed_right = _guess_requests(
-        query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE
+    # As the direct token kernel: answer each lane's request at once, load, check off the
+    # chain, and load again only where the answer was wrong.
+    req_idx, likely, lane_ok, one = _token_grid_requests(
+        query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE, EARLY_ENDS
     )
-    if EARLY_ENDS:
-        ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
-        first_req, last_req = _tile_request_span(ends, num_tokens, tile_start, TILE_BLOCK_SIZE)
-        req_idx = tl.where(guessed_right == 1, req_idx, first_req)
     block_indices, slot_offsets, has_slot = _group_block_and_offset(
         pos, block_size, is_circular, TOTAL_CP_WORLD_SIZE, TOTAL_CP_RANK,
         CP_KV_CACHE_INTERLEAVE_SIZE,
@@ -218,21 +212,15 @@ def _compute_slot_mappings_tokens_kernel(
         block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs, block_indices,
         in_row, HAS_IDX_MAPPING,
     )  # fmt: skip
-    if guessed_right == 0:
-        if not EARLY_ENDS:
-            ends = _request_ends(query_start_loc_ptr, num_reqs, REQ_LANES)
-            first_req, last_req = _tile_request_span(ends, num_tokens, tile_start, TILE_BLOCK_SIZE)
-            req_idx = tl.zeros_like(req_idx) + first_req
-            block_numbers = _load_row_entries(
-                block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs,
-                block_indices, in_row, HAS_IDX_MAPPING,
-            )  # fmt: skip
-        if first_req != last_req:
-            req_idx = _histogram_requests(ends, tile_start, TILE_BLOCK_SIZE)
-            block_numbers = _load_row_entries(
-                block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs,
-                block_indices, in_row, HAS_IDX_MAPPING,
-            )  # fmt: skip
+    settled, req_idx = _token_grid_settle(
+        query_start_loc_ptr, num_reqs, num_tokens, tile_start, req_idx, likely, lane_ok, one,
+        TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS,
+    )  # fmt: skip
+    if settled == 0:
+        block_numbers = _load_row_entries(
+            block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs,
+            block_indices, in_row, HAS_IDX_MAPPING,
+        )  # fmt: skip
     slot_ids = block_numbers * block_size + slot_offsets
     slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)
     tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)
