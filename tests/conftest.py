@@ -205,6 +205,11 @@ SINGLE_GROUP_IMPLEMENTATIONS: dict[str, tuple[Callable[[], Callable[..., Tensor]
     "direct-tokens-tile128": (lambda: _direct(token_parallel=True, tile_size=128), True),
     "fused": (lambda: _fused(), False),
     "fused-tile16": (lambda: _fused(tile_size=16, parallel_tiles=2), False),
+    "fused-lanes-tile16": (lambda: _fused(tile_size=16, parallel_tiles=2, lane_loads=True), False),
+    "fused-window-tile16": (
+        lambda: _fused(tile_size=16, parallel_tiles=2, lane_loads=False),
+        False,
+    ),
     "fused-tokens-tile128": (lambda: _fused(token_parallel=True, tile_size=128), False),
 }
 

@@ -39,10 +39,17 @@ SINGLE_GROUP: dict[str, Callable[..., Any]] = {
     ),
     "fused-requests": lambda *a, **k: fused_single_group(*a, token_parallel=False, **k),
     "fused-tokens": lambda *a, **k: fused_single_group(*a, token_parallel=True, **k),
+    # The fused request grid's two gathers (the GPU's default and production's window).
+    "fused-lanes": lambda *a, **k: fused_single_group(
+        *a, token_parallel=False, lane_loads=True, **k
+    ),
+    "fused-window": lambda *a, **k: fused_single_group(
+        *a, token_parallel=False, lane_loads=False, **k
+    ),
 }
 ALL = tuple(SINGLE_GROUP)
 LAUNCHERS = ("window", "direct", "fused", "direct-requests", "direct-tokens", "fused-requests",
-             "fused-tokens")  # fmt: skip
+             "fused-tokens", "fused-lanes", "fused-window")  # fmt: skip
 
 
 def batch(
@@ -173,7 +180,9 @@ BAD: dict[str, Bad] = {
             tile_size=16,
         ),  # fmt: skip
         r"request 0, tokens 0 and 1: logical blocks 0 and 100",
-        impls=("window", "fused-requests"),  # the token grid loads per lane: no window
+        # The token grid loads per lane: no window. The request grid checks the window's
+        # precondition whichever gather it runs, so both accept the same batches.
+        impls=("window", "fused-requests", "fused-lanes", "fused-window"),
     ),
     "tile-not-power-of-two": Bad(
         lambda: batch(tile_size=24), r"tile_size must be a power of two, got 24", LAUNCHERS
@@ -355,6 +364,11 @@ BAD_MULTI: dict[str, Bad] = {
     ),
     "tile-0": Bad(
         lambda: groups(tile_size=0), r"tile_size must be a power of two, got 0", ("fused",)
+    ),
+    "lane-loads-with-gather-as-float": Bad(
+        lambda: groups(lane_loads=True, gather_as_float=False),
+        r"gather_as_float belongs to the window gather: not with lane_loads",
+        ("fused",),
     ),
 }
 

@@ -127,18 +127,26 @@ def test_torch_reference_matches_oracle(mode: str, data) -> None:
     data=st.data(),
     tile=st.sampled_from((None, 16, 32, 64, 1024)),
     parallel_tiles=st.sampled_from((None, 1, 2, 3)),
-    gather_as_float=st.sampled_from((None, True, False)),
+    # The request grid's gathers: the backend's default, the window's two, one load a lane.
+    gather=st.sampled_from(
+        (
+            {},
+            {"gather_as_float": True},
+            {"gather_as_float": False},
+            {"lane_loads": False},
+            {"lane_loads": True},
+        )
+    ),  # fmt: skip
 )
 def test_fused_kernel_matches_oracle(
-    mode: str, data, tile: int | None, parallel_tiles: int | None, gather_as_float: bool | None
+    mode: str, data, tile: int | None, parallel_tiles: int | None, gather: dict
 ) -> None:
     # The adaptive tile is a power of two >= 16: shuffling inside 16-token chunks keeps every
     # tile's positions contiguous, whatever tile the launcher picks.
     case = data.draw(multi_group_cases(mode, chunk=tile or 16), label="case")
     actual = case.run(
-        slotmap.compute_slot_mappings,
-        tile_size=tile, parallel_tiles=parallel_tiles, gather_as_float=gather_as_float,
-    )  # fmt: skip
+        slotmap.compute_slot_mappings, tile_size=tile, parallel_tiles=parallel_tiles, **gather
+    )
     assert_slots_equal(actual, case.run(slotmap.slot_mappings_oracle))
 
 

@@ -162,6 +162,14 @@ MUTANTS = {
         "req = (counts & 0xFFFF) + tl.where(back_first < tile_start, middle, 0)",
         ("tests/test_token_grid.py::test_sampled_request_is_exact_where_it_settles",),
     ),
+    # (l) The fused request grid's per-lane load (the GPU's) from the table's first row,
+    # whatever the request.
+    "fused-lanes-forget-the-row": Mutant(
+        "kernels/fused_groups.py",
+        "block_numbers = tl.load(block_table_row_ptr + block_indices, mask=in_row, other=0)",
+        "block_numbers = tl.load(block_table_ptr + block_indices, mask=in_row, other=0)",
+        ("tests/test_hand_cases.py::test_hand_case[two-requests-shuffled-fused-lanes-tile16]",),
+    ),
 }
 
 

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from slotmap.backend import BACKEND
 from slotmap.kernels.common import (
     DEFAULT_GATHER_AS_FLOAT,
     MAX_PARALLEL_PROGRAMS,
@@ -95,6 +96,7 @@ def _compute_slot_mappings_kernel(
     PARALLEL_TILES: tl.constexpr,  # programs per request along grid axis 2
     HAS_IDX_MAPPING: tl.constexpr,
     GATHER_AS_FLOAT: tl.constexpr = False,
+    LANE_LOADS: tl.constexpr = False,  # GPU: one block-table load a lane, not the window
 ):
     # slot_mappings[g, t] = block_tables[g][row(q), pos // bs_g] * bs_g + pos % bs_g
     group_idx = tl.program_id(0)
@@ -139,14 +141,21 @@ def _compute_slot_mappings_kernel(
             CP_KV_CACHE_INTERLEAVE_SIZE,
         )  # fmt: skip
         valid = mask & has_slot
-        block_numbers, _ = _gather_from_window(
-            block_table_row_ptr,
-            block_table_stride,
-            block_indices,
-            valid,
-            BLOCK_TABLE_WINDOW_SIZE,
-            GATHER_AS_FLOAT,
-        )
+        if LANE_LOADS:
+            # GPU: each lane loads its own entry (coalesced, the row cached in L2), with no
+            # min-reduction across the tile and no gather through shared memory. On an NPU
+            # a per-lane load is a scalar load: the window is the design there.
+            in_row = valid & (block_indices >= 0) & (block_indices < block_table_stride)
+            block_numbers = tl.load(block_table_row_ptr + block_indices, mask=in_row, other=0)
+        else:
+            block_numbers, _ = _gather_from_window(
+                block_table_row_ptr,
+                block_table_stride,
+                block_indices,
+                valid,
+                BLOCK_TABLE_WINDOW_SIZE,
+                GATHER_AS_FLOAT,
+            )
         slot_ids = block_numbers * block_size + slot_offsets
         slot_ids = tl.where(has_slot, slot_ids, PAD_ID)
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
@@ -249,6 +258,18 @@ def choose_tiling(num_tokens: int, num_reqs: int) -> tuple[int, int]:
     return tile, min(parallel_tiles, budget)
 
 
+def use_lane_loads(lane_loads: bool | None, gather_as_float: bool | None) -> bool:
+    """Whether the request grid loads one block-table entry a lane: as asked, else on the
+    GPU unless ``gather_as_float`` asks for the window (H200, graph of 20: huge shape,
+    4 groups 52 -> 38 µs, one group 16.5 -> 13.6 µs; prefill 8192 2.54 -> 2.31 µs;
+    benchmarks/NOTES.md). The NPU and the interpreter keep production's window gather."""
+    if lane_loads and gather_as_float is not None:
+        raise ValueError("gather_as_float belongs to the window gather: not with lane_loads")
+    if lane_loads is None:
+        return BACKEND.name == "cuda" and gather_as_float is None
+    return bool(lane_loads)
+
+
 _META_CACHE: OrderedDict[tuple, Tensor] = OrderedDict()
 _META_CACHE_SIZE = 32
 
@@ -304,6 +325,7 @@ def compute_slot_mappings(
     gather_as_float: bool | None = None,
     num_warps: int | None = None,
     token_parallel: bool | None = None,
+    lane_loads: bool | None = None,
 ) -> Tensor:
     """Slot mappings of all KV-cache groups in one launch.
 
@@ -317,6 +339,10 @@ def compute_slot_mappings(
     ``token_parallel``: the token grid ``(num_groups, token tiles + padding programs)`` with
     per-lane block-table loads, as ``compute_slot_mapping_direct``'s (None: chosen the same
     way, ``use_token_grid``); otherwise the request grid with the window gather.
+    ``lane_loads``: on the request grid, each lane loads its own block-table entry instead
+    of gathering from the window (None: on the GPU, unless ``gather_as_float`` asks for the
+    window; never by default on the NPU or the interpreter, which run production's window).
+    The window's precondition is checked either way, so both accept the same batches.
     """
     circular = list(circular) if circular is not None else [False] * len(block_tables)
     # The adaptive tiling needs num_tokens: check query_start_loc before reading it.
@@ -325,6 +351,7 @@ def compute_slot_mappings(
     )
     num_reqs = query_start_loc.numel() - 1
     tokens = use_token_grid(num_tokens, num_reqs, token_parallel, parallel_tiles)
+    lane_loads = use_lane_loads(lane_loads, gather_as_float)
     if not tokens:
         auto_tile, auto_parallel = choose_tiling(num_tokens, num_reqs)
         tile_size = auto_tile if tile_size is None else tile_size
@@ -374,6 +401,7 @@ def compute_slot_mappings(
             GATHER_AS_FLOAT=DEFAULT_GATHER_AS_FLOAT
             if gather_as_float is None
             else gather_as_float,
+            LANE_LOADS=lane_loads,
             **warps_option(tile_size, num_warps),
         )
     check_grid(grid)
