@@ -269,7 +269,8 @@ def time_eager(run: Callable[[], object], quick: bool) -> float:
     """µs per call of back-to-back Python launches, synchronised at the end: the larger of
     the host's enqueue cost and the device's work, as an eager caller sees it."""
     if not slotmap.BACKEND.interpreted:
-        return host_us_per_call(run, 100 if quick else 500, 3 if quick else 7)
+        n = 100 if quick else 500
+        return host_us_per_call({"run": run}, {"run": n}, 3 if quick else 7)[0]["run"]
     samples = []
     for _ in range(1 if quick else 20):
         start = time.perf_counter()
@@ -366,19 +367,33 @@ def raw_window_launch(case: Case, out: Tensor) -> Callable[[], object]:
     return lambda: _compute_slot_mapping_kernel[grid](*args, **constants)
 
 
-def host_us_per_call(run: Callable[[], object], calls: int, repeats: int) -> float:
-    """Median over ``repeats`` of the wall time of ``calls`` back-to-back calls, per call."""
-    for _ in range(min(calls, 20)):
-        run()
+def host_us_per_call(
+    runs: dict[str, Callable[[], object]], calls: dict[str, int], repeats: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Wall time per call of ``calls[name]`` back-to-back calls of each run, the runs taking
+    turns (in a rotated order) ``repeats`` times, so that a drift of the host's speed lands
+    on all of them alike. Returns each run's median µs per call and the median over the turns
+    of its ratio to the first run's time in the same turn."""
+    names = list(runs)
+    for name in names:
+        for _ in range(min(calls[name], 20)):
+            runs[name]()
     synchronize()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        synchronize()
-        samples.append((time.perf_counter() - start) * 1e6 / calls)
-    return statistics.median(samples)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for turn in range(repeats):
+        for name in names[turn % len(names) :] + names[: turn % len(names)]:
+            start = time.perf_counter()
+            for _ in range(calls[name]):
+                runs[name]()
+            synchronize()
+            samples[name].append((time.perf_counter() - start) * 1e6 / calls[name])
+    base = samples[names[0]]
+    us = {name: statistics.median(samples[name]) for name in names}
+    ratios = {
+        name: statistics.median(t / b for t, b in zip(samples[name], base, strict=True))
+        for name in names
+    }
+    return us, ratios
 
 
 def measure_launcher(case: Case, quick: bool, log) -> list[dict]:
@@ -397,18 +412,17 @@ def measure_launcher(case: Case, quick: bool, log) -> list[dict]:
         calls, repeats = (1, 1) if quick else (3, 3)
     else:
         calls, repeats = (500, 3) if quick else (2000, 7)
-    results = {}
     for name, run in runs.items():
         out.fill_(POISON)
         run()
         synchronize()
         if not torch.equal(out, want):
             raise AssertionError(f"launcher check ({name}) differs from the reference")
-        results[name] = host_us_per_call(run, calls if name != "validate-on" else calls // 4 or 1,
-                                         repeats)  # fmt: skip
+    counts = {name: calls if name != "validate-on" else calls // 4 or 1 for name in runs}
+    results, ratios = host_us_per_call(runs, counts, repeats)
     records = []
     for name, us in results.items():
-        ratio = us / results["raw"]
+        ratio = ratios[name]
         records.append(
             dict(
                 shape=case.shape.name,
@@ -585,7 +599,12 @@ def markdown(result: dict) -> str:
                 lines.append(f"| {shape} | {block} | " + " | ".join(cells) + " |")
         lines.append("")
     if result["launcher"]:
-        lines += ["## The launcher's own cost (host µs per call, back-to-back calls)", ""]
+        lines += [
+            "## The launcher's own cost (host µs per call, back-to-back calls)",
+            "",
+            "The three launches take turns; × raw is the median of the turns' ratios.",
+            "",
+        ]
         lines += [
             "| shape | block | launch | host µs | × raw |",
             "| --- | --- | --- | --- | --- |",
