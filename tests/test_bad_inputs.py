@@ -39,7 +39,7 @@ SINGLE_GROUP: dict[str, Callable[..., Any]] = {
     ),
     "fused-requests": lambda *a, **k: fused_single_group(*a, token_parallel=False, **k),
     "fused-tokens": lambda *a, **k: fused_single_group(*a, token_parallel=True, **k),
-    # The fused request grid's two gathers (the GPU's default and production's window).
+    # The fused request grid's two gathers: one load a lane (asked for) and the window.
     "fused-lanes": lambda *a, **k: fused_single_group(
         *a, token_parallel=False, lane_loads=True, **k
     ),

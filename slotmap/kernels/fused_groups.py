@@ -21,7 +21,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from slotmap.backend import BACKEND
 from slotmap.kernels.common import (
     DEFAULT_GATHER_AS_FLOAT,
     MAX_PARALLEL_PROGRAMS,
@@ -259,14 +258,14 @@ def choose_tiling(num_tokens: int, num_reqs: int) -> tuple[int, int]:
 
 
 def use_lane_loads(lane_loads: bool | None, gather_as_float: bool | None) -> bool:
-    """Whether the request grid loads one block-table entry a lane: as asked, else on the
-    GPU unless ``gather_as_float`` asks for the window (H200, graph of 20: huge shape,
-    4 groups 52 -> 38 µs, one group 16.5 -> 13.6 µs; prefill 8192 2.54 -> 2.31 µs;
-    benchmarks/NOTES.md). The NPU and the interpreter keep production's window gather."""
+    """Whether the request grid loads one block-table entry a lane instead of gathering from
+    the window: only when asked (None: production's window, on every backend). On the H200
+    it is the faster gather (graph of 20, benchmarks/results/h200-runs/group-lab.log: huge
+    shape, 4 groups 52 -> 38 µs, one group 16.5 -> 13.6 µs; prefill 8192 2.54 -> 2.31 µs),
+    not yet the default: lesson 08's timing exercise is checked against the window's
+    committed fused times. On the NPU a per-lane load is a scalar load."""
     if lane_loads and gather_as_float is not None:
         raise ValueError("gather_as_float belongs to the window gather: not with lane_loads")
-    if lane_loads is None:
-        return BACKEND.name == "cuda" and gather_as_float is None
     return bool(lane_loads)
 
 
@@ -340,9 +339,8 @@ def compute_slot_mappings(
     per-lane block-table loads, as ``compute_slot_mapping_direct``'s (None: chosen the same
     way, ``use_token_grid``); otherwise the request grid with the window gather.
     ``lane_loads``: on the request grid, each lane loads its own block-table entry instead
-    of gathering from the window (None: on the GPU, unless ``gather_as_float`` asks for the
-    window; never by default on the NPU or the interpreter, which run production's window).
-    The window's precondition is checked either way, so both accept the same batches.
+    of gathering from the window (faster on a GPU; ``use_lane_loads``). The window's
+    precondition is checked either way, so both accept the same batches.
     """
     circular = list(circular) if circular is not None else [False] * len(block_tables)
     # The adaptive tiling needs num_tokens: check query_start_loc before reading it.
