@@ -307,6 +307,44 @@ def _load_row_entries(
 
 
 @triton.jit
+def _token_grid_entries(
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    num_reqs,  # int: requests in the batch
+    num_tokens,  # int: real tokens in the batch
+    tile_start,  # int: first batch token of the tile
+    block_table_ptr,  # this group's block table, int32
+    block_table_stride,  # int: entries per row
+    idx_mapping_ptr,  # [num_reqs], int32 (if HAS_IDX_MAPPING)
+    block_indices,  # [TILE] int32: each lane's logical block
+    in_row,  # [TILE] bool: lanes with an entry to load
+    req_idx,  # [TILE] int32: _token_grid_requests's answer
+    likely,  # int: _token_grid_requests's
+    lane_ok,  # [TILE] bool: _token_grid_requests's
+    one,  # int: _token_grid_requests's
+    TILE_BLOCK_SIZE: tl.constexpr,
+    REQ_LANES: tl.constexpr,
+    EARLY_ENDS: tl.constexpr,
+    HAS_IDX_MAPPING: tl.constexpr,
+):
+    # Both token kernels' block-table entries: load with the first answer at once, then
+    # settle it (off the load's chain) and load again only where it was wrong.
+    block_numbers = _load_row_entries(
+        block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs, block_indices,
+        in_row, HAS_IDX_MAPPING,
+    )  # fmt: skip
+    settled, req_idx = _token_grid_settle(
+        query_start_loc_ptr, num_reqs, num_tokens, tile_start, req_idx, likely, lane_ok, one,
+        TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS,
+    )  # fmt: skip
+    if settled == 0:
+        block_numbers = _load_row_entries(
+            block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs,
+            block_indices, in_row, HAS_IDX_MAPPING,
+        )  # fmt: skip
+    return block_numbers
+
+
+@triton.jit
 def _fill_pad(
     slot_mapping_ptr,  # output row
     first,  # int: first index to fill
@@ -536,7 +574,7 @@ def launch_shape(
 
 # The token grid (the direct kernels on the GPU): program i maps batch tokens
 # [i * TILE, (i + 1) * TILE), whichever requests they belong to, and finds each token's
-# request itself (``_token_grid_requests``, then ``_token_grid_settle``); the programs after
+# request itself (``_token_grid_requests``, then ``_token_grid_entries``); the programs after
 # the last token tile write the padding tail, PAD_TILE entries each. On a decode batch the
 # chain of dependent loads shrinks from query_start_loc -> position -> block table -> store
 # to position -> block table -> store, on a few programs instead of one a request (H200,

@@ -17,9 +17,8 @@ from slotmap.kernels.common import (
     _block_and_offset,
     _fill_pad,
     _fill_token_grid_pad,
-    _load_row_entries,
+    _token_grid_entries,
     _token_grid_requests,
-    _token_grid_settle,
     launch_cached_plan,
     launch_slot_mapping,
 )
@@ -144,19 +143,11 @@ def _compute_slot_mapping_direct_tokens_kernel(
     )
     # Each lane loads its own entry from its own request's row, masked to the table.
     in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
-    block_numbers = _load_row_entries(
-        block_table_ptr, block_table_stride, query_start_loc_ptr, req_idx, num_reqs,
-        block_indices, in_row, False,
+    block_numbers = _token_grid_entries(
+        query_start_loc_ptr, num_reqs, num_tokens, tile_start, block_table_ptr,
+        block_table_stride, query_start_loc_ptr, block_indices, in_row, req_idx, likely,
+        lane_ok, one, TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS, False,
     )  # fmt: skip
-    settled, req_idx = _token_grid_settle(
-        query_start_loc_ptr, num_reqs, num_tokens, tile_start, req_idx, likely, lane_ok, one,
-        TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS,
-    )  # fmt: skip
-    if settled == 0:
-        block_numbers = _load_row_entries(
-            block_table_ptr, block_table_stride, query_start_loc_ptr, req_idx, num_reqs,
-            block_indices, in_row, False,
-        )  # fmt: skip
     slot_ids = block_numbers * block_size + slot_offsets
     # Lanes past num_tokens in the last token tile are padding too.
     slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)

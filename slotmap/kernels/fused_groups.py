@@ -28,9 +28,8 @@ from slotmap.kernels.common import (
     _fill_pad,
     _fill_token_grid_pad,
     _gather_from_window,
-    _load_row_entries,
+    _token_grid_entries,
     _token_grid_requests,
-    _token_grid_settle,
     check_grid,
     check_int32_extent,
     check_launch_device,
@@ -216,19 +215,11 @@ def _compute_slot_mappings_tokens_kernel(
         CP_KV_CACHE_INTERLEAVE_SIZE,
     )  # fmt: skip
     in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
-    block_numbers = _load_row_entries(
-        block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs, block_indices,
-        in_row, HAS_IDX_MAPPING,
+    block_numbers = _token_grid_entries(
+        query_start_loc_ptr, num_reqs, num_tokens, tile_start, block_table_ptr,
+        block_table_stride, idx_mapping_ptr, block_indices, in_row, req_idx, likely, lane_ok,
+        one, TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS, HAS_IDX_MAPPING,
     )  # fmt: skip
-    settled, req_idx = _token_grid_settle(
-        query_start_loc_ptr, num_reqs, num_tokens, tile_start, req_idx, likely, lane_ok, one,
-        TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS,
-    )  # fmt: skip
-    if settled == 0:
-        block_numbers = _load_row_entries(
-            block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs,
-            block_indices, in_row, HAS_IDX_MAPPING,
-        )  # fmt: skip
     slot_ids = block_numbers * block_size + slot_offsets
     slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)
     tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)
