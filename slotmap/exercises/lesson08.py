@@ -163,19 +163,16 @@ def record_case(results: dict, shape: str, block: int, variant: str) -> TimeCase
     )
 
 
-# The records the model is checked against: the kernels that reach it (lesson 08 shows the
-# others: the window kernel and fused-1 sit 11-38% above it on the huge shape, the fused
-# kernel's 4x programs lift its floor on decode1024 and mixed).
+# The records the model is checked against: the kernels that reach it. Lesson 08 shows the
+# others: the window kernel sits above it (its reduction and gather), the fused kernel's
+# extra programs lift its floor on decode1024 and mixed, and on the huge shape the fused
+# kernel runs UNDER the model: its groups' programs load the positions again, which the
+# model counts, but the L2 cache serves many of those loads (benchmarks/NOTES.md).
 AT_THE_FLOOR = [
     (shape, block, variant)
     for block in (128, 16)
-    for shape, variant in [
-        ("decode256", "direct"),
-        ("decode1024", "direct"),
-        ("huge", "direct"),
-        ("huge", "fused-2"),
-        ("huge", "fused-4"),
-    ]
+    for shape in ("decode256", "decode1024", "huge")
+    for variant in ("direct",)
 ]
 
 
@@ -203,8 +200,9 @@ def _mistakes(n: int, m: int, g: int, gbps: float, floor: float) -> list[tuple[f
         (
             time(8 * n + 4 * g * m),
             "the positions were counted once for all groups: the fused kernel gives each "
-            "group its own programs and each reads the positions again (the bench's GB/s "
-            "column counts them once: the least a kernel could move, not what this one moves)",
+            "group its own programs and each loads the positions again (the bench's GB/s "
+            "column counts them once: the least a kernel could move, not what this one's "
+            "loads ask for)",
         ),
         (
             time(g * (8 * n + 4 * n)),
@@ -311,8 +309,8 @@ def _time_cases() -> list[tuple[str, TimeCase]]:
             record_case(results, "huge", 128, "direct"),
         ),
         (
-            "huge/16/fused-4: four groups in one launch",
-            record_case(results, "huge", 16, "fused-4"),
+            "the huge shape in four groups (model)",
+            TimeCase(64 * 65536, 64 * 65536, 4, 3990.0, 3.5),
         ),
         (
             "a padded batch with two groups (model)",

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from slotmap.backend import BACKEND
 from slotmap.kernels.common import (
     DEFAULT_GATHER_AS_FLOAT,
     MAX_PARALLEL_PROGRAMS,
@@ -250,13 +251,15 @@ def choose_tiling(num_tokens: int, num_reqs: int) -> tuple[int, int]:
 
 def use_lane_loads(lane_loads: bool | None, gather_as_float: bool | None) -> bool:
     """Whether the request grid loads one block-table entry a lane instead of gathering from
-    the window: only when asked (None: production's window, on every backend). On the H200
-    it is the faster gather (graph of 20, benchmarks/results/h200-runs/group-lab.log: huge
-    shape, 4 groups 52 -> 38 µs, one group 16.5 -> 13.6 µs; prefill 8192 2.54 -> 2.31 µs),
-    not yet the default: lesson 08's timing exercise is checked against the window's
-    committed fused times. On the NPU a per-lane load is a scalar load."""
+    the window: as asked, else (None) on the GPU unless ``gather_as_float`` asks for the
+    window. Measured on the H200 (graph of 20, benchmarks/results/h200-runs/group-lab.log):
+    huge shape, 4 groups 52 -> 38 µs, one group 16.5 -> 13.6 µs; prefill 8192 2.54 -> 2.31
+    µs. The NPU (a per-lane load is a scalar load there) and the interpreter (which runs the
+    lessons) keep production's window gather."""
     if lane_loads and gather_as_float is not None:
         raise ValueError("gather_as_float belongs to the window gather: not with lane_loads")
+    if lane_loads is None:
+        return BACKEND.name == "cuda" and gather_as_float is None
     return bool(lane_loads)
 
 
@@ -330,7 +333,7 @@ def compute_slot_mappings(
     per-lane block-table loads, as ``compute_slot_mapping_direct``'s (None: chosen the same
     way, ``use_token_grid``); otherwise the request grid with the window gather.
     ``lane_loads``: on the request grid, each lane loads its own block-table entry instead
-    of gathering from the window (faster on a GPU; ``use_lane_loads``). The window's
+    of gathering from the window (None: on the GPU, ``use_lane_loads``). The window's
     precondition is checked either way, so both accept the same batches.
     """
     circular = list(circular) if circular is not None else [False] * len(block_tables)
