@@ -83,7 +83,7 @@ def test_forgetting_the_floor_is_rejected():
     found = failure(
         "08.predict_time", lambda n, m, g, gbps, floor: g * (8 * n + 4 * m) / gbps / 1e3
     )
-    assert "decode256/128/direct (graph), measured 1.741 µs" in found.invariant
+    assert "decode256/128/direct (graph), measured 1.75 µs" in found.invariant
     assert "too fast" in found.invariant and "has no floor" in found.invariant
 
 
@@ -91,9 +91,12 @@ def test_adding_the_floor_is_rejected():
     found = failure(
         "08.predict_time", lambda n, m, g, gbps, floor: floor + right(n, m, g, gbps, 0)
     )
-    assert "huge/128/direct (graph), measured 12.94 µs" in found.invariant
-    assert "1.25x too slow" in found.invariant
-    assert "the larger of the two" in found.invariant
+    assert "huge/128/direct (graph), measured 13.04 µs" in found.invariant
+    assert "1.24x too slow" in found.invariant
+    # The evidence is the committed run's own numbers: measured 13.04, max 12.7, sum 16.2.
+    assert "huge/128/direct measured 13.04 µs, the larger is 12.7 µs, the sum 16.2 µs" in (
+        found.invariant
+    )
 
 
 def test_int32_positions_in_the_prediction_are_rejected():
@@ -101,7 +104,7 @@ def test_int32_positions_in_the_prediction_are_rejected():
         "08.predict_time",
         lambda n, m, g, gbps, floor: max(floor, g * (4 * n + 4 * m) / gbps / 1e3),
     )
-    assert "huge/128/direct" in found.invariant and "1.52x too fast" in found.invariant
+    assert "huge/128/direct" in found.invariant and "1.54x too fast" in found.invariant
     assert "positions counted as 4 bytes" in found.invariant
 
 
@@ -109,7 +112,11 @@ def test_ignoring_groups_is_rejected():
     found = failure(
         "08.predict_time", lambda n, m, g, gbps, floor: max(floor, (8 * n + 4 * m) / gbps / 1e3)
     )
-    assert "huge/16/fused-4 (graph), measured 53.43 µs: 4.24x too fast" in found.invariant
+    # The fused kernel runs under the model on the huge shape (L2 serves re-read positions):
+    # four groups are graded against the model itself.
+    assert "predict_us(4194304, 4194304, 4, 3990, 3.5) should be 50.4578 µs, got 12.6144" in (
+        found.invariant
+    )
     assert "did you count the bytes per token for every group?" in found.invariant
 
 
@@ -118,7 +125,7 @@ def test_positions_read_once_for_all_groups_is_rejected():
         "08.predict_time",
         lambda n, m, g, gbps, floor: max(floor, (8 * n + 4 * g * m) / gbps / 1e3),
     )
-    assert "huge/16/fused-4" in found.invariant and "2.12x too fast" in found.invariant
+    assert "should be 50.4578 µs, got 25.2289" in found.invariant
     assert "counted once for all groups" in found.invariant
 
 
@@ -188,8 +195,8 @@ def test_variant_bars_are_the_records(shape, block_size, mode):
 def test_huge_direct_is_drawn_at_the_copy():
     fig = perf.draw_variants("huge", 128, "graph", COMMITTED)
     bars = fig.slotmap_bars
-    assert bars["direct"] / bars["copy"] == pytest.approx(12.944 / 12.7424, rel=1e-3)
-    assert fig.slotmap_predicted["direct"] == pytest.approx(50331648 / 3949.93e3, rel=1e-4)
+    assert bars["direct"] / bars["copy"] == pytest.approx(13.0352 / 12.72, rel=1e-3)
+    assert fig.slotmap_predicted["direct"] == pytest.approx(50331648 / 3956.89e3, rel=1e-4)
 
 
 def test_eager_vs_graph_shows_every_shape_both_ways():
