@@ -42,7 +42,7 @@ CALLS = 20
 
 @triton.jit
 def _count_from(ends, tile_start, TILE_BLOCK_SIZE: tl.constexpr):
-    # The histogram way only (as slotmap.kernels.common._count_requests's second branch).
+    # The histogram way (as slotmap.kernels.common._histogram_requests).
     lane = tl.arange(0, TILE_BLOCK_SIZE)
     rel = ends - tile_start
     past = rel >= TILE_BLOCK_SIZE
