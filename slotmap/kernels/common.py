@@ -694,11 +694,13 @@ def slot_mapping_constants(
     cp_interleave: int = 1,
     pad_id: int = PAD_SLOT_ID,
     circular: bool = False,
-    parallel_tiles: int = 1,
+    parallel_tiles: int | None = 1,
     window: bool = True,
     gather_as_float: bool | None = None,
 ) -> dict:
     """The compile-time constants of a single-group kernel; by default production's plain case.
+
+    ``parallel_tiles`` None: the token grid's kernel, which has no request axis to split.
 
     ``window``: the window kernel's (``_compute_slot_mapping_kernel``), which adds
     BLOCK_TABLE_WINDOW_SIZE and GATHER_AS_FLOAT (None: the backend's default) to the direct
@@ -714,8 +716,9 @@ def slot_mapping_constants(
         PAD_ID=pad_id,
         TILE_BLOCK_SIZE=tile_size,
         IS_CIRCULAR=circular,
-        PARALLEL_TILES=parallel_tiles,
     )
+    if parallel_tiles is not None:
+        constants["PARALLEL_TILES"] = parallel_tiles
     if window:
         constants["BLOCK_TABLE_WINDOW_SIZE"] = window_size(tile_size, block_size)
         constants["GATHER_AS_FLOAT"] = (
@@ -768,7 +771,7 @@ def launch_slot_mapping(
         num_tokens, num_reqs, token_parallel, parallel_tiles
     )
     if tokens:  # the token grid's shape needs max_num_tokens: worked out after the checks
-        kernel, parallel_tiles, options = token_kernel, 1, {}
+        kernel, parallel_tiles, options = token_kernel, None, {}
     else:
         tile_size, parallel_tiles, options = launch_shape(
             num_tokens, num_reqs, tile_size, parallel_tiles, num_warps
@@ -798,8 +801,6 @@ def launch_slot_mapping(
         pad_id=pad_id, circular=circular, parallel_tiles=parallel_tiles, window=window,
         gather_as_float=gather_as_float,
     )  # fmt: skip
-    if tokens:
-        del constants["PARALLEL_TILES"]  # the token grid has no request axis to split
     constants.update(options)
     trace = {}
     if window_trace is None:
