@@ -445,12 +445,31 @@ def remember_plan(key: tuple, plan: list) -> None:
     _PLANS[key] = plan
 
 
+def tensor_geometry(a: Tensor, b: Tensor, c: Tensor, d: Tensor) -> tuple:
+    """What ``set_``, ``resize_`` or assigning ``.data`` can change on a tensor object and
+    the kernels' bounds rely on: sizes, contiguity, dtype and device (the block table's
+    shape: its rows and row length both bound the reads). Attribute reads, no device sync."""
+    return (
+        a.numel(), a.is_contiguous(), a.dtype, a.get_device(),
+        b.numel(), b.is_contiguous(), b.dtype, b.get_device(),
+        c.shape, c.is_contiguous(), c.dtype, c.get_device(),
+        d.numel(), d.is_contiguous(), d.dtype, d.get_device(),
+    )  # fmt: skip
+
+
 def same_tensors(seen: tuple, a: Tensor, b: Tensor, c: Tensor, d: Tensor | None) -> bool:
     """The very tensor objects of the plan's last launch (a serving loop's persistent
-    buffers): their structure was checked then, and only ``set_``, ``resize_`` or assigning
-    ``.data`` could have changed it since. Identity only: ``==`` on tensors would compare
-    their contents."""
-    return len(seen) == 4 and seen[0] is a and seen[1] is b and seen[2] is c and seen[3] is d
+    buffers), with the geometry they had then: their structure was checked then, and an
+    object shrunk or re-typed since (``set_``, ``resize_``, ``.data``) goes the full way.
+    Identity first: ``==`` on tensors would compare their contents."""
+    return (
+        len(seen) == 5
+        and seen[0] is a
+        and seen[1] is b
+        and seen[2] is c
+        and seen[3] is d
+        and seen[4] == tensor_geometry(a, b, c, d)
+    )
 
 
 def hot_inputs_ok(
@@ -507,13 +526,18 @@ def launch_cached_plan(
     tensors pass the structural checks.
     False: the caller goes the full way (``launch_slot_mapping``)."""
     plan = _PLANS.get(key)
-    if plan is None or not (
-        same_tensors(plan[2], query_start_loc, positions, block_table, out)
-        or hot_inputs_ok(query_start_loc, positions, block_table, out, num_tokens, max_num_tokens)
-    ):
+    if plan is None:
         return False
+    if not same_tensors(plan[2], query_start_loc, positions, block_table, out):
+        if not hot_inputs_ok(
+            query_start_loc, positions, block_table, out, num_tokens, max_num_tokens
+        ):
+            return False
+        plan[2] = (
+            query_start_loc, positions, block_table, out,
+            tensor_geometry(query_start_loc, positions, block_table, out),
+        )  # fmt: skip
     grid, constants, _, kernel = plan
-    plan[2] = (query_start_loc, positions, block_table, out)
     kernel[grid](
         num_tokens, out.shape[0], query_start_loc, positions, block_table,
         block_table.stride(0), block_size, out, **constants,
