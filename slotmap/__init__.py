@@ -4,6 +4,12 @@ The backend is chosen first, before any Triton kernel is decorated (``slotmap.ba
 """
 
 from slotmap.backend import BACKEND, DEVICE  # noqa: I001 - must run before the kernels import
+import os as _os
+
+if _os.environ.get("SLOTMAP_RECORD_LAUNCHES") and BACKEND.interpreted:
+    from slotmap import launch_log as _launch_log
+
+    _launch_log.start(_os.environ["SLOTMAP_RECORD_LAUNCHES"])
 from slotmap.kernels import (
     choose_tiling,
     compute_slot_mapping,

@@ -4,6 +4,15 @@ Order: the ``SLOTMAP_BACKEND`` environment variable (``npu``, ``cuda`` or ``cpu`
 else an Ascend NPU (triton-ascend + torch_npu), else an NVIDIA GPU, else the CPU through
 Triton's interpreter.
 
+Two settings exist for checking the NPU path on a machine without an NPU:
+
+* ``SLOTMAP_BACKEND=ascend-ir``: compile only. Kernels are decorated as compiled Triton
+  functions (no interpreter) so that triton-ascend's compiler can lower them
+  (``slotmap.ascend``); nothing is launched.
+* ``SLOTMAP_LAUNCH_POLICY=npu|cuda|cpu``: the launch choices (tiles, grids, gather mode,
+  GPU-only variants) of another backend, while the kernels still run where the backend says.
+  The CPU interpreter under the NPU's policy runs exactly the launches an NPU would get.
+
 ``TRITON_INTERPRET`` is read when ``@triton.jit`` runs, so this module must be imported
 before any kernel module: ``slotmap/__init__.py`` imports it first.
 """
@@ -17,7 +26,9 @@ import sys
 from dataclasses import dataclass
 
 BACKENDS = ("npu", "cuda", "cpu")
+COMPILE_ONLY = "ascend-ir"  # SLOTMAP_BACKEND value: decorate for triton-ascend, launch nothing
 ENV_VAR = "SLOTMAP_BACKEND"
+POLICY_VAR = "SLOTMAP_LAUNCH_POLICY"
 QUIET_VAR = "SLOTMAP_QUIET"  # "1": do not announce the backend on import
 
 
@@ -26,6 +37,11 @@ class Backend:
     name: str  # "npu", "cuda" or "cpu"
     device: str  # the torch device kernels run on
     reason: str  # why this backend was chosen, in words
+    policy: str = ""  # whose launch choices to make: "npu", "cuda" or "cpu" ("": the name's)
+
+    def __post_init__(self) -> None:
+        if not self.policy:
+            object.__setattr__(self, "policy", self.name)
 
     @property
     def interpreted(self) -> bool:
@@ -58,9 +74,14 @@ def _cuda_available() -> tuple[bool, str]:
 
 def _choose() -> Backend:
     forced = os.environ.get(ENV_VAR, "").strip().lower()
+    if forced == COMPILE_ONLY:
+        return Backend(COMPILE_ONLY, "cpu", f"{ENV_VAR}={forced}: compile only", "npu")
     if forced:
         if forced not in BACKENDS:
-            raise ValueError(f"{ENV_VAR}={forced!r}: expected one of {', '.join(BACKENDS)}")
+            raise ValueError(
+                f"{ENV_VAR}={forced!r}: expected one of {', '.join(BACKENDS)} "
+                f"(or {COMPILE_ONLY} to compile for triton-ascend without launching)"
+            )
         reason = f"{ENV_VAR}={forced}"
         if forced == "npu":
             ok, why = _npu_available()
@@ -95,10 +116,25 @@ def _activate(backend: Backend) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
-BACKEND: Backend = _choose()
+def _with_policy(backend: Backend) -> Backend:
+    policy = os.environ.get(POLICY_VAR, "").strip().lower()
+    if not policy:
+        return backend
+    if policy not in BACKENDS:
+        raise ValueError(f"{POLICY_VAR}={policy!r}: expected one of {', '.join(BACKENDS)}")
+    reason = f"{backend.reason}; {POLICY_VAR}={policy}"
+    return Backend(backend.name, backend.device, reason, policy)
+
+
+BACKEND: Backend = _with_policy(_choose())
 _activate(BACKEND)
 DEVICE: str = BACKEND.device
 
-_where = "Triton interpreter on the CPU" if BACKEND.interpreted else f"Triton on {DEVICE}"
+if BACKEND.interpreted:
+    _where = "Triton interpreter on the CPU"
+elif BACKEND.name == COMPILE_ONLY:
+    _where = "kernels compiled for triton-ascend, never launched"
+else:
+    _where = f"Triton on {DEVICE}"
 if os.environ.get(QUIET_VAR) != "1":  # set in the ranks slotmap.distributed starts
     print(f"slotmap: backend {BACKEND.name} ({_where}; {BACKEND.reason})")

@@ -24,7 +24,7 @@ from slotmap.backend import BACKEND
 from slotmap.layout import INT32_MAX, PAD_SLOT_ID, window_size
 from slotmap.validate import check_slot_mapping_inputs, resolve_counts
 
-DEFAULT_GATHER_AS_FLOAT = BACKEND.name == "npu"
+DEFAULT_GATHER_AS_FLOAT = BACKEND.policy == "npu"
 # The min-reduction's sentinel, as a compile-time constant the kernels can read.
 INT32_MAX_SENTINEL: tl.constexpr = tl.constexpr(INT32_MAX)
 
@@ -404,7 +404,7 @@ def check_tile(tile_size: int) -> None:
 
 def check_grid(grid: tuple[int, ...]) -> None:
     """Launch-grid limits: axes 1 and 2 of a CUDA grid, and an Ascend coreDim, are <= 65535."""
-    limited = grid if BACKEND.name == "npu" else grid[1:]
+    limited = grid if BACKEND.policy == "npu" else grid[1:]
     if any(n > 65535 for n in limited):
         raise ValueError(f"launch grid {grid} exceeds 65535 programs along an axis")
 
@@ -579,11 +579,11 @@ def launch_shape(
     """
     mean = -(-num_tokens // max(num_reqs, 1))
     if tile_size is None:
-        gpu = BACKEND.name == "cuda"
+        gpu = BACKEND.policy == "cuda"
         tile_size = DECODE_TILE if gpu and mean <= 2 else 1024
     check_tile(tile_size)
     if parallel_tiles is None:
-        if BACKEND.name == "npu":
+        if BACKEND.policy == "npu":
             parallel_tiles = 1
         else:
             parallel_tiles = -(-mean // tile_size)
@@ -621,7 +621,7 @@ def use_token_grid(
     scalar load there, and ``tl.histogram`` has not run on triton-ascend)."""
     if token_parallel is None:
         return (
-            BACKEND.name != "npu"
+            BACKEND.policy != "npu"
             and parallel_tiles is None
             and num_reqs <= MAX_TOKEN_GRID_REQS
             and num_tokens <= MAX_TOKEN_GRID_TOKENS
@@ -655,13 +655,13 @@ def token_launch_shape(
       a possible decode batch loads them only when its guess misses.
     """
     if tile_size is None:
-        if BACKEND.interpreted:
+        if BACKEND.policy == "cpu":
             tile_size = 1024
         else:
             wanted = triton.next_power_of_2(max(-(-num_tokens // TOKENS_PER_GRID), 1))
             tile_size = min(max(wanted, 32), 1024)
     check_tile(tile_size)
-    if num_warps is None and BACKEND.name != "npu":
+    if num_warps is None and BACKEND.policy != "npu":
         num_warps = 1 if tile_size <= 64 else 4
     token_tiles = -(-num_tokens // tile_size)
     pad_programs = -(-max(max_num_tokens - token_tiles * tile_size, 0) // PAD_TILE)
@@ -677,7 +677,7 @@ def token_launch_shape(
 
 def warps_option(tile_size: int, num_warps: int | None) -> dict:
     """Launch options: GPU (and interpreter, which ignores it) ``num_warps``; none on the NPU."""
-    if BACKEND.name == "npu":
+    if BACKEND.policy == "npu":
         if num_warps is not None:
             raise ValueError("num_warps has no meaning on the NPU backend")
         return {}

@@ -259,7 +259,7 @@ def use_lane_loads(lane_loads: bool | None, gather_as_float: bool | None) -> boo
     if lane_loads and gather_as_float is not None:
         raise ValueError("gather_as_float belongs to the window gather: not with lane_loads")
     if lane_loads is None:
-        return BACKEND.name == "cuda" and gather_as_float is None
+        return BACKEND.policy == "cuda" and gather_as_float is None
     return bool(lane_loads)
 
 
