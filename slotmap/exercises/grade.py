@@ -1,23 +1,60 @@
 """Grade a folder of learner notebooks headless: notebook x exercise, pass or fail.
 
-Each notebook runs top to bottom on a fresh kernel (errors do not stop it). Every
-``check(...)`` call leaves a ``CHECK_MIME`` output; the grader collects them. The exercises a
-notebook is expected to contain are those its solution (``solutions/<same name>``) checks, so
-a deleted check cell shows up as "missing" rather than vanishing from the table.
+A submission is never trusted to report its own results. For each notebook the grader
+
+* clears every saved output (a result left in a cell that never runs counts for nothing),
+* puts the solution's check cells back in place of the submission's (matched by cell id, else
+  by source, like nbgrader's restored test cells), so the learner's code runs first and the
+  check last,
+* runs it in a worker process of its own (``gradeworker.py``), on a fresh kernel that imports
+  the checking code from a read-only snapshot, in a private folder, as a user of its own when
+  the grader is root (``sandbox``), under a time budget for each cell and for the notebook,
+  and a cap on its output,
+* accepts a check result only from a restored check cell's own outputs, signed with a secret
+  that is new for each notebook and is in no cell before it (``gradecheck``).
+
+The exercises a notebook is expected to contain are those its solution (``solutions/<same
+name>``) checks, so a deleted check cell shows up as "missing" rather than vanishing.
 """
 
 from __future__ import annotations
 
+import copy
+import hmac
 import json
 import os
 import re
+import secrets
+import selectors
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from slotmap.exercises import sandbox
 from slotmap.exercises.build import ROOT, SOLUTIONS
 from slotmap.exercises.core import CHECK_MIME
+from slotmap.exercises.gradecheck import signature
 
 CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d\.[\w.-]+)["']""")
+PACKAGE = Path(__file__).resolve().parents[1]  # the slotmap package the kernels check with
+# What a restored check cell runs: the gate, read by path from the snapshot, then its ``run``.
+GATE = (
+    "# slotmap grade: the solution's check cell, with checking code from a read-only snapshot\n"
+    '(lambda g: exec(open({gate!r}, encoding="utf-8").read(), g) or g["run"])'
+    '({{"__name__": "slotmap_grade_gate"}})(\n'
+    "    snapshot={snapshot!r}, secret={secret!r}, cell={cell}, source={source!r},\n"
+    "    namespace=globals(),\n)\n"
+)
+# Environment variables a kernel does not get: the grader's credentials are not the learner's.
+PRIVATE_ENV = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+GRACE = 30  # seconds past a notebook's budget before its worker is killed from outside
 
 
 def execute_notebook(path: Path, *, timeout: int = 300, allow_errors: bool = False):
@@ -25,7 +62,7 @@ def execute_notebook(path: Path, *, timeout: int = 300, allow_errors: bool = Fal
     checkout importable. Returns the executed nbformat notebook.
 
     Per-cell ``timeout``: ipykernel 7 can stall a finished cell until the timeout (slotmap
-    pins ipykernel<7, where it does not happen).
+    pins ipykernel<7, where it does not happen). No isolation: for the course's own notebooks.
     """
     import nbclient
     import nbformat
@@ -50,6 +87,20 @@ def solution_of(path: Path, solutions: Path = SOLUTIONS) -> Path | None:
     return next((s for s in names if path.name.endswith(s.name)), None)
 
 
+def _text(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def _check_ids(cell: dict) -> list[str]:
+    if cell.get("cell_type") != "code":
+        return []
+    ids: list[str] = []
+    for exercise in CHECK_CALL.findall(_text(cell)):
+        ids += [exercise] if exercise not in ids else []
+    return ids
+
+
 def expected_exercises(path: Path, solutions: Path = SOLUTIONS) -> list[str]:
     """The exercise ids that this notebook's solution checks (or, without one, that the
     notebook itself checks), in order."""
@@ -57,14 +108,15 @@ def expected_exercises(path: Path, solutions: Path = SOLUTIONS) -> list[str]:
     notebook = json.loads(source.read_text(encoding="utf-8"))
     ids: list[str] = []
     for cell in notebook["cells"]:
-        if cell["cell_type"] == "code":
-            text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            ids += [i for i in CHECK_CALL.findall(text) if i not in ids]
+        ids += [i for i in _check_ids(cell) if i not in ids]
     return ids
 
 
-def check_records(notebook) -> dict[str, bool]:
-    """exercise id -> passed, from an executed notebook's outputs (the last check wins)."""
+def check_records(notebook) -> dict[str, bool]:  # noqa: ANN001
+    """exercise id -> passed, from an executed notebook's outputs (the last check wins).
+
+    It trusts the notebook: for the course's own lessons and solutions. The grader accepts only
+    signed results from the check cells it restored (``grade_notebook``)."""
     results: dict[str, bool] = {}
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
@@ -74,29 +126,313 @@ def check_records(notebook) -> dict[str, bool]:
     return results
 
 
+def clear_outputs(notebook: dict) -> dict:
+    """Every saved output removed, and ``outputs`` dropped from cells that are not code: a cell
+    the kernel never runs (skipped, blank, markdown) must not bring a result of its own."""
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        else:
+            cell.pop("outputs", None)
+            cell.pop("execution_count", None)
+    return notebook
+
+
+def _same_source(a: str, b: str) -> bool:
+    def norm(s: str) -> str:
+        return re.sub(r"\s+", "", s).rstrip(";")
+
+    return norm(a) == norm(b)
+
+
+def restore_check_cells(notebook: dict, solution: dict | None) -> dict[int, list[str]]:
+    """Put the solution's check cells back into ``notebook``; returns cell index -> the
+    exercise ids it checks. A solution check cell matches the submission's cell with its id,
+    else a code cell with its source; one the learner deleted is not added (it is "missing").
+    Without a solution the notebook's own check cells are the check cells."""
+    cells = notebook.get("cells", [])
+    if solution is None:
+        return {i: ids for i, cell in enumerate(cells) if (ids := _check_ids(cell))}
+    restored: dict[int, list[str]] = {}
+    for wanted in solution.get("cells", []):
+        ids = _check_ids(wanted)
+        if not ids:
+            continue
+        free = [i for i in range(len(cells)) if i not in restored]
+        match = next((i for i in free if wanted.get("id") and cells[i].get("id") == wanted["id"]),
+                     None)  # fmt: skip
+        if match is None:
+            match = next(
+                (i for i in free if cells[i].get("cell_type") == "code"
+                 and _same_source(_text(cells[i]), _text(wanted))),
+                None,
+            )  # fmt: skip
+        if match is None:
+            continue
+        cells[match] = {
+            "cell_type": "code",
+            "id": cells[match].get("id") or wanted.get("id") or f"check-{match}",
+            "metadata": {},
+            "source": _text(wanted),
+            "outputs": [],
+            "execution_count": None,
+        }
+        restored[match] = ids
+    return restored
+
+
 @dataclass
 class Grade:
     notebook: str
     results: dict[str, str] = field(default_factory=dict)  # id -> PASS / FAIL / missing
-    error: str = ""  # a notebook that could not run at all
+    error: str = ""  # a notebook that could not run at all, or was stopped
+    ignored: int = 0  # check results the grader did not accept (not from its check cells)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"notebook": self.notebook, "results": self.results, "error": self.error,
+                "ignored_results": self.ignored}  # fmt: skip
+
+
+@dataclass
+class GradeOptions:
+    """How each notebook is run. ``sandbox_user``: run kernels as a user of their own (None:
+    when the grader is root, which it must be for that)."""
+
+    timeout: int = 300  # seconds a cell may take
+    notebook_timeout: int = 1800  # seconds the whole notebook may take
+    max_output: int = 20_000_000  # characters of output kept per notebook; past it, stopped
+    nproc: int = 512  # processes and threads the kernel's user may have (a fork bomb stops)
+    jobs: int = 1  # notebooks graded at once
+    sandbox_user: bool | None = None
+    package: Path = PACKAGE  # the slotmap package snapshotted for the checks
+
+
+class Grader:
+    """One grading run: a private folder, a read-only snapshot of the checking code, and a
+    kernel user per slot (``jobs`` slots). Use as a context manager."""
+
+    def __init__(self, options: GradeOptions | None = None) -> None:
+        self.options = options or GradeOptions()
+        if self.options.sandbox_user is None:
+            self.options.sandbox_user = sandbox.is_root()
+        self.folder = Path(tempfile.mkdtemp(prefix="slotmap-grade-"))
+        os.chmod(self.folder, 0o711)  # kernel users reach their own folder, list none
+        self.snapshot = sandbox.snapshot_package(self.options.package, self.folder / "pkg")
+        self.specs = self.folder / "jupyter"
+        self.lock = threading.Lock()
+        self.free_slots = list(range(max(1, self.options.jobs)))
+        self.count = 0
+        self.argv: dict[int, list[str]] = {}
+
+    def __enter__(self) -> Grader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        sandbox.remove_tree(self.folder)
+
+    def _uid(self, slot: int) -> int | None:
+        return sandbox.sandbox_uid(slot) if self.options.sandbox_user else None
+
+    def _kernel_name(self, slot: int) -> str:
+        name = f"slotmap-grade-{slot}"
+        with self.lock:
+            if slot not in self.argv:
+                self.argv[slot] = sandbox.kernel_argv(self._uid(slot))
+                sandbox.write_kernelspec(self.specs, name, self.argv[slot])
+        return name
+
+    def grade(self, text: str, name: str, solution: Path | None) -> Grade:
+        """Grade one notebook, given as its file's text."""
+        with self.lock:
+            slot = self.free_slots.pop()
+            self.count += 1
+            number = self.count
+        try:
+            return self._grade(text, name, solution, slot, number)
+        finally:
+            with self.lock:
+                self.free_slots.append(slot)
+
+    def _grade(self, text: str, name: str, solution: Path | None, slot: int, number: int) -> Grade:
+        grade = Grade(name)
+        solution_nb = json.loads(solution.read_text(encoding="utf-8")) if solution else None
+        try:
+            notebook = clear_outputs(json.loads(text))
+            notebook.setdefault("cells", [])
+            notebook.setdefault("metadata", {})
+            notebook.setdefault("nbformat", 4)
+            notebook.setdefault("nbformat_minor", 5)
+        except (ValueError, AttributeError) as error:
+            notebook, grade.error = None, f"{type(error).__name__}: not a notebook"
+        checks = restore_check_cells(notebook, solution_nb) if notebook else {}
+        expected: list[str] = []
+        for cell in (solution_nb or notebook or {"cells": []})["cells"]:
+            expected += [i for i in _check_ids(cell) if i not in expected]
+        records: dict[str, str] = {}
+        if notebook is not None:
+            records, grade.error, grade.ignored = self._run(notebook, checks, slot, number)
+        for exercise in expected + [i for i in records if i not in expected]:
+            grade.results[exercise] = records.get(exercise, "missing")
+        return grade
+
+    def _run(
+        self, notebook: dict, checks: dict[int, list[str]], slot: int, number: int
+    ) -> tuple[dict[str, str], str, int]:
+        options, uid = self.options, self._uid(slot)
+        secret = secrets.token_hex(32)
+        gate = self.snapshot / "slotmap" / "exercises" / "gradecheck.py"
+        job_notebook = copy.deepcopy(notebook)
+        for index in checks:
+            cell = job_notebook["cells"][index]
+            cell["source"] = GATE.format(
+                gate=str(gate), snapshot=str(self.snapshot), secret=secret, cell=index,
+                source=_text(cell),
+            )  # fmt: skip
+        home = self.folder / f"nb-{number}"
+        home.mkdir()
+        (home / "runtime").mkdir()
+        for path in (home / "runtime", home):
+            sandbox.give(path, uid)
+        marker = f"SLOTMAP_GRADE_SANDBOX={os.getpid()}-{number}"
+        env = {k: v for k, v in os.environ.items() if not PRIVATE_ENV.search(k)}
+        env.pop("PYTHONPATH", None)
+        kernel_env = dict(
+            env, PYTHONPATH=str(self.snapshot), HOME=str(home), TMPDIR=str(home),
+            IPYTHONDIR=str(home / ".ipython"), MPLCONFIGDIR=str(home / ".matplotlib"),
+            JUPYTER_RUNTIME_DIR=str(home / "runtime"), PYTHONDONTWRITEBYTECODE="1",
+        )  # fmt: skip
+        key, value = marker.split("=", 1)
+        kernel_env[key] = value
+        nproc = options.nproc
+        if uid is None:  # the limit counts every thread of this user, the grader's included
+            nproc += sandbox.count_tasks(os.getuid())
+        job = {
+            "notebook": job_notebook,
+            "check_cells": sorted(checks),
+            "check_mime": CHECK_MIME,
+            "timeout": options.timeout,
+            "notebook_timeout": options.notebook_timeout,
+            "max_output": options.max_output,
+            "nproc": nproc,
+            "uid": uid,
+            "cwd": str(home),
+            "ipc": str(home / "k"),
+            "kernel_name": self._kernel_name(slot),
+            "env": kernel_env,
+        }
+        worker_env = dict(
+            env, JUPYTER_PATH=str(self.specs), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+            JUPYTER_PLATFORM_DIRS="1", PYTHONDONTWRITEBYTECODE="1",
+        )  # fmt: skip
+        worker_env[key] = value
+        script = self.snapshot / "slotmap" / "exercises" / "gradeworker.py"
+        read_end, write_end = os.pipe()
+        log = open(self.folder / f"worker-{number}.log", "wb")  # noqa: SIM115
+        try:
+            worker = subprocess.Popen(
+                [sys.executable, str(script), str(write_end)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                pass_fds=(write_end,), start_new_session=True, cwd=self.folder, env=worker_env,
+            )  # fmt: skip
+        finally:
+            os.close(write_end)
+            log.close()
+        lines = []
+        try:
+            worker.stdin.write(json.dumps(job).encode())
+            worker.stdin.close()
+        except BrokenPipeError:
+            pass
+        done, error = None, ""
+        deadline = time.monotonic() + options.notebook_timeout + GRACE
+        with selectors.DefaultSelector() as selector, os.fdopen(read_end, "rb") as stream:
+            selector.register(stream, selectors.EVENT_READ)
+            buffer = b""
+            while done is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(timeout=left):
+                    error = f"over the notebook's budget of {options.notebook_timeout} s"
+                    break
+                chunk = os.read(read_end, 1 << 16)
+                if not chunk:
+                    break
+                buffer += chunk
+                *complete, buffer = buffer.split(b"\n")
+                for line in complete:
+                    message = json.loads(line)
+                    if message.get("done"):
+                        done = message
+                    else:
+                        lines.append(message)
+        self._stop(worker, uid, marker)
+        if done is not None:
+            error = done["error"]
+        elif not error:
+            error = f"the notebook's worker died ({_exit_reason(worker.returncode)})"
+        results, ignored = verify(lines, checks, secret)
+        return results, error, ignored
+
+    def _stop(self, worker: subprocess.Popen, uid: int | None, marker: str) -> None:
+        """Nothing of this notebook survives: its worker's session, its kernel user's processes,
+        and whatever still carries its marker."""
+        try:
+            os.killpg(worker.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        worker.wait()
+        if uid is not None:
+            sandbox.kill_uid(uid)
+        sandbox.kill_marked(marker)
+
+
+def _exit_reason(code: int | None) -> str:
+    return f"killed by signal {-code}" if code is not None and code < 0 else f"exit {code}"
+
+
+def verify(
+    messages: list[dict[str, Any]], checks: dict[int, list[str]], secret: str
+) -> tuple[dict[str, str], int]:
+    """exercise id -> PASS / FAIL from the worker's per-cell records, and how many records were
+    not accepted. A check cell's exercise counts when exactly one record in that cell's outputs
+    carries a valid signature for it (more than one: FAIL)."""
+    results: dict[str, str] = {}
+    ignored = 0
+    for message in messages:
+        cell, records = message.get("cell"), message.get("records") or []
+        accepted: dict[str, list[dict]] = {}
+        for record in records:
+            valid = (
+                isinstance(record, dict)
+                and cell in checks
+                and record.get("cell") == cell
+                and record.get("exercise") in checks[cell]
+                and isinstance(record.get("signature"), str)
+                and hmac.compare_digest(record["signature"], signature(secret, record))
+            )
+            if valid:
+                accepted.setdefault(record["exercise"], []).append(record)
+            else:
+                ignored += 1
+        for exercise, found in accepted.items():
+            passed = len(found) == 1 and found[0].get("passed") is True
+            results[exercise] = "PASS" if passed else "FAIL"
+    return results, ignored
 
 
 def grade_notebook(
-    path: Path, *, timeout: int = 300, solutions: Path = SOLUTIONS, name: str | None = None
+    path: Path,
+    *,
+    timeout: int = 300,
+    solutions: Path = SOLUTIONS,
+    name: str | None = None,
+    options: GradeOptions | None = None,
 ) -> Grade:
-    grade = Grade(name or path.name)
-    expected = expected_exercises(path, solutions)
-    try:
-        records = check_records(execute_notebook(path, timeout=timeout, allow_errors=True))
-    except Exception as error:  # a broken notebook file, a dead kernel, a timeout
-        grade.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        records = {}
-    for exercise in expected + [i for i in records if i not in expected]:
-        if exercise in records:
-            grade.results[exercise] = "PASS" if records[exercise] else "FAIL"
-        else:
-            grade.results[exercise] = "missing"
-    return grade
+    """Grade one notebook file (see the module's docstring for how)."""
+    options = options or GradeOptions(timeout=timeout)
+    path = Path(path)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    with Grader(options) as grader:
+        return grader.grade(text, name or path.name, solution_of(path, solutions))
 
 
 def table(grades: list[Grade]) -> str:
@@ -123,14 +459,81 @@ def table(grades: list[Grade]) -> str:
     for grade in grades:
         if grade.error:
             lines.append(f"{grade.notebook}: could not run: {grade.error}")
+        if grade.ignored:
+            lines.append(f"{grade.notebook}: {grade.ignored} check result(s) not from the "
+                         "grader's check cells, ignored")  # fmt: skip
     return "\n".join(lines)
 
 
-def grade_folder(folder: Path, *, timeout: int = 300, solutions: Path = SOLUTIONS) -> list[Grade]:
+def grade_folder(
+    folder: Path,
+    *,
+    timeout: int = 300,
+    solutions: Path = SOLUTIONS,
+    options: GradeOptions | None = None,
+    on_grade: Callable[[Grade, list[Grade]], None] | None = None,
+) -> list[Grade]:
+    """Grade every notebook under ``folder``, ``options.jobs`` at a time. Every submission is
+    read before the first kernel starts (no notebook can change another's), and ``on_grade``
+    is called with each grade as its notebook finishes (and those finished so far, in order)."""
     folder = Path(folder)
-    notebooks = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-    return [
-        grade_notebook(path, timeout=timeout, solutions=solutions,
-                       name=path.relative_to(folder).as_posix())
-        for path in notebooks
+    options = options or GradeOptions(timeout=timeout)
+    paths = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    submissions = [
+        (p.relative_to(folder).as_posix(), p.read_text(encoding="utf-8", errors="replace"),
+         solution_of(p, solutions))
+        for p in paths
     ]  # fmt: skip
+    grades: dict[int, Grade] = {}
+    lock = threading.Lock()
+
+    with Grader(options) as grader:
+
+        def one(index: int) -> None:
+            name, text, solution = submissions[index]
+            grade = grader.grade(text, name, solution)
+            with lock:
+                grades[index] = grade
+                if on_grade is not None:
+                    on_grade(grade, [grades[i] for i in sorted(grades)])
+
+        with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+            list(pool.map(one, range(len(submissions))))
+    return [grades[i] for i in range(len(submissions))]
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a file beside it and a rename: readers see the old or
+    the new file, never half of one."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def grades_json(grades: list[Grade]) -> str:
+    return json.dumps([g.as_json() for g in grades], indent=1) + "\n"
+
+
+__all__ = [
+    "Grade",
+    "GradeOptions",
+    "Grader",
+    "check_records",
+    "clear_outputs",
+    "execute_notebook",
+    "expected_exercises",
+    "grade_folder",
+    "grade_notebook",
+    "grades_json",
+    "restore_check_cells",
+    "solution_of",
+    "table",
+    "verify",
+    "write_atomically",
+]

@@ -1,0 +1,210 @@
+"""Where a submission runs while ``slotmap grade`` grades it, and how nothing of it survives.
+
+* The checking code the kernel imports is a private snapshot of the ``slotmap`` package, made
+  read-only (``snapshot_package``), first on the kernel's ``PYTHONPATH``.
+* Run as root (CI), each kernel runs as a user id of its own that owns nothing but the
+  notebook's private folder (``kernel_argv``): file modes hold for it, it cannot signal the
+  grader, and its processes are found and killed by that id (``kill_uid``), daemons included.
+  Where the interpreter sits in a folder that user cannot enter (a ``/root/.pyenv`` Python),
+  the kernel keeps one capability, reading files (``CAP_DAC_READ_SEARCH``): it can read what
+  root can, and still write only its own folder.
+* Otherwise the kernel runs as the grader's user: the snapshot is read-only only by its mode
+  (which that user may change back), and what is left of a notebook is found by parentage:
+  the worker and the grader are child subreapers (``set_subreaper``), so a daemon that leaves
+  its session is still their descendant (``kill_descendants``).
+
+Linux only for the parts that read ``/proc``; elsewhere they do nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+# Above any real account: a kernel's user id is its own, so "its processes" is exact.
+UID_BASE = 1_000_000_000
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def set_subreaper(on: bool = True) -> bool:
+    """Make orphaned descendants of this process its children (Linux); True if it worked."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def snapshot_package(package: Path, into: Path) -> Path:
+    """Copy the ``slotmap`` package into ``into/slotmap``, read-only; returns ``into`` (the
+    folder to put on ``PYTHONPATH``)."""
+    target = into / "slotmap"
+    shutil.copytree(package, target, ignore=shutil.ignore_patterns("*.so.lock"))
+    for folder, _, files in os.walk(target):
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o444)
+    for folder, _, _ in os.walk(target, topdown=False):
+        os.chmod(folder, 0o555)
+    os.chmod(into, 0o755)
+    return into
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a folder the grader made, read-only parts included."""
+    if not path.exists():
+        return
+    for folder, _, _ in os.walk(path):
+        os.chmod(folder, 0o755)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def sandbox_uid(slot: int) -> int:
+    """The user id of the kernel in ``slot`` of this grader (distinct across graders)."""
+    return UID_BASE + (os.getpid() % 4_000_000) * 64 + slot % 64
+
+
+def _setpriv(uid: int, read_anything: bool) -> list[str]:
+    argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs"]
+    if read_anything:
+        caps = "+dac_read_search"
+        argv += [
+            f"--inh-caps=-all,{caps}",
+            f"--ambient-caps={caps}",
+            f"--bounding-set=-all,{caps}",
+        ]
+    else:
+        argv += ["--inh-caps=-all", "--bounding-set=-all"]
+    return [*argv, "--"]
+
+
+def kernel_argv(uid: int | None, python: str = sys.executable) -> list[str]:
+    """The kernel's command: as ``uid`` when given (the grader is root), else as this user."""
+    argv = [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    if uid is None:
+        return argv
+    probe = subprocess.run(
+        [*_setpriv(uid, False), python, "-c", "pass"], capture_output=True, timeout=60
+    )
+    return [*_setpriv(uid, probe.returncode != 0), *argv]
+
+
+def write_kernelspec(folder: Path, name: str, argv: list[str]) -> Path:
+    """A kernelspec ``name`` under ``folder/kernels``; ``folder`` goes on ``JUPYTER_PATH``."""
+    spec = folder / "kernels" / name
+    spec.mkdir(parents=True, exist_ok=True)
+    spec_json = {"argv": argv, "display_name": name, "language": "python"}
+    (spec / "kernel.json").write_text(json.dumps(spec_json))
+    return folder
+
+
+def _proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, real user id), from /proc."""
+    table = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+            table[int(entry)] = (int(fields["PPid"]), int(fields["Uid"].split()[0]))
+        except (OSError, KeyError, ValueError):
+            continue  # exited meanwhile
+    return table
+
+
+def _kill_until_gone(select, rounds: int = 200) -> None:  # noqa: ANN001
+    """SIGKILL what ``select(table)`` names, again until nothing is left (a fork bomb refills)."""
+    for _ in range(rounds):
+        pids = select(_proc_table())
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+        _reap(pids)
+
+
+def _reap(pids: list[int]) -> None:
+    """Collect those of ``pids`` that are this process's children (re-parented orphans too),
+    and no other child: a caller's ``Popen`` keeps its own."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def kill_uid(uid: int) -> None:
+    """Kill every process of user ``uid``; it cannot change its id, so none escapes."""
+    _kill_until_gone(lambda table: [p for p, (_, u) in table.items() if u == uid])
+
+
+def descendants(pid: int, table: dict[int, tuple[int, int]], keep: set[int]) -> list[int]:
+    """Processes under ``pid`` (not ``pid``), leaving out those under the pids in ``keep``."""
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [c for c in children.get(pid, []) if c not in keep]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += [c for c in children.get(current, []) if c not in keep]
+    return found
+
+
+def kill_descendants(pid: int, keep: set[int] | None = None) -> None:
+    """Kill every process under ``pid`` except the subtrees of ``keep`` (live workers)."""
+    keep = keep or set()
+    _kill_until_gone(lambda table: descendants(pid, table, keep))
+
+
+def _marked(marker: str, table: dict[int, tuple[int, int]]) -> list[int]:
+    needle = marker.encode()
+    found = []
+    for pid in table:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if needle in environ.read().split(b"\0"):
+                    found.append(pid)
+        except OSError:
+            continue  # exited, or another user's
+    return found
+
+
+def kill_marked(marker: str) -> None:
+    """Kill every process whose environment holds ``marker`` (``NAME=value``): what is left of a
+    kernel whose worker died, daemons included unless they dropped their environment."""
+    _kill_until_gone(lambda table: _marked(marker, table))
+
+
+def count_tasks(uid: int) -> int:
+    """Threads of user ``uid`` now (RLIMIT_NPROC counts threads)."""
+    total = 0
+    for pid, (_, owner) in _proc_table().items():
+        if owner == uid:
+            try:
+                total += len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:
+                pass
+    return total
+
+
+def give(path: Path, uid: int | None, mode: int = 0o700) -> None:
+    """``path`` for the kernel's user alone (``uid`` None: this user)."""
+    if uid is not None:
+        os.chown(path, uid, uid)
+    os.chmod(path, mode)
