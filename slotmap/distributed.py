@@ -12,7 +12,10 @@ process cannot see a notebook's globals. Results travel back through ``torch.sav
 come back on the CPU whatever device they were computed on.
 
 Bounded and clean: every run has a deadline, the first rank that fails stops the others, and
-no process outlives ``run_ranks`` (terminated, then killed), also on Ctrl+C.
+no process outlives ``run_ranks``, also on Ctrl+C: each rank leads its own session, and the
+whole session (the rank and anything it started) is terminated, then killed, on every exit.
+A collective times out before the deadline, so a rank that never joins one is named as the
+one stuck while the others' timeouts are reported as the knock-on effect they are.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ import math
 import multiprocessing as mp
 import os
 import queue as queue_module
+import signal
 import socket
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +108,7 @@ def _rank_main(
     rank: int,
     world_size: int,
     port: int,
-    timeout_s: float,
+    collective_timeout_s: float,
     fn: Callable[..., Any],
     args: tuple,
     results: Any,
@@ -116,6 +120,9 @@ def _rank_main(
     must not arrive in place of this rank's."""
     import torch.distributed as dist
 
+    # Its own session: run_ranks stops the rank and every process it started in one signal.
+    with contextlib.suppress(OSError):
+        os.setsid()
     try:
         backend = BACKEND.name
         device = rank_device(rank, backend)
@@ -129,7 +136,7 @@ def _rank_main(
             init_method=f"tcp://127.0.0.1:{port}",
             rank=rank,
             world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
+            timeout=datetime.timedelta(seconds=collective_timeout_s),
             **({"device_id": device} if backend != "cpu" else {}),
         )
     except BaseException:  # noqa: BLE001 - the parent must hear about every failure
@@ -149,21 +156,37 @@ def _rank_main(
         pass
 
 
-# Words in a rank's traceback that say it failed because another rank went away.
+# Words in a rank's traceback that say it failed because another rank went away or never came
+# (a collective or the rendezvous timed out waiting for it).
 # A rank that exited with status 0 but sent nothing is named after this long (its report
 # may still be on its way). After a first failure the others get SETTLE_S to report: longer
 # than the grace, so that a rank that left quietly (often the cause) is still named.
 QUIET_GRACE_S = 2.0
 SETTLE_S = QUIET_GRACE_S + 1.0
 KNOCK_ON = ("Connection closed", "Connection reset", "Read error", "DistBackendError",
-            "NCCL communicator", "Broken pipe", "connection")  # fmt: skip
+            "NCCL communicator", "Broken pipe", "connection",
+            "Timed out", "timed out")  # fmt: skip
 
 
-def _failure_message(failures: dict[int, str]) -> str:
-    """Every failed rank's traceback, the ones that look like a cause first (a rank whose
-    collective broke because another rank went away comes last)."""
-    order = sorted(failures, key=lambda r: (any(w in failures[r] for w in KNOCK_ON), r))
-    return "\n".join(failures[rank] for rank in order)
+def _stuck_message(rank: int) -> str:
+    return (
+        f"rank {rank} did not finish: still running after the others failed (if they timed "
+        "out in a collective, this rank never joined it)"
+    )
+
+
+def _failure_message(failures: dict[int, str], stuck: Sequence[int] = ()) -> str:
+    """Every failed rank's traceback, the ones that look like a cause first, then the ranks
+    still running (``stuck``), then the ranks whose collective broke or timed out because
+    another rank went away or never came."""
+    reports = {**failures, **{rank: _stuck_message(rank) for rank in stuck}}
+
+    def tier(rank: int) -> int:
+        if rank in stuck:
+            return 1
+        return 2 if any(word in failures[rank] for word in KNOCK_ON) else 0
+
+    return "\n".join(reports[rank] for rank in sorted(reports, key=lambda r: (tier(r), r)))
 
 
 @contextlib.contextmanager
@@ -181,15 +204,27 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = old
 
 
+def _signal_session(process: Any, signum: int) -> None:
+    """Send ``signum`` to a rank and to its session (the rank leads it once it has started)."""
+    with contextlib.suppress(OSError):  # already gone, or not yet its own session
+        os.killpg(process.pid, signum)
+    with contextlib.suppress(OSError):
+        os.kill(process.pid, signum)
+
+
 def _stop(processes: list) -> None:
+    """Terminate every rank and what it started, then kill what is left. The session is
+    killed again once the rank is dead: a rank stopped between spawning and leading its
+    session cannot add to it any more, so nothing it started escapes."""
     for process in processes:
-        if process.is_alive():
-            process.terminate()
+        if process.pid is not None:
+            _signal_session(process, signal.SIGTERM)
     deadline = time.monotonic() + 5.0
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            process.kill()
+    for process in processes:
+        if process.pid is not None:
+            _signal_session(process, signal.SIGKILL)
             process.join(5.0)
 
 
@@ -198,14 +233,25 @@ def run_ranks(
     world_size: int,
     *args: Any,
     timeout_s: float = 120.0,
+    collective_timeout_s: float | None = None,
 ) -> list[Any]:
     """Run ``fn(ctx, *args)`` on ``world_size`` processes; return their results in rank order.
 
     Raises ``RankFailed`` with the failing rank's traceback if any rank raises, dies or does
-    not finish within ``timeout_s`` seconds; every process is stopped before it returns.
+    not finish within ``timeout_s`` seconds; every process, and every process a rank started,
+    is stopped before it returns. A collective (and joining the group) gives up after
+    ``collective_timeout_s`` (half of ``timeout_s`` unless given; it must be shorter), so a
+    rank that never joins a collective is named while the others' timeouts come last.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if collective_timeout_s is None:
+        collective_timeout_s = timeout_s / 2
+    if not 0 < collective_timeout_s < timeout_s:
+        raise ValueError(
+            f"collective_timeout_s={collective_timeout_s} must be in (0, timeout_s={timeout_s}): "
+            "a collective that outlasts the deadline cannot say which rank it waited for"
+        )
     if BACKEND.name != "cpu":
         available = (
             torch.cuda.device_count() if BACKEND.name == "cuda" else torch.npu.device_count()  # type: ignore[attr-defined]
@@ -221,6 +267,9 @@ def run_ranks(
             f"{getattr(fn, '__qualname__', fn)!r} is defined in a notebook or inside a function: "
             "a spawned rank cannot import it. Put it in a module."
         )
+    # Not torch.distributed.elastic's start_processes: a function entrypoint shares the
+    # caller's process group and is signalled alone (its children are orphaned), and a binary
+    # entrypoint takes only strings (no fn, no tensors back).
     context = mp.get_context("spawn")
     results = context.Queue()
     port = free_port()
@@ -232,7 +281,7 @@ def run_ranks(
             for rank in range(world_size):
                 process = context.Process(
                     target=_rank_main,
-                    args=(rank, world_size, port, timeout_s, fn, args, results),
+                    args=(rank, world_size, port, collective_timeout_s, fn, args, results),
                     name=f"slotmap-rank-{rank}",
                     daemon=True,
                 )
@@ -245,7 +294,12 @@ def run_ranks(
         settle = math.inf  # after a failure, how long to wait for the other ranks' reports
         while len(values) + len(failures) < world_size:
             if failures and time.monotonic() > settle:
-                break
+                stuck = [
+                    rank
+                    for rank, process in enumerate(processes)
+                    if rank not in values and rank not in failures and process.is_alive()
+                ]
+                raise RankFailed(_failure_message(failures, stuck))
             try:
                 rank, ok, payload = results.get(timeout=0.2)
             except queue_module.Empty:

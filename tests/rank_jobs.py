@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -30,8 +32,28 @@ def fail_on_rank_one(ctx: RankContext) -> int:
     return ctx.rank
 
 
-def sleep_forever(ctx: RankContext) -> int:
+def start_a_child(ctx: RankContext, folder: str) -> int:
+    """Start a process that would outlive this rank and write its pid to ``folder/<rank>``."""
+    child = subprocess.Popen(["sleep", "600"])
+    Path(folder, f"{ctx.rank}.tmp").write_text(str(child.pid))
+    Path(folder, f"{ctx.rank}.tmp").rename(Path(folder, str(ctx.rank)))  # whole or absent
+    return child.pid
+
+
+def child_then_sleep_forever(ctx: RankContext, folder: str) -> int:
+    start_a_child(ctx, folder)
     time.sleep(3600)
+    return ctx.rank
+
+
+def stuck_outside_a_collective(ctx: RankContext, folder: str) -> int:
+    """Every rank starts a child; rank 1 then never joins the all_reduce the others wait in.
+    Rank 1 is the cause; the others' collective timeouts are the knock-on effect."""
+    start_a_child(ctx, folder)
+    if ctx.rank == 1:
+        time.sleep(3600)
+    value = torch.ones(1, device=ctx.device)
+    dist.all_reduce(value)
     return ctx.rank
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import _thread
 import os
+import signal
+import threading
 import time
+from pathlib import Path
 
 import pytest
 import rank_jobs
@@ -14,6 +18,40 @@ from slotmap.distributed import RankFailed, run_ranks
 # One rank per device on an accelerator: these tests need two of them there.
 pytestmark = pytest.mark.skipif(max_ranks() < 2, reason="two ranks need two devices")
 WORLD = min(3, max_ranks())
+
+
+def alive(pid: int) -> bool:
+    """Running or sleeping: neither gone nor a zombie (an exited process nobody reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def pids_in(folder: Path) -> list[int]:
+    return [int(path.read_text()) for path in folder.iterdir() if path.name.isdigit()]
+
+
+def survivors(folder: Path, world: int) -> list[int]:
+    """The children the ranks started (their pids in ``folder``) that are still alive: after
+    run_ranks returns, each is dead or has a SIGKILL on its way (10 s is ample to land)."""
+    pids = pids_in(folder)
+    assert len(pids) == world, pids
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]
+
+
+@pytest.fixture
+def children(tmp_path):
+    """A folder where ranks write the pids of the children they start; a failing test leaves
+    none of those 600 s sleeps behind."""
+    yield tmp_path
+    for pid in pids_in(tmp_path):
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_ranks_run_in_separate_processes_and_communicate(capfd):
@@ -40,12 +78,57 @@ def test_a_rank_that_dies_is_reported():
         run_ranks(rank_jobs.exit_on_rank_zero, 2, 3, timeout_s=60)
 
 
-def test_the_deadline_stops_every_process():
+def test_the_deadline_stops_every_process(children):
     with pytest.raises(RankFailed, match=r"did not finish within 8 s"):
-        run_ranks(rank_jobs.sleep_forever, 2, timeout_s=8)
+        run_ranks(rank_jobs.child_then_sleep_forever, 2, str(children), timeout_s=8)
     import multiprocessing
 
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("slotmap-rank")]
+    assert survivors(children, 2) == []  # nor what the ranks started
+
+
+def test_no_process_a_rank_started_outlives_a_successful_run(children):
+    pids = run_ranks(rank_jobs.start_a_child, WORLD, str(children), timeout_s=90)
+    assert len(set(pids)) == WORLD
+    assert survivors(children, WORLD) == []
+
+
+def test_ctrl_c_stops_every_rank_and_what_it_started(children):
+    def interrupt_once_every_rank_has_a_child():
+        deadline = time.monotonic() + 80
+        while time.monotonic() < deadline:
+            if all((children / str(rank)).exists() for rank in range(2)):
+                _thread.interrupt_main()  # what Ctrl+C (or a notebook's interrupt) does
+                return
+            time.sleep(0.1)
+
+    interrupter = threading.Thread(target=interrupt_once_every_rank_has_a_child, daemon=True)
+    interrupter.start()
+    with pytest.raises(KeyboardInterrupt):
+        run_ranks(rank_jobs.child_then_sleep_forever, 2, str(children), timeout_s=90)
+    interrupter.join()
+    import multiprocessing
+
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("slotmap-rank")]
+    assert survivors(children, 2) == []
+
+
+def test_a_rank_stuck_outside_a_collective_is_named_not_the_ranks_that_timed_out(children):
+    # The others' collectives time out at half the deadline: their errors are the knock-on.
+    with pytest.raises(RankFailed) as failure:
+        run_ranks(rank_jobs.stuck_outside_a_collective, WORLD, str(children), timeout_s=40)
+    message = str(failure.value)
+    assert message.startswith("rank 1 did not finish: still running after the others"), message
+    waited = [rank for rank in range(WORLD) if rank != 1]
+    assert all(f"rank {rank}:\n" in message for rank in waited), message
+    assert message.count("did not finish") == 1, message
+    assert survivors(children, WORLD) == []
+
+
+def test_a_collective_timeout_must_come_before_the_deadline():
+    refused = r"collective_timeout_s=10 must be in \(0, timeout_s=10\)"
+    with pytest.raises(ValueError, match=refused):
+        run_ranks(rank_jobs.sum_of_ranks, 2, 1, timeout_s=10, collective_timeout_s=10)
 
 
 def test_functions_a_rank_cannot_import_are_refused():
