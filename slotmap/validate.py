@@ -327,6 +327,8 @@ def check_slot_mappings_inputs(
         check_tensor("idx_mapping", idx_mapping, (torch.int32,), 1, positions.device)
         if idx_mapping.numel() < num_reqs:
             _fail(f"idx_mapping has {idx_mapping.numel()} entries for {num_reqs} requests")
+        if num_reqs and min_rows < 1:
+            _fail(f"{num_reqs} requests but a block table has 0 rows")
         if full:
             rows = idx_mapping[:num_reqs].to(torch.int64)
             bad = ((rows < 0) | (rows >= min_rows)).nonzero()

@@ -98,3 +98,43 @@ def test_hot_path_sees_a_tensor_changed_in_place(launcher_name: str, mutation: s
     with pytest.raises(ValueError, match=message):
         launcher(*inputs, out=guarded.out, **hot)
     assert torch.all(guarded.buffer.cpu() == POISON), "the launch wrote after a failed check"
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 9: the fused kernels with an unvalidated idx_mapping
+# ---------------------------------------------------------------------------------------------
+FUSED_GRIDS: dict[str, dict[str, Any]] = {
+    "window": dict(token_parallel=False, lane_loads=False),
+    "lanes": dict(token_parallel=False, lane_loads=True),
+    "tokens": dict(token_parallel=True),
+}
+
+
+@pytest.mark.parametrize("grid", list(FUSED_GRIDS))
+@pytest.mark.parametrize("row", [2, 3, 10**6, -1, -(10**6), 2**31 - 1, -(2**31)])
+def test_unvalidated_idx_mapping_outside_the_tables_reads_nothing(grid: str, row: int) -> None:
+    # Request 1's row does not exist in the smaller table (2 rows; the other has 3): its
+    # tokens get PAD_ID in every group, request 0 keeps its slots, nothing else is touched.
+    qsl, positions, table, _ = small_batch()
+    bigger = tensor([list(range(20, 28)), list(range(30, 38)), list(range(40, 48))], torch.int32)
+    guarded = Guarded((2, 12))
+    slotmap.compute_slot_mappings(
+        qsl, positions, [table, bigger], [4, 2], idx_mapping=tensor([0, row], torch.int32),
+        num_tokens=10, max_num_tokens=12, out=guarded.out, validate=False, tile_size=16,
+        **FUSED_GRIDS[grid],
+    )  # fmt: skip
+    pad = slotmap.PAD_SLOT_ID
+    assert guarded.check().cpu().tolist() == [
+        [4, 5, 6, 7] + [pad] * 8,
+        [40, 41, 42, 43] + [pad] * 8,
+    ]
+
+
+def test_a_table_of_no_rows_is_named_even_unvalidated() -> None:
+    qsl, positions, table, _ = small_batch()
+    empty = torch.empty(0, 4, dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match=r"2 requests but a block table has 0 rows"):
+        slotmap.compute_slot_mappings(
+            qsl, positions, [table, empty], [4, 4], idx_mapping=tensor([0, 1], torch.int32),
+            num_tokens=10, validate=False,
+        )  # fmt: skip

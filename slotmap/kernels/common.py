@@ -288,6 +288,7 @@ def _load_row_entries(
     block_table_ptr,  # this group's block table, int32
     block_table_stride,  # int: entries per row
     idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    num_rows,  # int: rows of the block table (idx_mapping's entries must be below it)
     req_idx,  # [TILE] int32: each lane's request
     num_reqs,  # int: requests in the batch
     block_indices,  # [TILE] int32: each lane's logical block
@@ -295,15 +296,22 @@ def _load_row_entries(
     HAS_IDX_MAPPING: tl.constexpr,
 ):
     # block_table[row(q), b] for every lane, each lane its own load (the token grid: a
-    # tile may span requests). Lanes of no request (q >= num_reqs) load nothing.
+    # tile may span requests), and whether the lane's row exists. Lanes of no request
+    # (q >= num_reqs) load nothing, nor lanes whose unvalidated idx_mapping row is outside
+    # [0, num_rows): their tokens get PAD_ID.
     in_batch = in_row & (req_idx < num_reqs)
     if HAS_IDX_MAPPING:
         row_idx = tl.load(idx_mapping_ptr + req_idx, mask=in_batch, other=0)
+        row_ok = (row_idx >= 0) & (row_idx < num_rows)
     else:
         row_idx = req_idx
-    return tl.load(
-        block_table_ptr + row_idx * block_table_stride + block_indices, mask=in_batch, other=0
+        row_ok = req_idx == req_idx
+    entries = tl.load(
+        block_table_ptr + row_idx * block_table_stride + block_indices,
+        mask=in_batch & row_ok,
+        other=0,
     )
+    return entries, row_ok
 
 
 @triton.jit
@@ -315,6 +323,7 @@ def _token_grid_entries(
     block_table_ptr,  # this group's block table, int32
     block_table_stride,  # int: entries per row
     idx_mapping_ptr,  # [num_reqs], int32 (if HAS_IDX_MAPPING)
+    num_rows,  # int: rows of the block table
     block_indices,  # [TILE] int32: each lane's logical block
     in_row,  # [TILE] bool: lanes with an entry to load
     req_idx,  # [TILE] int32: _token_grid_requests's answer
@@ -326,22 +335,23 @@ def _token_grid_entries(
     EARLY_ENDS: tl.constexpr,
     HAS_IDX_MAPPING: tl.constexpr,
 ):
-    # Both token kernels' block-table entries: load with the first answer at once, then
-    # settle it (off the load's chain) and load again only where it was wrong.
-    block_numbers = _load_row_entries(
-        block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs, block_indices,
-        in_row, HAS_IDX_MAPPING,
+    # Both token kernels' block-table entries (and _load_row_entries's row_ok): load with the
+    # first answer at once, then settle it (off the load's chain) and load again only where
+    # it was wrong.
+    block_numbers, row_ok = _load_row_entries(
+        block_table_ptr, block_table_stride, idx_mapping_ptr, num_rows, req_idx, num_reqs,
+        block_indices, in_row, HAS_IDX_MAPPING,
     )  # fmt: skip
     settled, req_idx = _token_grid_settle(
         query_start_loc_ptr, num_reqs, num_tokens, tile_start, req_idx, likely, lane_ok, one,
         TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS,
     )  # fmt: skip
     if settled == 0:
-        block_numbers = _load_row_entries(
-            block_table_ptr, block_table_stride, idx_mapping_ptr, req_idx, num_reqs,
+        block_numbers, row_ok = _load_row_entries(
+            block_table_ptr, block_table_stride, idx_mapping_ptr, num_rows, req_idx, num_reqs,
             block_indices, in_row, HAS_IDX_MAPPING,
         )  # fmt: skip
-    return block_numbers
+    return block_numbers, row_ok
 
 
 @triton.jit

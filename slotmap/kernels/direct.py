@@ -143,10 +143,10 @@ def _compute_slot_mapping_direct_tokens_kernel(
     )
     # Each lane loads its own entry from its own request's row, masked to the table.
     in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
-    block_numbers = _token_grid_entries(
+    block_numbers, _ = _token_grid_entries(
         query_start_loc_ptr, num_reqs, num_tokens, tile_start, block_table_ptr,
-        block_table_stride, query_start_loc_ptr, block_indices, in_row, req_idx, likely,
-        lane_ok, one, TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS, False,
+        block_table_stride, query_start_loc_ptr, num_reqs, block_indices, in_row, req_idx,
+        likely, lane_ok, one, TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS, False,
     )  # fmt: skip
     slot_ids = block_numbers * block_size + slot_offsets
     # Lanes past num_tokens in the last token tile are padding too.

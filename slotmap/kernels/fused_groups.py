@@ -75,7 +75,7 @@ def _group_block_and_offset(
     return block_indices, slot_offsets, has_slot
 
 
-@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
+@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs", "num_rows"])
 def _compute_slot_mappings_kernel(
     num_tokens,  # int: real tokens in the batch
     max_num_tokens,  # int: length of each output row
@@ -83,6 +83,7 @@ def _compute_slot_mappings_kernel(
     query_start_loc_ptr,  # [num_reqs + 1], int32
     positions_ptr,  # [>= num_tokens], int64
     idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    num_rows,  # int: rows of the smallest block table (idx_mapping's entries must be below it)
     group_meta_ptr,  # [num_groups, 4], int64: table address, row stride, block size, circular
     slot_mappings_ptr,  # [num_groups, max_num_tokens], int32
     slot_mappings_stride,  # int: elements between two groups' rows
@@ -125,6 +126,9 @@ def _compute_slot_mappings_kernel(
         row_idx = tl.load(idx_mapping_ptr + req_idx)
     else:
         row_idx = req_idx
+    # Unvalidated idx_mapping: a row outside the tables reads nothing; its tokens get PAD_ID.
+    row_ok = (row_idx >= 0) & (row_idx < num_rows)
+    row_idx = tl.where(row_ok, row_idx, 0)
     block_table_row_ptr = block_table_ptr + row_idx * block_table_stride
 
     start_idx = tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0)
@@ -139,6 +143,7 @@ def _compute_slot_mappings_kernel(
             pos, block_size, is_circular, TOTAL_CP_WORLD_SIZE, TOTAL_CP_RANK,
             CP_KV_CACHE_INTERLEAVE_SIZE,
         )  # fmt: skip
+        has_slot = tl.where(row_ok, has_slot, False)  # not `&`: the interpreter refuses it
         valid = mask & has_slot
         if LANE_LOADS:
             # GPU: each lane loads its own entry (coalesced, the row cached in L2), with no
@@ -160,7 +165,7 @@ def _compute_slot_mappings_kernel(
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
 
 
-@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
+@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs", "num_rows"])
 def _compute_slot_mappings_tokens_kernel(
     num_tokens,  # int: real tokens in the batch
     max_num_tokens,  # int: length of each output row
@@ -168,6 +173,7 @@ def _compute_slot_mappings_tokens_kernel(
     query_start_loc_ptr,  # [num_reqs + 1], int32
     positions_ptr,  # [>= num_tokens], int64
     idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    num_rows,  # int: rows of the smallest block table (idx_mapping's entries must be below it)
     group_meta_ptr,  # [num_groups, 4], int64: table address, row stride, block size, circular
     slot_mappings_ptr,  # [num_groups, max_num_tokens], int32
     slot_mappings_stride,  # int: elements between two groups' rows
@@ -216,13 +222,13 @@ def _compute_slot_mappings_tokens_kernel(
         CP_KV_CACHE_INTERLEAVE_SIZE,
     )  # fmt: skip
     in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
-    block_numbers = _token_grid_entries(
+    block_numbers, row_ok = _token_grid_entries(
         query_start_loc_ptr, num_reqs, num_tokens, tile_start, block_table_ptr,
-        block_table_stride, idx_mapping_ptr, block_indices, in_row, req_idx, likely, lane_ok,
-        one, TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS, HAS_IDX_MAPPING,
+        block_table_stride, idx_mapping_ptr, num_rows, block_indices, in_row, req_idx, likely,
+        lane_ok, one, TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS, HAS_IDX_MAPPING,
     )  # fmt: skip
     slot_ids = block_numbers * block_size + slot_offsets
-    slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)
+    slot_ids = tl.where(mask & has_slot & row_ok, slot_ids, PAD_ID)
     tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)
 
 
@@ -405,6 +411,7 @@ def compute_slot_mappings(
         query_start_loc,
         positions,
         idx_mapping if idx_mapping is not None else query_start_loc,
+        min(table.shape[0] for table in block_tables),
         meta,
         out,
         out.stride(0),
