@@ -261,12 +261,26 @@ def doctor(_: argparse.Namespace) -> int:
     return 0 if passed and widgets_ok else 1
 
 
+# The course is known by this file at its root, not by its folder names: a research folder
+# with a notebooks/ of its own must never have its outputs stripped.
+COURSE_MARKER = ".slotmap-course"
+CHECKOUT = Path(__file__).resolve().parents[1]  # where slotmap runs from (an editable install)
+
+
+def is_course(folder: Path) -> bool:
+    """Whether ``folder`` is the course's root: it holds the course's marker file."""
+    return (Path(folder) / COURSE_MARKER).is_file()
+
+
 def course_root() -> Path:
-    """The folder holding notebooks/: the current one if it has it, else the checkout's."""
-    here = Path.cwd()
-    if (here / "notebooks").is_dir():
-        return here
-    return Path(__file__).resolve().parents[1]
+    """The course's root: the current folder or the nearest folder above it that holds the
+    marker file, else the checkout slotmap runs from (check the answer with ``is_course``:
+    slotmap installed on its own has no course)."""
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if is_course(folder):
+            return folder
+    return CHECKOUT
 
 
 COURSE_FOLDERS = ("notebooks", "solutions", "exercises")
@@ -279,9 +293,12 @@ def keep_course_notebooks_clean(model: dict, path: str, contents_manager, **kwar
     A learner running a lesson autosaves it. Without this, git would see every lesson as
     modified (a ``git pull`` of a course update would then conflict), and reopening a lesson
     would show its saved widgets as "model not found". The learner's own copies in
-    ``my_work/`` are saved as they are.
+    ``my_work/`` are saved as they are, and so is every notebook of a server whose root is
+    not the course (the hook only acts where the marker file says the course is).
     """
-    if model.get("type") != "notebook" or path.strip("/").split("/")[0] not in COURSE_FOLDERS:
+    if model.get("type") != "notebook" or not is_course(Path(contents_manager.root_dir)):
+        return
+    if path.strip("/").split("/")[0] not in COURSE_FOLDERS:
         return
     notebook = model["content"]
     for cell in notebook.get("cells", []):
@@ -363,24 +380,54 @@ def exercises(args: argparse.Namespace) -> int:
 
 
 def grade(args: argparse.Namespace) -> int:
-    from slotmap.exercises.grade import grade_folder, table
+    from slotmap.exercises.grade import (
+        GradeOptions,
+        grade_folder,
+        grades_json,
+        table,
+        write_atomically,
+    )
 
     folder = Path(args.folder)
     if not folder.is_dir():
         print(f"slotmap grade: {folder} is not a folder", file=sys.stderr)
         return 2
-    grades = grade_folder(folder, timeout=args.timeout, solutions=Path(args.solutions))
-    if not grades:
+    total = sum(1 for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    if not total:
         print(f"slotmap grade: no notebooks under {folder}", file=sys.stderr)
         return 2
+    options = GradeOptions(
+        timeout=args.timeout,
+        notebook_timeout=args.notebook_timeout,
+        max_output=args.max_output,
+        jobs=max(1, args.jobs),
+    )
+    bar = sys.stderr.isatty()
+    started = time.monotonic()
+
+    def finished(one, so_far) -> None:  # noqa: ANN001
+        # Each notebook's result is on disk as soon as it is graded: a crash loses one at most.
+        if args.json:
+            write_atomically(Path(args.json), grades_json(so_far))
+        done = len(so_far)
+        verdict = ", ".join(f"{e} {r}" for e, r in one.results.items()) or "no checks"
+        verdict += f"; {one.error}" if one.error else ""
+        if bar:
+            width = 30
+            filled = width * done // total
+            print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+                  f"{time.monotonic() - started:.0f} s", end="" if done < total else "\n",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        else:
+            print(f"[{done}/{total}] {one.notebook}: {verdict}", file=sys.stderr, flush=True)
+
+    grades = grade_folder(
+        folder, solutions=Path(args.solutions), options=options, on_grade=finished
+    )
+    # Every kernel is dead by now: nothing can change the table or the file after this.
     print(table(grades))
     if args.json:
-        import json
-
-        Path(args.json).write_text(
-            json.dumps([{"notebook": g.notebook, "results": g.results, "error": g.error}
-                        for g in grades], indent=1) + "\n"
-        )  # fmt: skip
+        write_atomically(Path(args.json), grades_json(grades))
     return 0
 
 
@@ -403,6 +450,16 @@ def main(argv: list[str] | None = None) -> int:
     grade_parser = sub.add_parser("grade", help="grade a folder of learner notebooks")
     grade_parser.add_argument("folder")
     grade_parser.add_argument("--timeout", type=int, default=300, help="seconds per cell")
+    grade_parser.add_argument(
+        "--notebook-timeout", type=int, default=1800, help="seconds per notebook, all cells"
+    )
+    grade_parser.add_argument(
+        "--max-output",
+        type=int,
+        default=20_000_000,
+        help="characters of output a notebook may print; past it, it is stopped",
+    )
+    grade_parser.add_argument("--jobs", "-j", type=int, default=1, help="notebooks at once")
     grade_parser.add_argument("--json", default=None, help="also write the results here")
     grade_parser.add_argument(
         "--solutions",

@@ -327,64 +327,45 @@ def test_the_learners_copy_says_it_is_theirs(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Grading a folder
 # ---------------------------------------------------------------------------------------------
-DEMO_CELL = """
-import slotmap
-from hypothesis import strategies as st
-from slotmap.exercises import Exercise, Wrong, check, register
-
-def judge(candidate, case):
-    if candidate(case) != 2 * case:
-        raise Wrong(f"double({case}) must be {2 * case}", 2 * case, candidate(case))
-
-def judge_triple(candidate, case):
-    if candidate(case) != 3 * case:
-        raise Wrong(f"triple({case}) must be {3 * case}", 3 * case, candidate(case))
-
-digits = lambda: st.integers(0, 9)
-_ = register(Exercise("97.double", "double", lambda: [("one", 1)], digits, judge))
-_ = register(Exercise("97.triple", "triple", lambda: [("one", 1)], digits, judge_triple))
-"""
+SLOT_OF = "def slot_of(p, row, size):\n    return row[p // size] * size + p % size"
+TIMES_TWO = "def slot_of(p, row, size):\n    return 2 * p"
+IMPORT = "from slotmap.exercises import check\nf = None  # not a slot mapping: fails 01.slot_mapping"
 
 
 def test_grade_prints_a_notebook_by_exercise_table(tmp_path, capsys):
     pytest.importorskip("nbclient")
     from slotmap.cli import main
 
+    # The grader checks with the course's own exercises (a pristine copy): exercise 01's.
     folder = tmp_path / "submissions"
-    write(folder / "alice.ipynb", notebook(
-        ("code", DEMO_CELL),
-        ("code", "check('97.double', lambda x: 2 * x)"),
-        ("code", "check('97.triple', lambda x: 3 * x)"),
+    check_slot_of, check_batch = "check('01.slot_of', slot_of)", "check('01.slot_mapping', f)"
+    write(folder / "alice_demo.ipynb", notebook(
+        ("code", IMPORT), ("code", SLOT_OF), ("code", check_slot_of), ("code", check_batch),
     ))  # fmt: skip
-    write(folder / "bob.ipynb", notebook(
-        ("code", DEMO_CELL),
-        ("code", "check('97.double', lambda x: x + 1)"),
-        ("code", "raise RuntimeError('bob broke a cell')"),
-        ("code", "check('97.triple', lambda x: 3 * x)"),
+    write(folder / "bob_demo.ipynb", notebook(
+        ("code", IMPORT), ("code", TIMES_TWO), ("code", "raise RuntimeError('bob broke a cell')"),
+        ("code", check_slot_of), ("code", check_batch),
     ))  # fmt: skip
-    # Carol hands in her copy of demo.ipynb in a folder of her own.
+    # Carol hands in her copy of demo.ipynb in a folder of her own, without the batch check.
     write(
         folder / "carol" / "demo.ipynb",
-        notebook(("code", DEMO_CELL), ("code", "check('97.double', abs)")),
+        notebook(("code", IMPORT), ("code", SLOT_OF), ("code", check_slot_of)),
     )
     # demo.ipynb's solution checks both exercises: the one Carol deleted shows as missing.
     solutions = tmp_path / "solutions"
-    write(
-        solutions / "demo.ipynb",
-        notebook(("code", "check('97.double', f)\ncheck('97.triple', g)")),
-    )
+    write(solutions / "demo.ipynb", notebook(("code", check_slot_of), ("code", check_batch)))
     report = tmp_path / "grades.json"
     arguments = ["--timeout", "120", "--json", str(report), "--solutions", str(solutions)]
     assert main(["grade", str(folder), *arguments]) == 0
     grades = {g["notebook"]: g["results"] for g in json.loads(report.read_text())}
     assert grades == {
-        "alice.ipynb": {"97.double": "PASS", "97.triple": "PASS"},
-        "bob.ipynb": {"97.double": "FAIL", "97.triple": "PASS"},
-        "carol/demo.ipynb": {"97.double": "FAIL", "97.triple": "missing"},
+        "alice_demo.ipynb": {"01.slot_of": "PASS", "01.slot_mapping": "FAIL"},
+        "bob_demo.ipynb": {"01.slot_of": "FAIL", "01.slot_mapping": "FAIL"},
+        "carol/demo.ipynb": {"01.slot_of": "PASS", "01.slot_mapping": "missing"},
     }
     table = capsys.readouterr().out
-    assert table.splitlines()[0].split() == ["notebook", "97.double", "97.triple", "passed"]
-    assert table.splitlines()[3].split() == ["bob.ipynb", "FAIL", "PASS", "1/2"]
+    assert table.splitlines()[0].split() == ["notebook", "01.slot_mapping", "01.slot_of", "passed"]
+    assert table.splitlines()[3].split() == ["bob_demo.ipynb", "FAIL", "FAIL", "0/2"]
 
 
 def test_an_untouched_stub_gets_no_hint_that_gives_the_answer_away():

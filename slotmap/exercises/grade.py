@@ -147,8 +147,9 @@ def _same_source(a: str, b: str) -> bool:
 
 def restore_check_cells(notebook: dict, solution: dict | None) -> dict[int, list[str]]:
     """Put the solution's check cells back into ``notebook``; returns cell index -> the
-    exercise ids it checks. A solution check cell matches the submission's cell with its id,
-    else a code cell with its source; one the learner deleted is not added (it is "missing").
+    exercise ids it checks. A solution check cell replaces a submission's code cell that checks
+    the same exercise: the one with its id, else with its source, else the last; one the
+    learner deleted is not added (it is "missing").
     Without a solution the notebook's own check cells are the check cells."""
     cells = notebook.get("cells", [])
     if solution is None:
@@ -158,15 +159,17 @@ def restore_check_cells(notebook: dict, solution: dict | None) -> dict[int, list
         ids = _check_ids(wanted)
         if not ids:
             continue
-        free = [i for i in range(len(cells)) if i not in restored]
+        # Only a cell that checks one of these exercises can stand for this one; its source is
+        # replaced, so a lenient match is safe: same id, else same source, else the last one.
+        free = [
+            i for i in range(len(cells))
+            if i not in restored and set(_check_ids(cells[i])) & set(ids)
+        ]  # fmt: skip
         match = next((i for i in free if wanted.get("id") and cells[i].get("id") == wanted["id"]),
                      None)  # fmt: skip
         if match is None:
-            match = next(
-                (i for i in free if cells[i].get("cell_type") == "code"
-                 and _same_source(_text(cells[i]), _text(wanted))),
-                None,
-            )  # fmt: skip
+            same = [i for i in free if _same_source(_text(cells[i]), _text(wanted))]
+            match = (same or free or [None])[-1]
         if match is None:
             continue
         cells[match] = {
