@@ -103,6 +103,7 @@ class LabServer:
     def _prepare(self) -> dict[str, str]:
         for folder in ("notebooks", "exercises", "solutions"):
             shutil.copytree(ROOT / folder, self.course / folder)
+        shutil.copy(ROOT / ".slotmap-course", self.course)  # what makes the copy the course
         jupyter = self.base / "jupyter"
         env = dict(os.environ)
         env.update(

@@ -329,6 +329,7 @@ def test_the_lab_saves_course_notebooks_without_outputs(tmp_path, monkeypatch):
     course = tmp_path / "course"
     for folder in ("notebooks", "my_work"):
         (course / folder).mkdir(parents=True)
+    (course / ".slotmap-course").write_text("the course's root\n")
     shipped_metadata = {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"},
@@ -421,6 +422,70 @@ def test_the_lab_saves_course_notebooks_without_outputs(tmp_path, monkeypatch):
                 server.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 server.kill()
+
+
+def unsaved_notebook() -> dict:
+    """A notebook as JupyterLab saves it after a run: outputs, a count, widget state."""
+    cell = {
+        "cell_type": "code",
+        "id": "a",
+        "source": "print(1)",
+        "execution_count": 3,
+        "metadata": {},
+        "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}],
+    }
+    metadata = {"widgets": {"state": {}}}
+    return {"cells": [cell], "metadata": metadata, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_the_course_is_known_by_its_marker_file_not_by_a_notebooks_folder(tmp_path, monkeypatch):
+    from slotmap.cli import course_root
+
+    research = tmp_path / "research"
+    (research / "notebooks").mkdir(parents=True)
+    monkeypatch.chdir(research)
+    assert course_root() == ROOT  # the checkout: the research folder is not the course
+    course = tmp_path / "course"
+    (course / "notebooks").mkdir(parents=True)
+    (course / ".slotmap-course").write_text("the course's root\n")
+    monkeypatch.chdir(course / "notebooks")
+    assert course_root() == course  # the nearest folder with the marker, from inside it
+
+
+@pytest.mark.parametrize("folder", ["notebooks", "solutions", "exercises"])
+def test_the_save_hook_keeps_outputs_when_the_server_root_is_not_the_course(tmp_path, folder):
+    """A research folder with a notebooks/ of its own keeps its outputs; the course does not."""
+    import copy
+    from types import SimpleNamespace
+
+    from slotmap.cli import keep_course_notebooks_clean
+
+    research = tmp_path / "research"
+    (research / folder).mkdir(parents=True)
+    server = SimpleNamespace(root_dir=str(research))
+    model = {"type": "notebook", "content": unsaved_notebook()}
+    keep_course_notebooks_clean(model, f"{folder}/analysis.ipynb", server)
+    assert model == {"type": "notebook", "content": unsaved_notebook()}
+    # The same save where the server's root is the course (the marker file) is cleaned.
+    (research / ".slotmap-course").write_text("the course's root\n")
+    cleaned = copy.deepcopy(model)
+    keep_course_notebooks_clean(cleaned, f"{folder}/analysis.ipynb", server)
+    cell = cleaned["content"]["cells"][0]
+    assert cell["outputs"] == [] and cell["execution_count"] is None
+    assert "widgets" not in cleaned["content"]["metadata"]
+
+
+def test_the_course_marker_is_in_the_checkout_and_tracked_by_git():
+    from slotmap.cli import COURSE_MARKER, is_course
+
+    assert is_course(ROOT)
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(
+        ["git", "ls-files", "--error-unmatch", COURSE_MARKER],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert tracked.returncode == 0, tracked.stderr
 
 
 def test_the_makefiles_cpu_torch_is_the_cpu_extras_pin():
