@@ -1,7 +1,8 @@
 """``slotmap bench``: time every slot-mapping kernel against the floor, on the active backend.
 
-For each shape of PERF.md (and each block size) it times, eagerly and (on CUDA) as replays of
-a captured graph of ``--graph-calls`` calls:
+For each shape of PERF.md (and each block size) it times, eagerly and as replays of a captured
+graph of ``--graph-calls`` calls (CUDA graphs on a GPU; on an NPU, torch_npu's ACL graphs,
+written against their documented API and not yet run on hardware: ``GRAPH_CAPTURES``):
 
 * ``window``: the production bounded-window kernel (``compute_slot_mapping``);
 * ``direct``: one block-table load per token (``compute_slot_mapping_direct``);
@@ -280,22 +281,58 @@ def time_eager(run: Callable[[], object], quick: bool) -> float:
     return statistics.median(samples)
 
 
-def time_graph(run: Callable[[], object], calls: int, quick: bool) -> float:
-    """Median µs per call inside a captured CUDA graph of ``calls`` calls (device cost)."""
+@dataclass(frozen=True)
+class GraphCapture:
+    """One backend's graph capture behind one interface: the same stream, capture and replay
+    calls on ``torch.cuda`` (CUDA graphs) or on ``torch.npu`` (torch_npu's ACL graphs:
+    ``torch.npu.NPUGraph`` and the ``torch.npu.graph`` context manager)."""
+
+    backend: str  # "cuda" or "npu": the torch module that holds the API
+    label: str  # how reports name it
+    graph_class: str  # the graph object's class in that module
+    verified: bool  # whether this path has run on hardware
+
+    def device_module(self):
+        return getattr(torch, self.backend)  # torch.npu exists once torch_npu is imported
+
+
+GRAPH_CAPTURES = {
+    "cuda": GraphCapture("cuda", "CUDA graph", "CUDAGraph", verified=True),
+    # Written against torch_npu's documented graph API; no NPU has run it.
+    "npu": GraphCapture("npu", "NPU graph (torch_npu ACL graph)", "NPUGraph", verified=False),
+}
+
+
+def graph_capture(backend: str) -> GraphCapture | None:
+    """The backend's graph capture, or None where there is none (the CPU interpreter)."""
+    return GRAPH_CAPTURES.get(backend)
+
+
+def bench_modes(requested: list[str], backend: str) -> tuple[list[str], list[str]]:
+    """(modes that run, modes skipped): graph mode needs a graph capture."""
+    runs = [m for m in requested if m == "eager" or graph_capture(backend) is not None]
+    return runs, [m for m in requested if m not in runs]
+
+
+def time_graph(
+    run: Callable[[], object], calls: int, quick: bool, capture: GraphCapture
+) -> float:
+    """Median µs per call inside a captured graph of ``calls`` calls (device cost)."""
     from triton.testing import do_bench
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm up outside the capture (compiles, caches)
+    device = capture.device_module()
+    stream = device.Stream()
+    stream.wait_stream(device.current_stream())
+    with device.stream(stream):  # warm up outside the capture (compiles, caches)
         for _ in range(3):
             run()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    device.current_stream().wait_stream(stream)
+    graph = getattr(device, capture.graph_class)()
+    with device.graph(graph):
         for _ in range(calls):
             run()
     graph.replay()
-    torch.cuda.synchronize()
+    device.synchronize()
     warmup, rep = (5, 20) if quick else (25, 100)
     return do_bench(graph.replay, warmup=warmup, rep=rep, return_mode="median") * 1e3 / calls
 
@@ -317,7 +354,8 @@ def measure_case(
             variant.poison()
             synchronize()
             if mode == "graph":
-                us = time_graph(variant.run, graph_calls, quick)
+                capture = graph_capture(slotmap.BACKEND.name)
+                us = time_graph(variant.run, graph_calls, quick, capture)
             else:
                 us = time_eager(variant.run, quick)
             synchronize()
@@ -550,6 +588,19 @@ def targets(records: list[dict], launcher: list[dict]) -> list[dict]:
     return rows
 
 
+def graph_line(result: dict) -> str:
+    """How the report's numbers were taken; a graph API that has not run on hardware says so
+    (results written before the field existed used CUDA graphs)."""
+    graph = result.get("graph") or {"api": "CUDA graph", "verified_on_hardware": True}
+    unverified = "" if graph["verified_on_hardware"] else " (never run on hardware before this)"
+    return (
+        f"- graph: µs per call inside a captured {graph['api']}{unverified} of "
+        f"{result['graph_calls']} calls (`triton.testing.do_bench` median of replays); eager: "
+        "wall µs per call of back-to-back Python calls, synchronised at the end (median of 7 "
+        "runs of 500)"
+    )
+
+
 def markdown(result: dict) -> str:
     hw = result["hardware"]
     records = result["records"]
@@ -562,9 +613,7 @@ def markdown(result: dict) -> str:
         f"- date: {hw['date']}; command: `{result['command']}`",
         "- every variant checked exactly against the reference before and after timing "
         "(output poisoned first); hot path: `validate=False`, `num_tokens` given, `out` given",
-        f"- graph: µs per call inside a captured CUDA graph of {result['graph_calls']} calls "
-        "(`triton.testing.do_bench` median of replays); eager: wall µs per call of "
-        "back-to-back Python calls, synchronised at the end (median of 7 runs of 500)",
+        graph_line(result),
         "",
     ]
     shapes = list(dict.fromkeys(r["shape"] for r in records))
@@ -691,10 +740,12 @@ def run(args: argparse.Namespace) -> int:
     device = slotmap.DEVICE
     names = args.shapes or (list(TINY_SHAPES) if backend == "cpu" else list(SHAPES))
     shapes = [{**SHAPES, **TINY_SHAPES}[n] for n in names]
-    modes = [m for m in args.modes if m == "eager" or backend == "cuda"]
-    skipped = [m for m in args.modes if m not in modes]
+    modes, skipped = bench_modes(args.modes, backend)
     if skipped:
-        print(f"bench: no {', '.join(skipped)} mode on backend {backend} (CUDA graphs only)")
+        print(f"bench: no {', '.join(skipped)} mode on backend {backend} (no graph capture)")
+    capture = graph_capture(backend)
+    if "graph" in modes and not capture.verified:
+        print(f"bench: graph mode uses the {capture.label}, which has not run on hardware")
     log = lambda line: print(line, flush=True)  # noqa: E731
     result = {
         "hardware": hardware(),
@@ -706,6 +757,9 @@ def run(args: argparse.Namespace) -> int:
             ]
         ),
         "graph_calls": args.graph_calls,
+        "graph": None
+        if "graph" not in modes
+        else {"api": capture.label, "verified_on_hardware": capture.verified},
         "records": [],
         "launcher": [],
     }

@@ -41,7 +41,7 @@ def test_json_schema(written) -> None:
     for key in ("gpu", "driver", "torch", "triton", "date"):
         assert key in hardware
     assert hardware["torch"] == torch.__version__
-    modes = {"eager", "graph"} if slotmap.BACKEND.name == "cuda" else {"eager"}
+    modes = {"eager", "graph"} if bench.graph_capture(slotmap.BACKEND.name) else {"eager"}
     seen = {(r["variant"], r["mode"]) for r in result["records"]}
     assert seen == {(v, m) for v in bench.VARIANTS for m in modes}
     for record in result["records"]:
@@ -90,3 +90,28 @@ def test_case_reference_matches_the_oracle() -> None:
             max_num_tokens=case.shape.max_num_tokens,
         )  # fmt: skip
         assert torch.equal(case.expected[g].cpu(), want.cpu())
+
+
+def test_graph_mode_is_chosen_per_backend() -> None:
+    # CUDA graphs on a GPU; torch_npu's ACL graphs on an NPU (never run on hardware, and so
+    # marked); no graph capture on the CPU interpreter.
+    assert bench.bench_modes(["eager", "graph"], "cuda") == (["eager", "graph"], [])
+    assert bench.bench_modes(["eager", "graph"], "npu") == (["eager", "graph"], [])
+    assert bench.bench_modes(["eager", "graph"], "cpu") == (["eager"], ["graph"])
+    cuda, npu = bench.graph_capture("cuda"), bench.graph_capture("npu")
+    assert (cuda.graph_class, cuda.verified) == ("CUDAGraph", True)
+    assert (npu.backend, npu.graph_class, npu.verified) == ("npu", "NPUGraph", False)
+    assert bench.graph_capture("cpu") is None
+
+
+def test_the_report_says_which_graph_api_timed_it_and_whether_it_ran_on_hardware(written):
+    _, result = written
+    if slotmap.BACKEND.name == "cpu":
+        assert result["graph"] is None  # no graph mode ran
+    label = bench.graph_capture("npu").label
+    npu = dict(result, graph={"api": label, "verified_on_hardware": False})
+    line = bench.graph_line(npu)
+    assert "NPU graph (torch_npu ACL graph) (never run on hardware before this)" in line
+    assert "(never run" not in bench.graph_line(dict(result, graph=None))
+    assert "captured CUDA graph of" in bench.graph_line(dict(result, graph=None))
+    assert bench.graph_line(npu) in bench.markdown(npu)
