@@ -9,6 +9,8 @@
   whether they drifted); ``exercises copy`` makes the learner's copies.
 * ``grade FOLDER`` runs every notebook in a folder headless and prints a notebook x exercise
   table of pass/fail (for instructors).
+* ``ascend`` compiles every launch the course makes on an NPU with triton-ascend's compiler,
+  up to the stage that needs CANN, and reports what passed and what the IR shows.
 """
 
 from __future__ import annotations
@@ -347,15 +349,50 @@ def lab_command(
     return command + list(extra or [])
 
 
+# Jupyter options that set the token: an empty one turns authentication off too.
+TOKEN_OPTIONS = ("--IdentityProvider.token=", "--ServerApp.token=", "--NotebookApp.token=")
+NO_AUTH_FLAG = "--unsafe-no-auth"
+
+
+def lab_problem(args: argparse.Namespace) -> str | None:
+    """Why ``slotmap lab`` must not start with these arguments (one line), or None."""
+    root = course_root()
+    if not is_course(root):
+        return (
+            f"no course here: neither {Path.cwd()} nor a folder above it, nor {root}, holds "
+            f"{COURSE_MARKER}; run slotmap lab in the slotmap checkout"
+        )
+    empty = args.token == "" or any(
+        option.startswith(TOKEN_OPTIONS) and option.split("=", 1)[1] in ("", "''", '""')
+        for option in args.jupyter_args
+    )
+    if empty and not args.unsafe_no_auth:
+        return (
+            "an empty token turns authentication off: anyone who can reach the port can run "
+            f"code as you; pass a token, or add {NO_AUTH_FLAG} if you mean it"
+        )
+    return None
+
+
 def lab(args: argparse.Namespace) -> int:
+    problem = lab_problem(args)
+    if problem:
+        print(f"slotmap lab: {problem}", file=sys.stderr)
+        return 2
     command = lab_command(args.port, args.no_browser, args.token, args.ip, args.jupyter_args)
     if args.dry_run:
         print(" ".join(command))
         return 0
-    if (course_root() / "exercises").is_dir():
-        from slotmap.exercises.build import EXERCISES, copy_to_workspace
+    root = course_root()
+    if (root / "exercises").is_dir():
+        from slotmap.exercises.build import EXERCISES, WorkspaceError, copy_to_workspace
 
-        for message in copy_to_workspace(EXERCISES, course_root() / "my_work"):
+        try:
+            messages = copy_to_workspace(EXERCISES, root / "my_work")
+        except WorkspaceError as error:
+            print(f"slotmap lab: {error}", file=sys.stderr)
+            return 2
+        for message in messages:
             print(f"slotmap: {message}")
     os.execv(command[0], command)
     return 0  # not reached
@@ -439,6 +476,11 @@ def main(argv: list[str] | None = None) -> int:
     lab_parser.add_argument("--port", type=int, default=None)
     lab_parser.add_argument("--ip", default="127.0.0.1")
     lab_parser.add_argument("--token", default=None)
+    lab_parser.add_argument(
+        NO_AUTH_FLAG,
+        action="store_true",
+        help="allow --token '' (no authentication: anyone who can reach the port runs code)",
+    )
     lab_parser.add_argument("--no-browser", action="store_true")
     lab_parser.add_argument("--dry-run", action="store_true", help="print the command only")
     lab_parser.add_argument("jupyter_args", nargs=argparse.REMAINDER)
@@ -486,3 +528,16 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+    ascend_parser = sub.add_parser(
+        "ascend", help="compile every recorded NPU launch with triton-ascend (no NPU needed)"
+    )
+    ascend_parser.add_argument(
+        "--record", action="store_true", help="first record the launches again (course's env)"
+    )
+    ascend_parser.add_argument(
+        "--write", action="store_true", help="write benchmarks/results/ascend-ir.{md,json}"
+    )
+    if args.command == "ascend":  # lazy: slotmap.ascend imports the kernels
+        from slotmap import ascend
+
+        return ascend.run(args)

@@ -488,6 +488,104 @@ def test_the_course_marker_is_in_the_checkout_and_tracked_by_git():
     assert tracked.returncode == 0, tracked.stderr
 
 
+def a_course(tmp_path: Path, monkeypatch) -> Path:
+    """A course folder to run ``slotmap lab`` in, made the current folder; JupyterLab is
+    never started (``os.execv`` raises)."""
+    course = tmp_path / "course"
+    for folder in ("notebooks", "exercises"):
+        (course / folder).mkdir(parents=True)
+    (course / ".slotmap-course").write_text("the course's root\n")
+    monkeypatch.chdir(course)
+
+    def no_jupyter(*args):
+        raise AssertionError(f"slotmap lab started JupyterLab: {args}")
+
+    monkeypatch.setattr(os, "execv", no_jupyter)
+    return course
+
+
+def test_lab_says_in_one_line_that_my_work_is_a_file(tmp_path, monkeypatch, capsys):
+    from slotmap.cli import main
+
+    course = a_course(tmp_path, monkeypatch)
+    (course / "my_work").write_text("not a folder")
+    assert main(["lab", "--no-browser"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"slotmap lab: {course / 'my_work'} is a file, not a folder: your copies of the "
+        "exercises go in a folder there; rename or remove that file and run again\n"
+    )
+
+
+def test_lab_says_in_one_line_that_my_work_cannot_be_written(tmp_path, monkeypatch, capsys):
+    # Simulated: the suite runs as root, and root writes into a read-only folder.
+    from slotmap.cli import main
+
+    course = a_course(tmp_path, monkeypatch)
+    real_write_text = Path.write_text
+
+    def read_only(self, *args, **kwargs):
+        if "my_work" in self.parts:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", read_only)
+    assert main(["lab", "--no-browser"]) == 2
+    mine = course / "my_work"
+    assert capsys.readouterr().err == (
+        f"slotmap lab: cannot write your copies of the exercises in {mine}: Permission denied; "
+        f"make {mine} a folder you can write to (chmod -R u+w {mine}) and run again\n"
+    )
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0,
+    reason="root writes into a read-only folder; the simulated PermissionError test covers it",
+)
+def test_lab_with_a_read_only_my_work_exits_2(tmp_path, monkeypatch, capsys):
+    from slotmap.cli import main
+
+    course = a_course(tmp_path, monkeypatch)
+    (course / "my_work").mkdir()
+    (course / "my_work").chmod(0o500)
+    try:
+        assert main(["lab", "--no-browser"]) == 2
+    finally:
+        (course / "my_work").chmod(0o700)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Permission denied; make " in err
+
+
+def test_lab_refuses_an_empty_token_unless_told_that_no_authentication_is_meant(capsys):
+    from slotmap.cli import main
+
+    for no_token in (["--token", ""], ["--IdentityProvider.token="], ["--ServerApp.token=''"]):
+        assert main(["lab", "--dry-run", *no_token]) == 2, no_token
+        captured = capsys.readouterr()
+        assert captured.out == ""  # no command: nothing would start
+        assert captured.err == (
+            "slotmap lab: an empty token turns authentication off: anyone who can reach the "
+            "port can run code as you; pass a token, or add --unsafe-no-auth if you mean it\n"
+        )
+    assert main(["lab", "--dry-run", "--token", "", "--unsafe-no-auth"]) == 0
+    command = capsys.readouterr().out.split()
+    assert "--IdentityProvider.token=" in command and "--unsafe-no-auth" not in command
+    assert main(["lab", "--dry-run", "--token", "abc"]) == 0  # a token needs no flag
+    assert "--IdentityProvider.token=abc" in capsys.readouterr().out.split()
+
+
+def test_lab_outside_any_course_says_so(tmp_path, monkeypatch, capsys):
+    from slotmap import cli
+
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "CHECKOUT", tmp_path / "site-packages")  # installed on its own
+    assert cli.main(["lab", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("slotmap lab: no course here: ") and err.count("\n") == 1
+    assert "run slotmap lab in the slotmap checkout" in err
+
+
 def test_the_makefiles_cpu_torch_is_the_cpu_extras_pin():
     import re
     import tomllib

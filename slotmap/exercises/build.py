@@ -151,9 +151,32 @@ def stale_exercises(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES) ->
     return problems
 
 
+class WorkspaceError(OSError):
+    """The learner's workspace cannot hold their copies; the message says why and what to do,
+    in one line."""
+
+
+def _cannot_write(workspace: Path, error: OSError) -> WorkspaceError:
+    return WorkspaceError(
+        f"cannot write your copies of the exercises in {workspace}: "
+        f"{error.strerror or error}; make {workspace} a folder you can write to "
+        f"(chmod -R u+w {workspace}) and run again"
+    )
+
+
 def copy_to_workspace(exercises: Path = EXERCISES, workspace: Path = WORKSPACE) -> list[str]:
-    """Give the learner a copy of each exercise they do not have; never overwrite one."""
-    workspace.mkdir(parents=True, exist_ok=True)
+    """Give the learner a copy of each exercise they do not have; never overwrite one.
+
+    Raises ``WorkspaceError`` when ``workspace`` is a file or cannot be written to."""
+    if workspace.exists() and not workspace.is_dir():
+        raise WorkspaceError(
+            f"{workspace} is a file, not a folder: your copies of the exercises go in a folder "
+            "there; rename or remove that file and run again"
+        )
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _cannot_write(workspace, error) from error
     messages = []
     for exercise in sorted(exercises.glob("[0-9][0-9]_*.ipynb")):
         mine = workspace / exercise.name
@@ -165,6 +188,9 @@ def copy_to_workspace(exercises: Path = EXERCISES, workspace: Path = WORKSPACE) 
         for cell in notebook["cells"]:
             if cell.get("id") == "slotmap-banner":
                 cell["source"] = _lines(MY_BANNER.format(name=exercise.name))
-        mine.write_text(_dump(notebook), encoding="utf-8")
+        try:
+            mine.write_text(_dump(notebook), encoding="utf-8")
+        except OSError as error:
+            raise _cannot_write(workspace, error) from error
         messages.append(f"new  {mine}")
     return messages
