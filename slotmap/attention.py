@@ -283,6 +283,7 @@ def _paged_decode_attention_kernel(
     seq_lens_ptr,  # [num_reqs], int32: positions 0..seq_len-1 of each request are attended
     scale,  # float: multiplies q . k (usually 1 / sqrt(head_dim))
     block_size,  # int: slots per physical block
+    num_blocks,  # int: physical blocks in the caches
     block_stride,  # int: elements from one physical block to the next
     slot_stride,  # int: elements from one slot to the next (num_heads * head_dim)
     HEAD_DIM: tl.constexpr,  # elements per head
@@ -309,12 +310,19 @@ def _paged_decode_attention_kernel(
     running_sum = 0.0
     acc = tl.zeros([HEAD_DIM_TILE], dtype=tl.float32)
     block_table_row_ptr = block_table_ptr + req * block_table_stride
-    for logical_block in range(0, tl.cdiv(seq_len, block_size)):
+    # Unvalidated seq_len: never read past the block-table row (nor loop that far). Not
+    # tl.cdiv: seq_len + block_size - 1 overflows int32 near 2**31.
+    num_logical_blocks = seq_len // block_size + (seq_len % block_size > 0)
+    num_logical_blocks = tl.minimum(num_logical_blocks, block_table_stride)
+    for logical_block in range(0, num_logical_blocks):
         # One block-table entry per logical block: where this block's slots are.
         physical_block = tl.load(block_table_row_ptr + logical_block).to(tl.int64)
         positions = logical_block * block_size + lanes
         valid = (lanes < block_size) & (positions < seq_len)
-        base = physical_block * block_stride + head * HEAD_DIM
+        # Unvalidated entry outside the caches: its lanes read nothing.
+        in_cache = (physical_block >= 0) & (physical_block < num_blocks)
+        valid = tl.where(in_cache, valid, False)
+        base = tl.where(in_cache, physical_block, 0) * block_stride + head * HEAD_DIM
         offsets = base + lanes[:, None] * slot_stride + dims[None, :]
         mask = valid[:, None] & dim_mask[None, :]
         key = tl.load(key_cache_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -322,8 +330,10 @@ def _paged_decode_attention_kernel(
         scores = tl.where(valid, scores, -float("inf"))
 
         new_max = tl.maximum(running_max, tl.max(scores, axis=0))
-        rescale = tl.exp(running_max - new_max)  # 0 on the first block (max was -inf)
-        weights = tl.exp(scores - new_max)  # 0 on masked lanes
+        # No valid lane yet leaves the maximum at -inf: shift by 0, as -inf - -inf is NaN.
+        shift = tl.where(new_max == -float("inf"), 0.0, new_max)
+        rescale = tl.exp(running_max - shift)  # 0 on the first block (max was -inf)
+        weights = tl.exp(scores - shift)  # 0 on masked lanes
         value = tl.load(value_cache_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
         acc = acc * rescale + tl.sum(weights[:, None] * value, axis=0)
         running_sum = running_sum * rescale + tl.sum(weights, axis=0)
@@ -331,8 +341,8 @@ def _paged_decode_attention_kernel(
 
     # An empty sequence (seq_len 0: a rank that owns none of the request's positions) has
     # no keys: output 0 and lse -inf, so that a log-sum-exp merge gives it weight 0. Dividing
-    # by 1 instead of 0 keeps NaN out.
-    denominator = tl.where(running_sum > 0, running_sum, 1.0)
+    # by 1 instead of 0 keeps NaN out of it; a NaN score or value still gives NaN, as torch.
+    denominator = tl.where(running_sum == 0, 1.0, running_sum)
     out = acc / denominator
     lse = running_max + tl.log(denominator)
     tl.store(out_ptr + (req * num_heads + head) * HEAD_DIM + dims, out, mask=dim_mask)
@@ -374,8 +384,10 @@ def paged_decode_attention(
     if num_reqs == 0 or num_heads == 0:
         return out, lse
     _paged_decode_attention_kernel[(num_reqs, num_heads)](
-        out, lse, query, key_cache, value_cache, block_table, block_table.stride(0), seq_lens,
-        _default_scale(head_dim, scale), block_size, key_cache.stride(0), key_cache.stride(1),
+        # The row length is a contiguous table's row stride, and 0 for rows of no entries.
+        out, lse, query, key_cache, value_cache, block_table, block_table.shape[1], seq_lens,
+        _default_scale(head_dim, scale), block_size, key_cache.shape[0], key_cache.stride(0),
+        key_cache.stride(1),
         HEAD_DIM=head_dim, HEAD_DIM_TILE=triton.next_power_of_2(head_dim),
         BLOCK_SIZE_TILE=triton.next_power_of_2(block_size),
     )  # fmt: skip
@@ -402,8 +414,11 @@ def dense_attention(
     positions = torch.arange(key.shape[1], device=key.device)
     attended = positions[None, :] < seq_lens.to(key.device)[:, None].to(torch.int64)
     scores = scores.masked_fill(~attended[:, None, :], -math.inf)
-    lse = torch.logsumexp(scores, dim=-1)  # -inf where nothing is attended
-    weights = torch.exp(scores - lse[..., None]).nan_to_num(0.0)  # -inf - -inf: no keys
+    lse = torch.logsumexp(scores, dim=-1)  # -inf where nothing is attended, NaN from a NaN
+    # No keys: weight 0 (not exp(-inf - -inf), NaN); a NaN score stays NaN, as in torch.
+    empty = torch.isneginf(lse)[..., None]
+    weights = torch.where(empty, 0.0, torch.exp(scores - torch.where(empty, 0.0, lse[..., None])))
+    v = v.masked_fill(~attended[:, :, None, None], 0.0)  # positions not attended are not read
     out = torch.einsum("rhj,rjhd->rhd", weights, v)
     return out.float(), lse.float()
 
@@ -502,9 +517,10 @@ def _merge_attention_states_kernel(
         partial = tl.load(outs_ptr + (state * num_rows + row) * HEAD_DIM + dims, mask=dim_mask)
         acc += weight * partial
         total += weight
-    denominator = tl.where(total > 0, total, 1.0)
+    # Every state empty: out 0, lse -inf. A NaN lse or output gives NaN in both.
+    denominator = tl.where(total == 0, 1.0, total)
     tl.store(out_ptr + row * HEAD_DIM + dims, acc / denominator, mask=dim_mask)
-    tl.store(lse_ptr + row, tl.where(total > 0, shift + tl.log(denominator), -float("inf")))
+    tl.store(lse_ptr + row, tl.where(total == 0, -float("inf"), shift + tl.log(denominator)))
 
 
 def merge_attention_states(
@@ -536,8 +552,9 @@ def merge_attention_states_torch(
     """The reference of ``merge_attention_states``: same arguments, same result."""
     check_merge_inputs(outs, lses, full=validate)
     lse = torch.logsumexp(lses.double(), dim=0)  # -inf where every state is empty
-    finite = torch.isfinite(lse)
-    weights = torch.where(finite, torch.exp(lses.double() - torch.where(finite, lse, 0.0)), 0.0)
+    # All states empty: weight 0 (not exp(-inf - -inf)); a NaN lse keeps its NaN.
+    empty = torch.isneginf(lse)
+    weights = torch.where(empty, 0.0, torch.exp(lses.double() - torch.where(empty, 0.0, lse)))
     out = (weights[..., None] * outs.double()).sum(dim=0)
     return out.float(), lse.float()
 

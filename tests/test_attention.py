@@ -415,3 +415,115 @@ def test_check_rank_reports_a_wrong_merge_and_a_nan_partial():
     broken = (local[0].clone(), local[1])
     broken[0][1, 0, 0] = math.nan
     assert math.isnan(check_rank(state, merged, broken)["local_out"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Unvalidated lengths and block tables read nothing outside them (issue 15, item 10)
+# ---------------------------------------------------------------------------------------------
+def short_table_problem():
+    """Request 0: 8 positions in a row of 2 blocks (of 4), a view of the first row of a table
+    whose next row names a NaN block; the cache is the front of a NaN-filled buffer."""
+    query, _, _, kc, vc, table, lens = paged_problem([8], 4, 1, 4, extra_blocks=0)
+    num_blocks = kc.shape[0]
+    big_k = torch.full((num_blocks + 4, *kc.shape[1:]), math.nan, device=DEVICE)
+    big_v = torch.full_like(big_k, math.nan)
+    big_k[:num_blocks], big_v[:num_blocks] = kc, vc
+    rows = torch.tensor([table[0].tolist(), [num_blocks + 1] * 2], dtype=torch.int32)
+    rows = rows.to(DEVICE)
+    return query, big_k[:num_blocks], big_v[:num_blocks], rows[:1], lens
+
+
+@pytest.mark.parametrize("seq_len", [9, 12, 100000, 2**31 - 1])
+def test_unvalidated_length_past_the_row_reads_only_the_row(seq_len):
+    query, kc, vc, table, lens = short_table_problem()
+    expected = paged_decode_attention(query, kc, vc, table, lens)  # the row's 8 positions
+    long = torch.tensor([seq_len], dtype=torch.int32, device=DEVICE)
+    out, lse = paged_decode_attention(query, kc, vc, table, long, validate=False)
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    torch.testing.assert_close((out, lse), expected, atol=ATOL, rtol=1e-5)
+
+
+@pytest.mark.parametrize("entry", [-1, -(2**31), 2, 10**6, 2**31 - 1])
+def test_unvalidated_block_outside_the_cache_reads_nothing(entry):
+    # The second block's entry is outside the cache: only the first block's 4 positions count.
+    query, kc, vc, table, _ = short_table_problem()
+    bad = table.clone()
+    bad[0, 1] = entry
+    lens = torch.tensor([8], dtype=torch.int32, device=DEVICE)
+    out, lse = paged_decode_attention(query, kc, vc, bad, lens, validate=False)
+    expected = paged_decode_attention(query, kc, vc, table, torch.clamp(lens, max=4))
+    torch.testing.assert_close((out, lse), expected, atol=ATOL, rtol=1e-5)
+    empty = torch.tensor([[entry, entry]], dtype=torch.int32, device=DEVICE)
+    out, lse = paged_decode_attention(query, kc, vc, empty, lens, validate=False)
+    assert torch.equal(out.cpu(), torch.zeros_like(out).cpu()) and lse.item() == -math.inf
+
+
+# ---------------------------------------------------------------------------------------------
+# NaN propagates as torch's attention propagates it (issue 15, item 13)
+# ---------------------------------------------------------------------------------------------
+def test_a_nan_key_gives_nan_output_and_lse_in_kernel_and_references():
+    query, key, value, kc, vc, table, lens = paged_problem([6, 5], 4, 2, 8)
+    poisoned = key.clone()
+    poisoned[0, 4, 1, 3] = math.nan  # request 0, position 4, head 1
+    b = table[0, 1].item()
+    kc[b, 0, 1, 3] = math.nan
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        query[0, 1][None, None].double(), poisoned[0, :6, 1][None].double(),
+        value[0, :6, 1][None].double(),
+    )  # fmt: skip
+    assert torch.isnan(sdpa).all()  # what torch does with a NaN key
+    for out, lse in (
+        paged_decode_attention(query, kc, vc, table, lens),
+        paged_decode_attention_torch(query, kc, vc, table, lens),
+        dense_attention(query, poisoned, value, lens),
+    ):
+        assert torch.isnan(out[0, 1]).all() and math.isnan(lse[0, 1].item())
+        # The other head and the other request never saw the NaN.
+        assert torch.isfinite(out[0, 0]).all() and torch.isfinite(lse[0, 0])
+        assert torch.isfinite(out[1]).all() and torch.isfinite(lse[1]).all()
+
+
+def test_a_nan_value_gives_nan_output_and_a_finite_lse():
+    query, key, value, kc, vc, table, lens = paged_problem([6], 4, 1, 8)
+    poisoned = value.clone()
+    poisoned[0, 2, 0, 0] = math.nan
+    vc[table[0, 0].item(), 2, 0, 0] = math.nan
+    expected_lse = dense_attention(query, key, value, lens)[1]
+    for out, lse in (
+        paged_decode_attention(query, kc, vc, table, lens),
+        paged_decode_attention_torch(query, kc, vc, table, lens),
+        dense_attention(query, key, poisoned, lens),
+    ):
+        assert math.isnan(out[0, 0, 0].item()) and torch.isfinite(out[0, 0, 1:]).all()
+        torch.testing.assert_close(lse, expected_lse, atol=ATOL, rtol=1e-5)
+
+
+def test_nan_past_the_length_is_never_read():
+    # Position 6 of the dense K/V (past seq_len 6) is NaN: no implementation reads it.
+    query, key, value, kc, vc, table, _ = paged_problem([7], 4, 1, 8)
+    lens = torch.tensor([6], dtype=torch.int32, device=DEVICE)
+    key[0, 6], value[0, 6] = math.nan, math.nan
+    kc[table[0, 1].item(), 2], vc[table[0, 1].item(), 2] = math.nan, math.nan
+    results = [
+        paged_decode_attention(query, kc, vc, table, lens),
+        paged_decode_attention_torch(query, kc, vc, table, lens),
+        dense_attention(query, key, value, lens),
+    ]
+    for out, lse in results:
+        assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+        torch.testing.assert_close((out, lse), results[-1], atol=ATOL, rtol=1e-5)
+
+
+@pytest.mark.parametrize("merge", [merge_attention_states, merge_attention_states_torch])
+def test_merging_a_nan_partial_gives_nan(merge):
+    # Unvalidated (validation names a NaN lse): the NaN reaches the merged state, as it
+    # would reach attention over all the keys at once; empty and finite rows stay as they were.
+    outs = torch.randn(2, 3, 1, 4, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    lses = torch.tensor([[[0.5], [1.0], [-math.inf]], [[math.nan], [2.0], [-math.inf]]])
+    lses = lses.to(DEVICE)
+    outs[:, 2] = 0.0
+    outs[0, 1, 0, 2] = math.nan  # a NaN partial output with a finite lse
+    out, lse = merge(outs, lses, validate=False)
+    assert torch.isnan(out[0]).all() and math.isnan(lse[0, 0].item())
+    assert math.isnan(out[1, 0, 2].item()) and torch.isfinite(lse[1]).all()
+    assert torch.equal(out[2].cpu(), torch.zeros(1, 4)) and lse[2, 0].item() == -math.inf
