@@ -205,26 +205,32 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def _signal_session(process: Any, signum: int) -> None:
-    """Send ``signum`` to a rank and to its session (the rank leads it once it has started)."""
-    with contextlib.suppress(OSError):  # already gone, or not yet its own session
+    """Send ``signum`` to a rank's session (the rank leads it once it has started), then to
+    the rank itself if it is not reaped yet (a reaped rank's pid may belong to another)."""
+    with contextlib.suppress(OSError):  # empty, or the rank has not made it yet
         os.killpg(process.pid, signum)
     with contextlib.suppress(OSError):
-        os.kill(process.pid, signum)
+        if signum == signal.SIGKILL:
+            process.kill()
+        else:
+            process.terminate()
 
 
 def _stop(processes: list) -> None:
-    """Terminate every rank and what it started, then kill what is left. The session is
-    killed again once the rank is dead: a rank stopped between spawning and leading its
-    session cannot add to it any more, so nothing it started escapes."""
-    for process in processes:
-        if process.pid is not None:
+    """Terminate every rank and what it started, then kill what is left, also when a second
+    Ctrl+C cuts the wait short. The session is killed after the rank is dead: a rank stopped
+    before it led its session could not add to it any more, so nothing it started escapes."""
+    started = [process for process in processes if process.pid is not None]
+    try:
+        for process in started:
             _signal_session(process, signal.SIGTERM)
-    deadline = time.monotonic() + 5.0
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-    for process in processes:
-        if process.pid is not None:
+        deadline = time.monotonic() + 5.0
+        for process in started:
+            process.join(max(0.0, deadline - time.monotonic()))
+    finally:
+        for process in started:
             _signal_session(process, signal.SIGKILL)
+        for process in started:
             process.join(5.0)
 
 
