@@ -1,0 +1,432 @@
+"""Attacks on ``slotmap grade`` by a hostile learner: faked results, tampering with the grading,
+killing the grader, a fork bomb, an output flood, a hung notebook.
+
+Every notebook here is tiny and built in the test; the checks are exercise 01's real ones
+(``01.slot_of`` is fast), so a result can only come from the course's checking code. The
+submission is a stub (or a wrong answer) wherever an attack tries to make it pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("nbclient")
+
+from slotmap.exercises import sandbox  # noqa: E402
+from slotmap.exercises.core import CHECK_MIME  # noqa: E402
+from slotmap.exercises.grade import (  # noqa: E402
+    PACKAGE,
+    GradeOptions,
+    grade_folder,
+)
+
+ROOT_ONLY = pytest.mark.skipif(not sandbox.is_root(), reason="kernels get a user of their own")
+
+IMPORT = "from slotmap.exercises import check"
+GOOD = "def slot_of(p, row, size):\n    return row[p // size] * size + p % size"
+STUB = "def slot_of(p, row, size):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+CHECK = 'check("01.slot_of", slot_of);'
+PASS_RECORD = {"exercise": "01.slot_of", "passed": True}
+
+
+def cell(kind: str, source: str, cell_id: str, **extra: object) -> dict:
+    out = {"cell_type": kind, "id": cell_id, "metadata": {}, "source": source}
+    if kind == "code":
+        out.update(outputs=[], execution_count=None)
+    out.update(extra)
+    return out
+
+
+def saved(record: dict) -> list[dict]:
+    """A saved output that shows a check result, as an executed notebook keeps it."""
+    return [{"output_type": "display_data", "metadata": {}, "data": {CHECK_MIME: record}}]
+
+
+def notebook(*cells: dict) -> dict:
+    return {"cells": list(cells), "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def submission(*middle: dict, answer: str = STUB, after: tuple[dict, ...] = ()) -> dict:
+    """The exercise's shape: import, answer, [attack cells], the check cell, [cells after]."""
+    return notebook(
+        cell("code", IMPORT, "imports"),
+        cell("code", answer, "answer"),
+        *middle,
+        cell("code", CHECK, "check-slot-of"),
+        *after,
+    )
+
+
+SOLUTION = notebook(
+    cell("code", IMPORT, "imports"),
+    cell("code", GOOD, "answer"),
+    cell("code", CHECK, "check-slot-of"),
+)
+
+
+def write(folder: Path, notebooks: dict[str, dict]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, nb in notebooks.items():
+        (folder / name).write_text(json.dumps(nb))
+    return folder
+
+
+def solutions(tmp: Path) -> Path:
+    return write(tmp / "solutions", {"01_x.ipynb": SOLUTION})
+
+
+def grade(tmp: Path, notebooks: dict[str, dict], **options: object) -> dict:
+    folder = write(tmp / "submissions", notebooks)
+    options.setdefault("timeout", 120)
+    grades = grade_folder(folder, solutions=solutions(tmp), options=GradeOptions(**options))
+    return {g.notebook: g for g in grades}
+
+
+# ---------------------------------------------------------------------------------------------
+# Faked results: every route, graded in one run (two at a time)
+# ---------------------------------------------------------------------------------------------
+def faking_notebooks() -> dict[str, dict]:
+    """name -> a stub submission that tries to report a pass without passing."""
+    display_pass = "from IPython.display import display\n" + (
+        f"display({{{CHECK_MIME!r}: {PASS_RECORD!r}}}, raw=True)"
+    )
+    return {
+        # Saved outputs of cells the kernel never runs.
+        "skip_tag_01_x.ipynb": submission(
+            after=(
+                cell(
+                    "code",
+                    "pass",
+                    "skipped",
+                    outputs=saved(PASS_RECORD),
+                    metadata={"tags": ["skip-execution"]},
+                ),
+            )  # fmt: skip
+        ),
+        "blank_cell_01_x.ipynb": submission(
+            after=(cell("code", "  \n", "blank", outputs=saved(PASS_RECORD)),)
+        ),
+        "markdown_outputs_01_x.ipynb": submission(
+            after=(cell("markdown", "done!", "note", outputs=saved(PASS_RECORD)),)
+        ),
+        "stale_check_output_01_x.ipynb": notebook(
+            cell("code", IMPORT, "imports"),
+            cell("code", STUB, "answer"),
+            cell(
+                "code",
+                CHECK,
+                "check-slot-of",
+                outputs=saved(PASS_RECORD),
+                metadata={"tags": ["skip-execution"]},
+            ),  # fmt: skip
+        ),
+        # Results reported by the learner's own code.
+        "own_display_01_x.ipynb": submission(after=(cell("code", display_pass, "fake"),)),
+        "patched_run_check_01_x.ipynb": submission(
+            cell(
+                "code",
+                (
+                    "import slotmap.exercises.core as core\n"
+                    "core.run_check = lambda exercise, candidate, **k: "
+                    "core.CheckResult(exercise.id, True)"
+                ),
+                "patch",
+            ),
+        ),  # fmt: skip
+        "patched_check_name_01_x.ipynb": submission(
+            cell(
+                "code",
+                f"def check(*args, **kwargs):\n    {display_pass.splitlines()[1]}",
+                "shadow",
+            ),  # fmt: skip
+            after=(cell("code", "import builtins; builtins.check = check", "shadow2"),),
+        ),
+        "edited_check_cell_01_x.ipynb": notebook(
+            cell("code", IMPORT, "imports"),
+            cell("code", STUB, "answer"),
+            cell(
+                "code",
+                'check("01.slot_of", lambda p, r, s: r[p // s] * s + p % s)',
+                "check-slot-of",
+            ),  # fmt: skip
+        ),
+        "forged_signature_01_x.ipynb": submission(
+            after=(
+                cell(
+                    "code",
+                    display_pass.replace(
+                        "'passed': True}", "'passed': True, 'cell': 2, 'signature': '0' * 64}"
+                    ),
+                    "forge",
+                ),
+            ),
+        ),  # fmt: skip
+        "patched_hypothesis_and_modules_01_x.ipynb": submission(
+            cell(
+                "code",
+                (
+                    "import sys, types, hypothesis\n"
+                    "hypothesis.given = lambda *a, **k: (lambda f: (lambda: None))\n"
+                    "fake = types.ModuleType('slotmap.exercises.core')\n"
+                    "sys.modules['slotmap.exercises.core'] = fake"
+                ),
+                "patch",
+            ),
+        ),  # fmt: skip
+        # Controls: the same shape, honest.
+        "honest_good_01_x.ipynb": submission(answer=GOOD),
+        "honest_stub_01_x.ipynb": submission(),
+    }
+
+
+@pytest.fixture(scope="module")
+def faked(tmp_path_factory):
+    return grade(tmp_path_factory.mktemp("faking"), faking_notebooks(), jobs=2)
+
+
+def test_honest_notebooks_grade_as_before(faked):
+    assert faked["honest_good_01_x.ipynb"].results == {"01.slot_of": "PASS"}
+    assert faked["honest_stub_01_x.ipynb"].results == {"01.slot_of": "FAIL"}
+    assert faked["honest_good_01_x.ipynb"].ignored == 0
+
+
+@pytest.mark.parametrize("name", [n for n in faking_notebooks() if not n.startswith("honest")])
+def test_a_faked_result_does_not_pass(faked, name):
+    assert faked[name].results == {"01.slot_of": "FAIL"}, faked[name]
+
+
+@pytest.mark.parametrize("name", ["own_display_01_x.ipynb", "forged_signature_01_x.ipynb"])
+def test_a_result_displayed_by_the_learner_is_counted_as_ignored(faked, name):
+    assert faked[name].ignored == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Tampering with the grading: the checking code, other submissions, the report
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def public():
+    """A folder every user can reach (pytest's own are root's alone), so that only the grader's
+    isolation, not an unreachable path, keeps a kernel from what is in it."""
+    folder = Path(tempfile.mkdtemp(prefix="slotmap-attack-"))
+    os.chmod(folder, 0o755)
+    yield folder
+    sandbox.remove_tree(folder)
+
+
+def _drop(folder: Path) -> Path:
+    drop = folder / "drop"
+    drop.mkdir()
+    os.chmod(drop, 0o777)  # writable by any user: only the attacker's death keeps it empty
+    return drop
+
+
+def _tree_hash(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*.py")):
+        digest.update(path.as_posix().encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+@ROOT_ONLY
+def test_a_submission_cannot_patch_the_checks_or_delete_a_classmate(public):
+    tmp_path = public
+    course = tmp_path / "course"
+    shutil.copytree(PACKAGE, course / "slotmap", ignore=shutil.ignore_patterns("__pycache__"))
+    before = _tree_hash(course)
+    submissions = tmp_path / "submissions"
+    patch = (
+        "\\ndef run_check(exercise, candidate, **kwargs):\\n"
+        "    return CheckResult(exercise.id, True)\\n"
+    )
+    attack = "\n".join([
+        "import pathlib, slotmap.exercises.core as core",
+        "hits = []",
+        f"for target in (pathlib.Path(core.__file__), pathlib.Path({str(course)!r}) / "
+        "'slotmap/exercises/core.py'):",
+        "    try:",
+        f"        target.write_text(target.read_text() + '{patch}')",
+        "        hits.append(str(target))",
+        "    except OSError:",
+        "        pass",
+        f"for other in pathlib.Path({str(submissions)!r}).rglob('*.ipynb'):",
+        "    try:",
+        "        other.unlink()",
+        "    except OSError:",
+        "        pass",
+    ])  # fmt: skip
+    grades = grade(
+        tmp_path,
+        {
+            "a_attacker_01_x.ipynb": submission(cell("code", attack, "attack")),
+            "b_victim_01_x.ipynb": submission(answer=GOOD),
+            "c_stub_after_01_x.ipynb": submission(),
+        },
+        package=course / "slotmap",
+    )
+    assert grades["b_victim_01_x.ipynb"].results == {"01.slot_of": "PASS"}
+    assert grades["b_victim_01_x.ipynb"].error == ""
+    assert grades["c_stub_after_01_x.ipynb"].results == {"01.slot_of": "FAIL"}
+    assert _tree_hash(course) == before
+    assert len(list(submissions.glob("*.ipynb"))) == 3
+
+
+DAEMON = """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(3)
+        for path in ({report!r}, {marker!r}):
+            try:
+                open(path, "w").write("forged by a daemon")
+            except OSError:
+                pass
+        os._exit(0)
+    os._exit(0)
+"""
+
+
+def _daemon_attack(tmp_path: Path, sandbox_user: bool) -> tuple[Path, Path]:
+    from slotmap.cli import main
+
+    drop = _drop(tmp_path)
+    report, marker = drop / "grades.json", drop / "marker"
+    daemon = DAEMON.format(report=str(report), marker=str(marker))
+    write(tmp_path / "submissions", {"a_01_x.ipynb": submission(cell("code", daemon, "d"))})
+    options = ["--timeout", "120", "--json", str(report), "--solutions", str(solutions(tmp_path))]
+    if not sandbox_user:
+        os.environ["SLOTMAP_GRADE_SANDBOX_USER"] = "0"
+    try:
+        assert main(["grade", str(tmp_path / "submissions"), *options]) == 0
+    finally:
+        os.environ.pop("SLOTMAP_GRADE_SANDBOX_USER", None)
+    time.sleep(5)  # past the daemon's wake-up: it must be dead by now
+    return report, marker
+
+
+@ROOT_ONLY
+def test_a_daemon_left_behind_cannot_rewrite_the_report(public):
+    report, marker = _daemon_attack(public, sandbox_user=True)
+    assert json.loads(report.read_text())[0]["results"] == {"01.slot_of": "FAIL"}
+    assert not marker.exists()
+
+
+def test_a_daemon_is_killed_without_a_user_of_its_own_too(public):
+    report, marker = _daemon_attack(public, sandbox_user=False)
+    assert json.loads(report.read_text())[0]["results"] == {"01.slot_of": "FAIL"}
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Killing the grader, a fork bomb, an output flood, a hung notebook
+# ---------------------------------------------------------------------------------------------
+KILL_ANCESTORS = """
+import os
+pid = os.getppid()
+while pid > 1:
+    try:
+        os.kill(pid, 9)
+    except OSError:
+        pass
+    pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+"""
+
+
+@ROOT_ONLY
+def test_a_kernel_cannot_kill_its_worker_or_the_grader(tmp_path):
+    grades = grade(
+        tmp_path,
+        {
+            "a_01_x.ipynb": submission(answer=GOOD),
+            "b_killer_01_x.ipynb": submission(cell("code", KILL_ANCESTORS, "kill"), answer=GOOD),
+            "c_01_x.ipynb": submission(),
+        },
+    )
+    assert grades["a_01_x.ipynb"].results == {"01.slot_of": "PASS"}
+    assert grades["b_killer_01_x.ipynb"].results == {"01.slot_of": "PASS"}
+    assert grades["c_01_x.ipynb"].results == {"01.slot_of": "FAIL"}
+
+
+def test_a_kernel_that_kills_its_worker_loses_only_its_own_notebook(tmp_path):
+    # Without a user of its own the kernel can kill its worker, never the grader (its worker's
+    # parent); what its check cells reported before that is kept.
+    killer = submission(
+        answer=GOOD, after=(cell("code", "import os\nos.kill(os.getppid(), 9)", "kill"),)
+    )
+    grades = grade(
+        tmp_path,
+        {
+            "a_01_x.ipynb": submission(answer=GOOD),
+            "b_killer_01_x.ipynb": killer,
+            "c_01_x.ipynb": submission(),
+        },
+        sandbox_user=False,
+    )
+    assert grades["a_01_x.ipynb"].results == {"01.slot_of": "PASS"}
+    assert grades["b_killer_01_x.ipynb"].results == {"01.slot_of": "PASS"}
+    assert "worker died" in grades["b_killer_01_x.ipynb"].error
+    assert grades["c_01_x.ipynb"].results == {"01.slot_of": "FAIL"}
+
+
+FORK_BOMB = """
+import os, time
+forks = 0
+for _ in range(300):  # bounded: the process limit must stop it well before
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    forks += 1
+open({count!r}, "w").write(str(forks))
+"""
+
+
+@ROOT_ONLY
+def test_a_fork_bomb_is_stopped_by_the_process_limit_and_killed(public):
+    tmp_path, drop = public, _drop(public)
+    bomb = FORK_BOMB.format(count=str(drop / "forks"))
+    grades = grade(
+        tmp_path,
+        {"a_bomb_01_x.ipynb": submission(cell("code", bomb, "bomb")),
+         "b_01_x.ipynb": submission(answer=GOOD)},
+        nproc=64,
+    )  # fmt: skip
+    assert 0 < int((drop / "forks").read_text()) < 64
+    assert grades["b_01_x.ipynb"].results == {"01.slot_of": "PASS"}
+    table = sandbox._proc_table()
+    assert [pid for pid, (_, uid) in table.items() if uid == sandbox.sandbox_uid(0)] == []
+
+
+def test_an_output_flood_is_cut_at_the_cap(tmp_path):
+    flood = "for _ in range(100):\n    print('x' * 1_000_000)"  # 100 MB
+    grades = grade(
+        tmp_path,
+        {"a_flood_01_x.ipynb": submission(cell("code", flood, "flood"), answer=GOOD),
+         "b_01_x.ipynb": submission(answer=GOOD)},
+        max_output=2_000_000,
+    )  # fmt: skip
+    assert "output" in grades["a_flood_01_x.ipynb"].error
+    assert grades["a_flood_01_x.ipynb"].results == {"01.slot_of": "missing"}
+    assert grades["b_01_x.ipynb"].results == {"01.slot_of": "PASS"}
+
+
+def test_a_hung_notebook_is_stopped_by_its_budget(tmp_path):
+    # Each cell keeps under the per-cell limit; only the notebook's budget can stop them.
+    sleeps = [cell("code", "import time\ntime.sleep(9)", f"sleep-{i}") for i in range(4)]
+    grades = grade(
+        tmp_path, {"a_01_x.ipynb": submission(*sleeps, answer=GOOD)}, timeout=10,
+        notebook_timeout=12,
+    )  # fmt: skip
+    assert "budget" in grades["a_01_x.ipynb"].error
+    assert grades["a_01_x.ipynb"].results == {"01.slot_of": "missing"}
