@@ -509,6 +509,15 @@ def main(argv: list[str] | None = None) -> int:
         help="where the solution of each notebook (same file name) says what it must check",
     )
     bench_parser = sub.add_parser("bench", help="time the kernels against the floor")
+    ascend_parser = sub.add_parser(
+        "ascend", help="compile every recorded NPU launch with triton-ascend (no NPU needed)"
+    )
+    ascend_parser.add_argument(
+        "--record", action="store_true", help="first record the launches again (course's env)"
+    )
+    ascend_parser.add_argument(
+        "--write", action="store_true", help="write benchmarks/results/ascend-ir.{md,json}"
+    )
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # lazy: slotmap.bench imports torch and the kernels
         from slotmap import bench
@@ -523,21 +532,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         return bench.run(args)
     commands = {"doctor": doctor, "lab": lab, "exercises": exercises, "grade": grade}
+    if args.command == "ascend":  # lazy: slotmap.ascend imports the kernels
+        from slotmap import ascend
+
+        return ascend.run(args)
     return commands[args.command](args)
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
-    ascend_parser = sub.add_parser(
-        "ascend", help="compile every recorded NPU launch with triton-ascend (no NPU needed)"
-    )
-    ascend_parser.add_argument(
-        "--record", action="store_true", help="first record the launches again (course's env)"
-    )
-    ascend_parser.add_argument(
-        "--write", action="store_true", help="write benchmarks/results/ascend-ir.{md,json}"
-    )
-    if args.command == "ascend":  # lazy: slotmap.ascend imports the kernels
-        from slotmap import ascend
-
-        return ascend.run(args)
