@@ -7,6 +7,10 @@
 #   make lab EXTRA=cuda    # NVIDIA GPU: upstream triton
 #   make lab EXTRA=npu     # Ascend NPU: triton-ascend + torch_npu (CANN installed first)
 # One virtual environment holds one stack: triton and triton-ascend overwrite each other.
+#
+#   make ascend-ir         a second environment, .venv-ascend, with triton-ascend's compiler
+#                          (no CANN, no NPU): every kernel the course launches on the NPU is
+#                          lowered by it. `make test` builds it and runs tests/ascend in it.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := lab
@@ -16,6 +20,7 @@ VENV ?= .venv
 PYTHON ?=
 PIP_INSTALL_ARGS ?=
 PYTEST_ARGS ?=
+ASCEND_VENV ?= .venv-ascend
 
 # torch_npu 2.7.1 on x86-64 requires torch==2.7.1+cpu, which lives on PyTorch's CPU index
 # (on PyPI, x86-64 torch is a CUDA build that also pulls upstream triton).
@@ -32,14 +37,22 @@ CPU_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.slotmap-$(EXTRA).stamp
 
-.PHONY: lab test setup browser
+.PHONY: lab test setup browser ascend-ir
 
 lab: setup
 	$(VENV)/bin/slotmap lab
 
-test: setup browser
+test: setup browser ascend-ir
 	$(VENV)/bin/ruff check .
 	SLOTMAP_BACKEND="$${SLOTMAP_BACKEND:-cpu}" $(VENV_PY) -m pytest $(PYTEST_ARGS)
+	@# triton-ascend's compiler on every recorded NPU launch (tests/ascend/conftest.py: why apart)
+	SLOTMAP_BACKEND=ascend-ir $(ASCEND_VENV)/bin/python -m pytest --confcutdir=tests/ascend \
+	  tests/ascend $(PYTEST_ARGS)
+
+# The compile-only environment: triton-ascend 3.2.0 (which needs pybind11 and does not say
+# so), a CPU torch and slotmap. Never the same environment as upstream triton.
+ascend-ir:
+	@$(MAKE) --no-print-directory setup EXTRA=ascend-ir VENV=$(ASCEND_VENV)
 
 setup: $(STAMP)
 
@@ -92,8 +105,8 @@ $(VENV_PY):
 	fi
 
 $(STAMP): pyproject.toml | $(VENV_PY)
-	@case "$(EXTRA)" in cpu|cuda|npu) ;; \
-	  *) echo "error: EXTRA=$(EXTRA): expected cpu, cuda or npu" >&2; exit 1;; esac
+	@case "$(EXTRA)" in cpu|cuda|npu|ascend-ir) ;; \
+	  *) echo "error: EXTRA=$(EXTRA): expected cpu, cuda, npu or ascend-ir" >&2; exit 1;; esac
 	@for other in $(VENV)/.slotmap-*.stamp; do \
 	  if [ -e "$$other" ] && [ "$$other" != "$(STAMP)" ]; then \
 	    echo "error: $(VENV) was set up for EXTRA=$$(basename "$$other" .stamp | sed 's/^.slotmap-//')," >&2; \
@@ -103,12 +116,16 @@ $(STAMP): pyproject.toml | $(VENV_PY)
 	  fi; \
 	done
 	$(VENV_PY) -m pip install --upgrade pip
-ifeq ($(EXTRA),cpu)
+ifneq ($(filter cpu ascend-ir,$(EXTRA)),)
 	@$(VENV_PY) -m pip install --retries 1 --timeout 15 --index-url $(CPU_TORCH_INDEX) \
 	    "$(CPU_TORCH)" \
 	  || echo "PyTorch's CPU index ($(CPU_TORCH_INDEX)) is unreachable: torch comes from PyPI"
 endif
+ifeq ($(EXTRA),ascend-ir)
+	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[ascend-ir]"
+else
 	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[$(EXTRA),lab,test]"
+endif
 ifeq ($(EXTRA),npu)
 	@# A dependency that asks for upstream triton overwrites triton-ascend's files: put them back.
 	@if $(VENV_PY) -m pip show --quiet triton >/dev/null 2>&1; then \

@@ -3,6 +3,7 @@ run at every change."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import time
 from collections.abc import Callable
@@ -59,3 +60,34 @@ def columns(*groups: list):
         [widgets.VBox(list(group)) for group in groups],
         layout=widgets.Layout(flex_flow="row wrap"),
     )
+
+
+def sweep_live_figures(limit: int = 4) -> int:
+    """Move every control of every live figure in this kernel through its range (a slider's
+    ends, a choice's first ``limit`` options, both states of a box), one control at a time,
+    then back: each change re-runs the real kernel at that setting. Returns the redraws.
+
+    For recording what the widgets launch at every setting a learner can reach
+    (``slotmap.ascend``), not for the lessons."""
+    from ipywidgets.widgets.widget import _instances
+
+    redraws = 0
+    for box in [w for w in list(_instances.values()) if hasattr(w, "controls")]:
+        for control in box.controls.values():
+            start = control.value
+            if hasattr(control, "options") and control.options:
+                labels = [o[1] if isinstance(o, tuple) else o for o in control.options]
+                values = labels[:limit] + labels[-1:]
+            elif hasattr(control, "min") and hasattr(control, "max"):
+                values = [control.min, control.max]
+            elif isinstance(start, bool):
+                values = [not start]
+            else:
+                continue
+            for value in [*values, start]:
+                if value != control.value:
+                    # A setting may be one the figure refuses (it says why): go on sweeping.
+                    with contextlib.suppress(Exception):
+                        control.value = value
+                    redraws += 1
+    return redraws
