@@ -402,7 +402,11 @@ def exercises(args: argparse.Namespace) -> int:
     from slotmap.exercises import build
 
     if args.action == "copy":
-        messages = build.copy_to_workspace()
+        try:
+            messages = build.copy_to_workspace()
+        except build.WorkspaceError as error:
+            print(f"slotmap exercises: {error}", file=sys.stderr)
+            return 2
         print("\n".join(messages) or f"{build.WORKSPACE}: nothing new to copy")
         return 0
     if args.check:

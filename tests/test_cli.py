@@ -595,3 +595,16 @@ def test_the_makefiles_cpu_torch_is_the_cpu_extras_pin():
     ]["cpu"]
     pinned = re.search(r"^CPU_TORCH := (\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
     assert pinned in cpu_extra
+
+
+def test_exercises_copy_says_in_one_line_that_my_work_is_a_file(tmp_path, monkeypatch, capsys):
+    from slotmap.cli import main
+    from slotmap.exercises import build
+
+    workspace = tmp_path / "my_work"
+    workspace.write_text("not a folder")
+    monkeypatch.setattr(build.copy_to_workspace, "__defaults__", (build.EXERCISES, workspace))
+    assert main(["exercises", "copy"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"slotmap exercises: {workspace} is a file, not a folder")
+    assert err.count("\n") == 1
