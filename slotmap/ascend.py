@@ -423,28 +423,39 @@ def _policy_env(policy: str, record: Path, source: str) -> dict[str, str]:
 SWEEP_CELL = "from slotmap.viz.live import sweep_live_figures\nsweep_live_figures()"
 
 
-def _execute_notebook(path: Path, env: dict[str, str], timeout: int = 300) -> list[str]:
-    """Run a notebook on a fresh kernel with ``env``, then sweep its widgets; the errors its
-    cells raised."""
-    import nbclient
-    import nbformat
-
-    notebook = nbformat.read(path, as_version=4)
-    notebook.cells.append(nbformat.v4.new_code_cell(SWEEP_CELL))
-    client = nbclient.NotebookClient(
-        notebook,
+def _execute_notebook(path: Path, env: dict[str, str], timeout: int = 1800) -> list[str]:
+    """Run a notebook's code cells, then sweep its widgets, in a fresh IPython process with
+    ``env`` (no Jupyter kernel: nothing here needs a frontend, and no client can stall
+    waiting for a message); the errors its cells raised."""
+    done = subprocess.run(
+        [sys.executable, "-m", "slotmap.ascend", "run-notebook", str(path)],
+        env={**env, "MPLBACKEND": "Agg"},
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
         timeout=timeout,
-        kernel_name="python3",
-        allow_errors=True,
-        resources={"metadata": {"path": str(path.parent)}},
     )
-    client.execute(env=env)
-    return [
-        f"{output.get('ename')}: {output.get('evalue')}"
-        for cell in notebook.cells
-        for output in cell.get("outputs", [])
-        if output.get("output_type") == "error"
+    errors = [
+        line[len("error: ") :] for line in done.stdout.splitlines() if line.startswith("error: ")
     ]
+    if done.returncode:
+        errors.append(f"exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+    return errors
+
+
+def run_notebook_cells(path: Path) -> None:
+    """``python -m slotmap.ascend run-notebook PATH``: each code cell through IPython, in
+    order, then ``SWEEP_CELL``; an ``error: ...`` line for each cell that raised."""
+    import nbformat
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    for number, source in enumerate([*cells, SWEEP_CELL]):
+        result = shell.run_cell(source, silent=True)
+        if not result.success:
+            error = result.error_in_exec or result.error_before_exec
+            print(f"error: cell {number}: {type(error).__name__}: {error}", flush=True)
 
 
 def record_course(log=print, notebooks: bool = True) -> dict:
@@ -558,7 +569,10 @@ def compile_and_report(write: bool) -> int:
     return 1 if refused else 0
 
 
-if __name__ == "__main__":  # python -m slotmap.ascend snapshot: lesson 03's live compile
-    if sys.argv[1:] != ["snapshot"]:
-        raise SystemExit("usage: python -m slotmap.ascend snapshot")
-    print(json.dumps(lesson_snapshot()))
+if __name__ == "__main__":  # lesson 03's live compile, and the recorder's notebook runs
+    if sys.argv[1:] == ["snapshot"]:
+        print(json.dumps(lesson_snapshot()))
+    elif sys.argv[1:2] == ["run-notebook"] and len(sys.argv) == 3:
+        run_notebook_cells(Path(sys.argv[2]))
+    else:
+        raise SystemExit("usage: python -m slotmap.ascend snapshot | run-notebook PATH")
