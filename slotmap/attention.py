@@ -31,7 +31,7 @@ import triton.language as tl
 from torch import Tensor
 
 from slotmap.layout import PAD_SLOT_ID
-from slotmap.validate import _fail, check_tensor
+from slotmap.validate import _fail, as_int, check_tensor
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -73,7 +73,9 @@ def check_reshape_and_cache_inputs(
     pad_id: int = PAD_SLOT_ID,
     full: bool = True,
 ) -> None:
-    """Shapes, dtypes, devices, contiguity; with ``full``, every slot (reads the tensor)."""
+    """Shapes, dtypes, devices, contiguity; with ``full``, every slot (reads the tensor).
+    ``pad_id`` is any int32 here: the slot value that writes nothing."""
+    as_int("pad_id", pad_id)
     check_tensor("key", key, FLOAT_DTYPES, 3, getattr(key, "device", None), "key is")
     device = key.device
     check_tensor("value", value, FLOAT_DTYPES, 3, device, "key is")
@@ -233,6 +235,7 @@ def reshape_and_cache(
     check_reshape_and_cache_inputs(
         key, value, key_cache, value_cache, slot_mapping, pad_id=pad_id, full=validate
     )
+    pad_id = as_int("pad_id", pad_id)
     num_tokens = key.shape[0]
     if num_tokens == 0:
         return

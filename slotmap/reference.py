@@ -112,7 +112,7 @@ def token_slot(
     found = token_block_and_offset(
         position,
         block_size,
-        kv_cache_block_size=kv_cache_block_size or block_size,
+        kv_cache_block_size=block_size if kv_cache_block_size is None else kv_cache_block_size,
         cp_world_size=cp_world_size,
         cp_rank=cp_rank,
         cp_interleave=cp_interleave,
@@ -148,12 +148,13 @@ def slot_mapping_oracle(
     Returns [max_num_tokens] int32 (or ``out``): slots of tokens ``[0, num_tokens)``, then
     ``pad_id`` up to ``max_num_tokens``.
     """
-    kv_cache_block_size = kv_cache_block_size or block_size
+    if kv_cache_block_size is None:
+        kv_cache_block_size = block_size
     num_tokens, max_num_tokens = check_slot_mapping_inputs(
         query_start_loc, positions, block_table, block_size,
         num_tokens=num_tokens, max_num_tokens=max_num_tokens,
         kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, circular=circular, out=out, full=validate,
+        cp_interleave=cp_interleave, circular=circular, out=out, full=validate, pad_id=pad_id,
     )  # fmt: skip
     starts = query_start_loc.tolist()
     pos = positions.tolist()
@@ -187,7 +188,8 @@ def window_bases_oracle(
     the smallest logical block among the tile's tokens that have a slot here, or at 0 when no
     token has one. This is what ``compute_slot_mapping(..., window_trace=...)`` records.
     """
-    kv_cache_block_size = kv_cache_block_size or block_size
+    if kv_cache_block_size is None:
+        kv_cache_block_size = block_size
     starts = query_start_loc.tolist()
     pos = positions.tolist()
     bases = []
@@ -240,7 +242,7 @@ def slot_mappings_oracle(
         query_start_loc, positions, block_tables, block_sizes,
         circular=circular, idx_mapping=idx_mapping, num_tokens=num_tokens,
         max_num_tokens=max_num_tokens, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, out=out, full=validate,
+        cp_interleave=cp_interleave, out=out, full=validate, pad_id=pad_id,
     )  # fmt: skip
     rows = _rows(query_start_loc, idx_mapping)
     groups = []
@@ -287,7 +289,7 @@ def replay_padding_oracle(
     """
     num_tokens = check_replay_inputs(
         slot_mappings, query_start_loc, positions, replay_start, window, prefix_cacheable,
-        num_tokens=num_tokens, full=validate,
+        num_tokens=num_tokens, full=validate, pad_id=pad_id,
     )  # fmt: skip
     starts = query_start_loc.tolist()
     pos = positions.tolist()
@@ -368,12 +370,13 @@ def slot_mapping_torch(
     validate: bool = True,
 ) -> Tensor:
     """Vectorised ``slot_mapping_oracle``: same arguments, same result."""
-    kv_cache_block_size = kv_cache_block_size or block_size
+    if kv_cache_block_size is None:
+        kv_cache_block_size = block_size
     num_tokens, max_num_tokens = check_slot_mapping_inputs(
         query_start_loc, positions, block_table, block_size,
         num_tokens=num_tokens, max_num_tokens=max_num_tokens,
         kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, circular=circular, out=out, full=validate,
+        cp_interleave=cp_interleave, circular=circular, out=out, full=validate, pad_id=pad_id,
     )  # fmt: skip
     device = positions.device
     if out is None:
@@ -414,7 +417,7 @@ def slot_mappings_torch(
         query_start_loc, positions, block_tables, block_sizes,
         circular=circular, idx_mapping=idx_mapping, num_tokens=num_tokens,
         max_num_tokens=max_num_tokens, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, out=out, full=validate,
+        cp_interleave=cp_interleave, out=out, full=validate, pad_id=pad_id,
     )  # fmt: skip
     rows = _rows(query_start_loc, idx_mapping)
     groups = [
@@ -452,7 +455,7 @@ def replay_padding_torch(
     """Vectorised ``replay_padding_oracle``: same arguments, same result (in place)."""
     num_tokens = check_replay_inputs(
         slot_mappings, query_start_loc, positions, replay_start, window, prefix_cacheable,
-        num_tokens=num_tokens, full=validate,
+        num_tokens=num_tokens, full=validate, pad_id=pad_id,
     )  # fmt: skip
     start = replay_start.to(torch.int64)[request_of_tokens(query_start_loc, num_tokens)]
     pos = positions[:num_tokens].to(torch.int64)

@@ -8,18 +8,65 @@ kernels rely on never to write outside their output.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from slotmap.layout import INT32_MAX, INT32_MIN, window_size
+from slotmap.layout import INT32_MAX, INT32_MIN, PAD_SLOT_ID, window_size
 
 OUT_DTYPES = (torch.int32, torch.int64)
 
 
 def _fail(message: str) -> None:
     raise ValueError(message)
+
+
+def as_int(name: str, value: object, *, optional: bool = False) -> int | None:
+    """An integer argument as a Python int that fits int32 (the kernels compute in int32).
+
+    Anything ``operator.index`` takes is an int (numpy integers too); a bool, a float or a
+    tensor is not (a tensor would hide a device sync: pass ``int(t)``), and raises a
+    TypeError naming the argument; an int outside int32 a ValueError. ``optional``: None
+    passes through (the launcher chooses).
+    """
+    if value is None and optional:
+        return None
+    if isinstance(value, (bool, Tensor)):
+        number = None
+    else:
+        try:
+            number = operator.index(value)
+        except TypeError:
+            number = None
+    if number is None:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if not INT32_MIN <= number <= INT32_MAX:
+        _fail(f"{name} {number} does not fit in int32")
+    return number
+
+
+def check_at_least_one(name: str, value: object) -> int:
+    """A count or size argument: an int32 (``as_int``) of at least 1."""
+    number = as_int(name, value)
+    if number < 1:
+        _fail(f"{name} must be >= 1, got {number}")
+    return number
+
+
+def check_pad_id(pad_id: object) -> int:
+    """pad_id, an int32 that no slot can equal: slots are >= 0, so it must be negative."""
+    pad_id = as_int("pad_id", pad_id)
+    if pad_id >= 0:
+        _fail(f"pad_id must be negative, got {pad_id}: a slot >= 0 could equal it")
+    return pad_id
+
+
+def check_is_tensor(name: str, value: object) -> None:
+    """A tensor argument is a torch.Tensor (not a list or a number): named before any use."""
+    if not isinstance(value, Tensor):
+        _fail(f"{name} must be a torch.Tensor, got {type(value).__name__}")
 
 
 def check_tensor(
@@ -32,8 +79,7 @@ def check_tensor(
 ) -> None:
     """Type, rank, device and contiguity of one input tensor; ``device`` is that of the
     tensor the message names by ``anchor`` ("positions are", "key is")."""
-    if not isinstance(tensor, Tensor):
-        _fail(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    check_is_tensor(name, tensor)
     if tensor.dtype not in dtypes:
         wanted = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
         _fail(f"{name} must be {wanted}, got {str(tensor.dtype).removeprefix('torch.')}")
@@ -54,19 +100,18 @@ def check_config(
     circular: bool,
 ) -> None:
     """The integer configuration of one KV-cache group."""
-    if block_size < 1:
-        _fail(f"block_size must be >= 1, got {block_size}")
+    block_size = check_at_least_one("block_size", block_size)
+    kv_cache_block_size = as_int("kv_cache_block_size", kv_cache_block_size)
+    cp_rank = as_int("cp_rank", cp_rank)
     if kv_cache_block_size < 1 or kv_cache_block_size % block_size != 0:
         _fail(
             f"kv_cache_block_size {kv_cache_block_size} must be a positive multiple of "
             f"block_size {block_size} (one physical block holds whole attention blocks)"
         )
-    if cp_world_size < 1:
-        _fail(f"cp_world_size must be >= 1, got {cp_world_size}")
+    cp_world_size = check_at_least_one("cp_world_size", cp_world_size)
     if not 0 <= cp_rank < cp_world_size:
         _fail(f"cp_rank {cp_rank} is not a rank of a world of {cp_world_size}")
-    if cp_interleave < 1:
-        _fail(f"cp_interleave must be >= 1, got {cp_interleave}")
+    cp_interleave = check_at_least_one("cp_interleave", cp_interleave)
     if cp_world_size > 1 and kv_cache_block_size % cp_interleave != 0:
         _fail(
             f"kv_cache_block_size {kv_cache_block_size} is not a multiple of cp_interleave "
@@ -84,6 +129,10 @@ def resolve_counts(
     full: bool,
 ) -> tuple[int, int]:
     """Check query_start_loc and return (num_tokens, max_num_tokens)."""
+    check_is_tensor("positions", positions)
+    check_is_tensor("query_start_loc", query_start_loc)
+    num_tokens = as_int("num_tokens", num_tokens, optional=True)
+    max_num_tokens = as_int("max_num_tokens", max_num_tokens, optional=True)
     device = positions.device
     check_tensor("positions", positions, (torch.int64,), 1, device)
     check_tensor("query_start_loc", query_start_loc, (torch.int32,), 1, device)
@@ -258,8 +307,10 @@ def check_slot_mapping_inputs(
     out: Tensor | None,
     full: bool,
     tile_size: int | None = None,
+    pad_id: int = PAD_SLOT_ID,
 ) -> tuple[int, int]:
     """All checks of one group's slot mapping; returns (num_tokens, max_num_tokens)."""
+    check_pad_id(pad_id)
     check_config(block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular)
     num_tokens, max_num_tokens = resolve_counts(
         query_start_loc, positions, num_tokens, max_num_tokens, full
@@ -296,8 +347,10 @@ def check_slot_mappings_inputs(
     out: Tensor | None,
     full: bool,
     tile_size: int | None = None,
+    pad_id: int = PAD_SLOT_ID,
 ) -> tuple[int, int]:
     """All checks of a multi-group slot mapping; returns (num_tokens, max_num_tokens)."""
+    check_pad_id(pad_id)
     groups = len(block_tables)
     if groups < 1:
         _fail("at least one KV-cache group is needed")
@@ -307,6 +360,7 @@ def check_slot_mappings_inputs(
             f"{len(circular)} circular flags"
         )
     for g in range(groups):
+        as_int(f"block_sizes[{g}]", block_sizes[g])
         try:
             check_config(
                 block_sizes[g], block_sizes[g], cp_world_size, cp_rank, cp_interleave, circular[g]
@@ -362,8 +416,11 @@ def check_replay_inputs(
     *,
     num_tokens: int | None,
     full: bool,
+    pad_id: int = PAD_SLOT_ID,
 ) -> int:
     """Checks of replay padding; returns num_tokens."""
+    check_pad_id(pad_id)
+    window = as_int("window", window)
     num_tokens, _ = resolve_counts(query_start_loc, positions, num_tokens, None, full)
     check_tensor("slot_mappings", slot_mappings, OUT_DTYPES, 2, positions.device)
     check_tensor("replay_start", replay_start, (torch.int32,), 1, positions.device)

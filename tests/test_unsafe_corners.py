@@ -15,6 +15,7 @@ import torch
 from conftest import DEVICE, GUARD, POISON, Guarded, tensor
 
 import slotmap
+from slotmap.attention import reshape_and_cache
 
 
 def small_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -138,3 +139,145 @@ def test_a_table_of_no_rows_is_named_even_unvalidated() -> None:
             qsl, positions, [table, empty], [4, 4], idx_mapping=tensor([0, 1], torch.int32),
             num_tokens=10, validate=False,
         )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Items 11 and 12: integer arguments are ints that fit int32, tensors are tensors
+# ---------------------------------------------------------------------------------------------
+def _fused(qsl, positions, table, block_size, **options):
+    return slotmap.compute_slot_mappings(qsl, positions, [table], [block_size], **options)
+
+
+SLOT_MAPPERS: dict[str, Callable[..., torch.Tensor]] = {
+    "oracle": slotmap.slot_mapping_oracle,
+    "torch": slotmap.slot_mapping_torch,
+    "window": slotmap.compute_slot_mapping,
+    "direct": slotmap.compute_slot_mapping_direct,
+    "fused": _fused,
+}
+FUSED_NAME = {"block_size": "block_sizes[0]"}  # how the fused launcher names an argument
+
+BAD_INTEGERS: dict[str, tuple[dict[str, Any], type[Exception], str]] = {
+    "block-size-over-int32": ({"block_size": 2**32 + 4}, ValueError, "{} 4294967300 does not fit"),
+    "max-num-tokens-over-int32": (
+        {"max_num_tokens": 2**31},
+        ValueError,
+        "{} 2147483648 does not fit in int32",
+    ),
+    "num-tokens-over-int32": ({"num_tokens": 2**31}, ValueError, "{} 2147483648 does not fit"),
+    "pad-id-float": ({"pad_id": 1.5}, TypeError, "{} must be an int, got float"),
+    "pad-id-positive": ({"pad_id": 5}, ValueError, "{} must be negative, got 5"),
+    "pad-id-zero": ({"pad_id": 0}, ValueError, "{} must be negative, got 0"),
+    "pad-id-over-int32": ({"pad_id": 2**31}, ValueError, "{} 2147483648 does not fit in int32"),
+    "pad-id-under-int32": ({"pad_id": -(2**31) - 1}, ValueError, "{} -2147483649 does not fit"),
+    "block-size-float": ({"block_size": 4.0}, TypeError, "{} must be an int, got float"),
+    "block-size-bool": ({"block_size": True}, TypeError, "{} must be an int, got bool"),
+    "block-size-tensor": ({"block_size": "tensor"}, TypeError, "{} must be an int, got Tensor"),
+    "cp-rank-float": ({"cp_rank": 0.0}, TypeError, "{} must be an int, got float"),
+    "cp-world-bool": ({"cp_world_size": True}, TypeError, "{} must be an int, got bool"),
+    "interleave-over-int32": ({"cp_interleave": 2**40}, ValueError, "{} 1099511627776 does"),
+    "tile-size-float": ({"tile_size": 16.0}, TypeError, "{} must be an int, got float"),
+    "num-warps-float": ({"num_warps": 4.0}, TypeError, "{} must be an int, got float"),
+    "parallel-tiles-bool": ({"parallel_tiles": True}, TypeError, "{} must be an int, got bool"),
+}
+LAUNCHER_ONLY = ("tile_size", "num_warps", "parallel_tiles")  # the references take none
+
+
+@pytest.mark.parametrize("impl", list(SLOT_MAPPERS))
+@pytest.mark.parametrize("bad", list(BAD_INTEGERS))
+def test_a_bad_integer_argument_is_named(impl: str, bad: str) -> None:
+    change, error, message = BAD_INTEGERS[bad]
+    ((name, value),) = change.items()
+    if impl in ("oracle", "torch") and name in LAUNCHER_ONLY:
+        pytest.skip("the references take no launch options")
+    value = torch.tensor(4, device=DEVICE) if value == "tensor" else value
+    qsl, positions, table, block_size = small_batch()
+    options = {name: value}
+    if name == "block_size":
+        block_size = options.pop(name)
+    shown = FUSED_NAME.get(name, name) if impl == "fused" else name
+    with pytest.raises(error, match=message.format(shown).replace("[", r"\[").replace("]", r"\]")):
+        SLOT_MAPPERS[impl](qsl, positions, table, block_size, **options)
+
+
+@pytest.mark.parametrize("impl", ["oracle", "torch", "window", "direct"])
+def test_kv_cache_block_size_0_is_not_the_default(impl: str) -> None:
+    qsl, positions, table, block_size = small_batch()
+    with pytest.raises(ValueError, match="kv_cache_block_size 0 must be a positive multiple"):
+        SLOT_MAPPERS[impl](qsl, positions, table, block_size, kv_cache_block_size=0)
+
+
+@pytest.mark.parametrize("impl", list(SLOT_MAPPERS))
+@pytest.mark.parametrize("validate", [True, False])
+def test_numpy_integers_are_ints(impl: str, validate: bool) -> None:
+    import numpy as np
+
+    qsl, positions, table, _ = small_batch()
+    options = dict(
+        num_tokens=np.int64(10), max_num_tokens=np.int32(12), cp_world_size=np.int8(1),
+        cp_rank=np.int64(0), cp_interleave=np.uint16(1), pad_id=np.int64(-1),
+    )  # fmt: skip
+    if impl not in ("oracle", "torch"):
+        options["tile_size"] = np.int64(16)
+    for _ in range(2):  # the second call is the hot path's, where it has one
+        out = SLOT_MAPPERS[impl](qsl, positions, table, np.int64(4), validate=validate, **options)
+        assert out.cpu().view(-1).tolist() == EXPECTED + [-1, -1]
+
+
+@pytest.mark.parametrize("impl", list(SLOT_MAPPERS))
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_a_list_for_a_tensor_is_named(impl: str, which: int) -> None:
+    inputs = list(small_batch())
+    name = ("query_start_loc", "positions", "block_table")[which]
+    inputs[which] = inputs[which].tolist()
+    if impl == "fused" and which == 2:
+        name = r"block_tables\[0\]"
+    with pytest.raises(ValueError, match=rf"{name} must be a torch.Tensor, got list"):
+        SLOT_MAPPERS[impl](*inputs, validate=False, num_tokens=10)
+
+
+def test_hot_path_takes_no_float_equal_to_a_cached_int() -> None:
+    qsl, positions, table, _ = small_batch()
+    out = torch.empty(10, dtype=torch.int32, device=DEVICE)
+    hot: dict[str, Any] = dict(out=out, validate=False, tile_size=16)
+    for _ in range(2):
+        slotmap.compute_slot_mapping(qsl, positions, table, 4, num_tokens=10, **hot)
+    for block_size, num_tokens in ((4.0, 10), (4, 10.0)):
+        with pytest.raises(TypeError, match="must be an int, got float"):
+            slotmap.compute_slot_mapping(qsl, positions, table, block_size, num_tokens=num_tokens,
+                                         **hot)  # fmt: skip
+
+
+REPLAY_BAD: dict[str, tuple[dict[str, Any], type[Exception], str]] = {
+    "window-float": ({"window": 3.0}, TypeError, "window must be an int, got float"),
+    "window-over-int32": ({"window": 2**31}, ValueError, "window 2147483648 does not fit"),
+    "pad-id-positive": ({"pad_id": 3}, ValueError, "pad_id must be negative, got 3"),
+    "num-tokens-bool": ({"num_tokens": True}, TypeError, "num_tokens must be an int, got bool"),
+}
+
+
+@pytest.mark.parametrize(
+    "replay", [slotmap.replay_padding_oracle, slotmap.replay_padding_torch,
+               slotmap.pad_replayed_slots],
+)  # fmt: skip
+@pytest.mark.parametrize("bad", list(REPLAY_BAD))
+def test_a_bad_replay_integer_is_named(replay: Callable[..., Any], bad: str) -> None:
+    change, error, message = REPLAY_BAD[bad]
+    qsl, positions, _, _ = small_batch()
+    values: dict[str, Any] = dict(window=3)
+    values.update(change)
+    window = values.pop("window")
+    slots = torch.zeros(2, 10, dtype=torch.int32, device=DEVICE)
+    starts = tensor([2, 9], torch.int32)
+    with pytest.raises(error, match=message):
+        replay(slots, qsl, positions, starts, window, [True, False], **values)
+
+
+@pytest.mark.parametrize("pad_id", [1.5, True, 2**31])
+def test_reshape_and_cache_pad_id_is_an_int32(pad_id: Any) -> None:
+    key = torch.ones(2, 1, 2, device=DEVICE)
+    cache = torch.zeros(2, 2, 1, 2, device=DEVICE)
+    slots = tensor([0, 1], torch.int32)
+    error = ValueError if isinstance(pad_id, int) and not isinstance(pad_id, bool) else TypeError
+    with pytest.raises(error, match="pad_id"):
+        reshape_and_cache(key, key, cache, cache.clone(), slots, pad_id=pad_id)

@@ -22,7 +22,13 @@ from torch import Tensor
 
 from slotmap.backend import BACKEND
 from slotmap.layout import INT32_MAX, PAD_SLOT_ID, window_size
-from slotmap.validate import check_slot_mapping_inputs, resolve_counts
+from slotmap.validate import (
+    as_int,
+    check_is_tensor,
+    check_pad_id,
+    check_slot_mapping_inputs,
+    resolve_counts,
+)
 
 DEFAULT_GATHER_AS_FLOAT = BACKEND.policy == "npu"
 # The min-reduction's sentinel, as a compile-time constant the kernels can read.
@@ -490,7 +496,24 @@ def hot_inputs_ok(
     num_tokens: int | None,
     max_num_tokens: int | None,
 ) -> bool:
-    """The structural checks the kernels rely on, as a handful of attribute reads."""
+    """The structural checks the kernels rely on, as a handful of attribute reads. Not
+    tensors at all (a list, say): False, and the full checks name them."""
+    try:
+        return _hot_inputs_ok(
+            query_start_loc, positions, block_table, out, num_tokens, max_num_tokens
+        )
+    except (AttributeError, TypeError):
+        return False
+
+
+def _hot_inputs_ok(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    out: Tensor | None,
+    num_tokens: int | None,
+    max_num_tokens: int | None,
+) -> bool:
     if out is None or num_tokens is None:
         return False
     if max_num_tokens is None:
@@ -536,7 +559,9 @@ def launch_cached_plan(
     tensors pass the structural checks.
     False: the caller goes the full way (``launch_slot_mapping``)."""
     plan = _PLANS.get(key)
-    if plan is None:
+    # The kernel takes these two as given: anything but an int (a float or numpy integer
+    # equal to a cached one) goes the full way, which coerces or names it.
+    if plan is None or type(num_tokens) is not int or type(block_size) is not int:
         return False
     if not same_tensors(plan[2], query_start_loc, positions, block_table, out):
         if not hot_inputs_ok(
@@ -740,7 +765,8 @@ def slot_mapping_constants(
     BLOCK_TABLE_WINDOW_SIZE and GATHER_AS_FLOAT (None: the backend's default) to the direct
     kernel's. A launch that wants another window overrides BLOCK_TABLE_WINDOW_SIZE.
     """
-    kv_cache_block_size = kv_cache_block_size or block_size
+    if kv_cache_block_size is None:
+        kv_cache_block_size = block_size
     constants = dict(
         KV_CACHE_BLOCK_SIZE=kv_cache_block_size,
         BLOCKS_PER_KV_BLOCK=kv_cache_block_size // block_size,
@@ -797,6 +823,20 @@ def launch_slot_mapping(
     ``token_kernel`` (direct only): the same formula on the token grid, launched instead of
     ``kernel`` when ``use_token_grid`` says so.
     """
+    for name, tensor in (("query_start_loc", query_start_loc), ("positions", positions),
+                         ("block_table", block_table)):  # fmt: skip
+        check_is_tensor(name, tensor)
+    block_size = as_int("block_size", block_size)
+    num_tokens = as_int("num_tokens", num_tokens, optional=True)
+    max_num_tokens = as_int("max_num_tokens", max_num_tokens, optional=True)
+    kv_cache_block_size = as_int("kv_cache_block_size", kv_cache_block_size, optional=True)
+    cp_world_size = as_int("cp_world_size", cp_world_size)
+    cp_rank = as_int("cp_rank", cp_rank)
+    cp_interleave = as_int("cp_interleave", cp_interleave)
+    pad_id = check_pad_id(pad_id)
+    tile_size = as_int("tile_size", tile_size, optional=True)
+    parallel_tiles = as_int("parallel_tiles", parallel_tiles, optional=True)
+    num_warps = as_int("num_warps", num_warps, optional=True)
     num_reqs = query_start_loc.numel() - 1
     if num_tokens is None:
         # The launch shape depends on the batch: read num_tokens first (one device sync).
@@ -810,13 +850,14 @@ def launch_slot_mapping(
         tile_size, parallel_tiles, options = launch_shape(
             num_tokens, num_reqs, tile_size, parallel_tiles, num_warps
         )
-    kv_cache_block_size = kv_cache_block_size or block_size
+    if kv_cache_block_size is None:
+        kv_cache_block_size = block_size
     num_tokens, max_num_tokens = check_slot_mapping_inputs(
         query_start_loc, positions, block_table, block_size,
         num_tokens=num_tokens, max_num_tokens=max_num_tokens,
         kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
         cp_interleave=cp_interleave, circular=circular, out=out, full=validate,
-        tile_size=tile_size if window else None,
+        tile_size=tile_size if window else None, pad_id=pad_id,
     )  # fmt: skip
     check_launch_device(positions)
     check_int32_extent("block_table", block_table)

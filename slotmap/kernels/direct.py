@@ -187,8 +187,9 @@ def compute_slot_mapping_direct(
     requests or large batches).
     """
     # The hot path (see slotmap.kernels.common): a cached plan and structural checks only.
+    num_reqs = query_start_loc.numel() - 1 if isinstance(query_start_loc, Tensor) else -1
     key = (
-        "direct", query_start_loc.numel() - 1, num_tokens, max_num_tokens, block_size,
+        "direct", num_reqs, num_tokens, max_num_tokens, block_size,
         kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id, tile_size,
         parallel_tiles, num_warps, token_parallel,
     )  # fmt: skip

@@ -40,7 +40,13 @@ from slotmap.kernels.common import (
     warps_option,
 )
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, cdiv, window_size
-from slotmap.validate import check_slot_mappings_inputs, resolve_counts
+from slotmap.validate import (
+    as_int,
+    check_is_tensor,
+    check_pad_id,
+    check_slot_mappings_inputs,
+    resolve_counts,
+)
 
 SMALL_TILE = 16  # the tile the adaptive choice gives a batch of short requests
 SHORT_REQUESTS = 2  # mean tokens a request at or under which a batch counts as short
@@ -342,6 +348,17 @@ def compute_slot_mappings(
     of gathering from the window (None: on the GPU, ``use_lane_loads``). The window's
     precondition is checked either way, so both accept the same batches.
     """
+    check_is_tensor("query_start_loc", query_start_loc)
+    block_sizes = [as_int(f"block_sizes[{g}]", size) for g, size in enumerate(block_sizes)]
+    num_tokens = as_int("num_tokens", num_tokens, optional=True)
+    max_num_tokens = as_int("max_num_tokens", max_num_tokens, optional=True)
+    cp_world_size = as_int("cp_world_size", cp_world_size)
+    cp_rank = as_int("cp_rank", cp_rank)
+    cp_interleave = as_int("cp_interleave", cp_interleave)
+    pad_id = check_pad_id(pad_id)
+    tile_size = as_int("tile_size", tile_size, optional=True)
+    parallel_tiles = as_int("parallel_tiles", parallel_tiles, optional=True)
+    num_warps = as_int("num_warps", num_warps, optional=True)
     circular = list(circular) if circular is not None else [False] * len(block_tables)
     # The adaptive tiling needs num_tokens: check query_start_loc before reading it.
     num_tokens, max_num_tokens = resolve_counts(
@@ -361,7 +378,7 @@ def compute_slot_mappings(
         query_start_loc, positions, block_tables, block_sizes,
         circular=circular, idx_mapping=idx_mapping, num_tokens=num_tokens,
         max_num_tokens=max_num_tokens, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, out=out, full=validate,
+        cp_interleave=cp_interleave, out=out, full=validate, pad_id=pad_id,
         tile_size=None if tokens else tile_size,  # the token grid has no window to check
     )  # fmt: skip
     check_launch_device(positions)

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from slotmap.kernels.common import check_grid, check_launch_device, check_tile
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE
-from slotmap.validate import check_replay_inputs
+from slotmap.validate import as_int, check_pad_id, check_replay_inputs
 
 
 @triton.jit(do_not_specialize=["num_tokens", "window"])
@@ -75,10 +75,14 @@ def pad_replayed_slots(
     replay_start: [num_reqs] int32; prefix_cacheable: one flag per group.
     Returns ``slot_mappings``. Same arguments and result as ``slotmap.replay_padding_oracle``.
     """
+    tile_size = as_int("tile_size", tile_size)
     check_tile(tile_size)
+    window = as_int("window", window)
+    pad_id = check_pad_id(pad_id)
     num_tokens = check_replay_inputs(
         slot_mappings, query_start_loc, positions, replay_start, window, prefix_cacheable,
-        num_tokens=num_tokens, full=validate,
+        num_tokens=as_int("num_tokens", num_tokens, optional=True), full=validate,
+        pad_id=pad_id,
     )  # fmt: skip
     check_launch_device(positions)
     num_reqs = query_start_loc.numel() - 1

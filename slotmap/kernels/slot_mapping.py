@@ -153,8 +153,9 @@ def compute_slot_mapping(
     Same arguments and result as ``slotmap.slot_mapping_oracle``.
     """
     # The hot path (see slotmap.kernels.common): a cached plan and structural checks only.
+    num_reqs = query_start_loc.numel() - 1 if isinstance(query_start_loc, Tensor) else -1
     key = (
-        "window", query_start_loc.numel() - 1, num_tokens, max_num_tokens, block_size,
+        "window", num_reqs, num_tokens, max_num_tokens, block_size,
         kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id, tile_size,
         parallel_tiles, num_warps, gather_as_float,
     )  # fmt: skip
