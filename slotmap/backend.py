@@ -23,7 +23,9 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 BACKENDS = ("npu", "cuda", "cpu")
 COMPILE_ONLY = "ascend-ir"  # SLOTMAP_BACKEND value: decorate for triton-ascend, launch nothing
@@ -106,14 +108,62 @@ def _choose() -> Backend:
 
 def _activate(backend: Backend) -> None:
     if backend.interpreted:
-        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-            # Kernels decorated before this point would compile for a GPU that is not here.
-            print(
-                "slotmap: warning: triton was imported before slotmap chose the CPU "
-                "interpreter; import slotmap first",
-                file=sys.stderr,
-            )
+        late = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
         os.environ["TRITON_INTERPRET"] = "1"
+        if late:
+            _reinterpret_triton_language()
+
+
+def _reinterpret_triton_language() -> None:
+    """Triton was imported before slotmap set ``TRITON_INTERPRET=1``: ``triton.language``'s own
+    ``@jit`` helpers (``tl.min``, ``tl.cdiv``, ...) were built for the compiler, and an
+    interpreted kernel that calls one dies with "Cannot call @triton.jit'd outside of the scope
+    of a kernel". ``@triton.jit`` reads the variable when it decorates, so decorate them again.
+
+    Kernels the learner decorated before this point stay compiled: say so in one line."""
+    import triton
+    from triton.runtime.jit import JITFunction
+
+    redone: dict[int, Any] = {}
+
+    def again(old: JITFunction) -> Any:
+        if id(old) not in redone:
+            redone[id(old)] = triton.jit(old.fn, noinline=getattr(old, "noinline", None))
+        return redone[id(old)]
+
+    def member(function: Any) -> Callable[..., Any]:
+        # What triton.language gives tensor for x.max() when it is imported interpreted.
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs)
+
+        return call
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name + ".").startswith("triton.language."):
+            continue
+        for attr, value in list(getattr(module, "__dict__", {}).items()):
+            if isinstance(value, JITFunction):
+                setattr(module, attr, again(value))
+    tensor = sys.modules["triton.language"].tensor
+    for attr, value in list(vars(tensor).items()):
+        if isinstance(value, JITFunction):
+            setattr(tensor, attr, member(again(value)))
+    found = {  # one module can sit in sys.modules under two names (__main__, __mp_main__)
+        id(value): f"{getattr(module, '__name__', '?')}.{attr}"
+        for name, module in list(sys.modules.items())
+        if module is not None and not name.startswith("triton")
+        for attr, value in list(getattr(module, "__dict__", {}).items())
+        if isinstance(value, JITFunction)
+    }
+    compiled = list(found.values())
+    if compiled:
+        names = ", ".join(compiled[:3]) + (", ..." if len(compiled) > 3 else "")
+        print(
+            f"slotmap: warning: {names} {'was' if len(compiled) == 1 else 'were'} decorated "
+            "before slotmap chose the CPU interpreter and cannot run: restart the kernel and "
+            "import slotmap before triton",
+            file=sys.stderr,
+        )
 
 
 def _with_policy(backend: Backend) -> Backend:

@@ -1,9 +1,13 @@
 """The course as a learner runs it, headless: every lesson and every solution runs top to
 bottom on a fresh kernel with all its checks passing; every shipped exercise runs without
-crashing and its checks report failure; nothing is committed with outputs."""
+crashing and its checks report failure; nothing is committed with outputs.
+
+Every notebook runs on a kernel without ``TRITON_INTERPRET`` in its environment, as in VS Code
+or a plain ``jupyter lab``: slotmap must set it before triton builds anything."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,13 @@ CELL_TIMEOUT = 60
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
+
+
+def run_as_a_learner(path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Execute ``path`` as ``execute_notebook`` does, on a kernel whose environment lacks
+    ``TRITON_INTERPRET`` (importing slotmap in this process set it)."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    return execute_notebook(path, timeout=CELL_TIMEOUT, allow_errors=True)
 
 
 def ids(paths: list[Path]) -> list[str]:
@@ -63,8 +74,8 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=ids(LESSONS))
-def test_lesson_runs_top_to_bottom(path):
-    notebook = execute_notebook(path, timeout=CELL_TIMEOUT, allow_errors=True)
+def test_lesson_runs_top_to_bottom(path, monkeypatch):
+    notebook = run_as_a_learner(path, monkeypatch)
     assert errors(notebook) == []
     assert frozen_figures(notebook) == []
     failed = [e for e, passed in check_records(notebook).items() if not passed]
@@ -72,16 +83,16 @@ def test_lesson_runs_top_to_bottom(path):
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=ids(SOLUTIONS))
-def test_solution_passes_every_check(path):
-    notebook = execute_notebook(path, timeout=CELL_TIMEOUT, allow_errors=True)
+def test_solution_passes_every_check(path, monkeypatch):
+    notebook = run_as_a_learner(path, monkeypatch)
     assert errors(notebook) == []
     records = check_records(notebook)
     assert records == {exercise: True for exercise in expected_exercises(path)}
 
 
 @pytest.mark.parametrize("path", EXERCISES, ids=ids(EXERCISES))
-def test_shipped_exercise_runs_and_its_checks_fail(path):
-    notebook = execute_notebook(path, timeout=CELL_TIMEOUT, allow_errors=True)
+def test_shipped_exercise_runs_and_its_checks_fail(path, monkeypatch):
+    notebook = run_as_a_learner(path, monkeypatch)
     assert errors(notebook) == [], "an exercise must run to the end with its stubs in place"
     records = check_records(notebook)
     assert records == {exercise: False for exercise in expected_exercises(path)}
@@ -97,3 +108,86 @@ def test_committed_without_outputs(path):
     for cell in nbformat.read(path, as_version=4).cells:
         if cell.cell_type == "code":
             assert not cell.get("outputs") and cell.get("execution_count") is None
+
+
+def test_the_learners_kernel_lacks_triton_interpret(tmp_path, monkeypatch):
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("import os\nos.environ.get('TRITON_INTERPRET')")]
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(notebook, path)
+    assert "TRITON_INTERPRET" in __import__("os").environ  # set by importing slotmap here
+    executed = run_as_a_learner(path, monkeypatch)
+    assert [o.get("data", {}).get("text/plain") for o in executed.cells[0].outputs] == []
+
+
+@pytest.mark.parametrize("path", ALL, ids=[f"{p.parent.name}/{p.stem}" for p in ALL])
+def test_slotmap_is_imported_before_triton(path):
+    """slotmap sets TRITON_INTERPRET=1 on a CPU; triton must not build anything before that."""
+    import nbformat
+
+    first: dict[str, tuple[int, int]] = {}
+    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        code = cell.source.splitlines() if cell.cell_type == "code" else []
+        for number, line in enumerate(code):
+            module = re.match(r"\s*(?:import|from)\s+(slotmap|triton)\b", line)
+            if module:
+                first.setdefault(module.group(1), (index, number))
+    if "triton" in first:
+        assert first.get("slotmap", (len(first),)) < first["triton"]
+
+
+TRITON_FIRST = """
+import sys
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def before(x_ptr):
+    tl.store(x_ptr, 1)
+
+
+import torch
+import slotmap
+from slotmap import compute_slot_mapping
+
+
+@triton.jit
+def after(x_ptr, N: tl.constexpr):
+    lanes = tl.arange(0, N)
+    values = tl.load(x_ptr + lanes)
+    tl.store(x_ptr + lanes, values - tl.min(values, axis=0) + tl.cdiv(values.max(axis=0), 2))
+
+
+x = torch.tensor([5, 3, 9, 4])
+after[(1,)](x, 4)
+print(x.tolist())
+qsl = torch.tensor([0, 3], dtype=torch.int32)
+table = torch.tensor([[5, 6]], dtype=torch.int32)
+print(compute_slot_mapping(qsl, torch.arange(3), table, 4).tolist())
+"""
+
+
+def test_triton_imported_before_slotmap_still_interprets(tmp_path):
+    """VS Code or a plain jupyter lab: no TRITON_INTERPRET, and triton imported first. slotmap
+    decorates triton.language's own helpers again, and names a kernel it cannot save."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(SLOTMAP_BACKEND="cpu", PYTHONPATH=str(ROOT))
+    script = tmp_path / "triton_first.py"  # @triton.jit needs the source in a file
+    script.write_text(TRITON_FIRST)
+    run = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines()[-2:] == ["[7, 5, 11, 6]", "[20, 21, 22]"]
+    warnings = [line for line in run.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "slotmap: warning: __main__.before was decorated before slotmap chose the CPU "
+        "interpreter and cannot run: restart the kernel and import slotmap before triton"
+    ]
