@@ -67,7 +67,8 @@ def test_slot_of_report_names_expected_and_got():
 
 # --- 01.slot_mapping ----------------------------------------------------------------------------
 def reference_slot_mapping(qsl, positions, table, block_size, *, num_tokens, max_num_tokens,
-                           out, pad_id=-1, row_of=None, position_of=None, pad=True):  # fmt: skip
+                           out, pad_id=-1, row_of=None, position_of=None, pad=True,
+                           pad_from=None):  # fmt: skip
     starts, pos, rows = qsl.tolist(), positions.tolist(), table.tolist()
     for q in range(len(starts) - 1):
         for t in range(starts[q], starts[q + 1]):
@@ -75,7 +76,8 @@ def reference_slot_mapping(qsl, positions, table, block_size, *, num_tokens, max
             row = rows[q if row_of is None else row_of(q)]
             out[t] = row[p // block_size] * block_size + p % block_size
     if pad:
-        out[num_tokens:max_num_tokens] = pad_id
+        first = num_tokens if pad_from is None else pad_from(positions)
+        out[first:max_num_tokens] = pad_id
     return out
 
 
@@ -87,6 +89,9 @@ def test_slot_mapping_solution_passes(solution):
     "options, words",
     [
         pytest.param({"pad": False}, "never written", id="forgot-padding"),
+        pytest.param(
+            {"pad_from": len}, "only the first num_tokens", id="padding-from-len-positions"
+        ),
         pytest.param({"row_of": lambda q: 0}, "collide", id="row-0-for-every-request"),
         pytest.param(
             {"position_of": lambda t, s: t - s}, "should be in slot", id="token-index-as-position"

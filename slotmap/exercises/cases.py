@@ -124,6 +124,15 @@ def explain_slot_mapping(
                     "Entries [num_tokens, max_num_tokens) must hold PAD_ID (in a kernel: the "
                     "padding program's job): a captured graph reads the whole fixed-size output."
                 )
+                if len(case.positions) > token:
+                    where += (
+                        f"; positions holds {len(case.positions)} entries but only the first "
+                        f"num_tokens = {case.num_tokens} are this batch's"
+                    )
+                    hint = (
+                        "The padding starts at num_tokens, not at len(positions): positions "
+                        "may be longer than the batch (an engine's buffer of max_num_tokens)."
+                    )
             return Wrong(
                 f"slot_mapping[{token}] was never written: {where}",
                 _short(expected, token), _short(got, token), hint,

@@ -155,6 +155,12 @@ def slot_mapping_cases() -> list[tuple[str, SlotCase]]:
             "an empty request in the middle",
             SlotCase([0, 2, 2, 5], [0, 1, 3, 4, 5], [[9, 0], [1, 0], [4, 6]], 3, 7),
         ),
+        # An engine's positions buffer has room for max_num_tokens; past num_tokens it holds
+        # stale positions of an earlier step: the padding starts at num_tokens, not its length.
+        (
+            "a positions buffer longer than the batch",
+            SlotCase([0, 3, 8], [0, 1, 2, 2, 3, 4, 5, 6, 7, 7, 7], [[7, 2], [5, 9]], 4, 11),
+        ),
     ]
 
 
