@@ -42,6 +42,7 @@ from torch import Tensor
 
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, cdiv, expand_block_table
 from slotmap.reference import CPSteps, cp_steps, token_block_and_offset, token_slot
+from slotmap.validate import as_int, check_at_least_one
 
 if TYPE_CHECKING:
     from slotmap.distributed import RankContext
@@ -139,7 +140,14 @@ def five_steps(
     position: int, block_size: int, kv_cache_block_size: int, world_size: int, interleave: int
 ) -> Steps:
     """The five steps written out, for the lesson's tables and the checks' messages: the
-    reference's own ``cp_steps`` (step 5, the slot, needs the owner's block table)."""
+    reference's own ``cp_steps`` (step 5, the slot, needs the owner's block table). Sizes
+    below 1 raise the launchers' ValueErrors, by this function's argument names."""
+    position = as_int("position", position)
+    if position < 0:
+        raise ValueError(f"position must be >= 0, got {position}")
+    for name, value in (("block_size", block_size), ("kv_cache_block_size", kv_cache_block_size),
+                        ("world_size", world_size), ("interleave", interleave)):  # fmt: skip
+        check_at_least_one(name, value)
     return cp_steps(position, block_size, kv_cache_block_size, world_size, interleave)
 
 

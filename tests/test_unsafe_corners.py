@@ -281,3 +281,32 @@ def test_reshape_and_cache_pad_id_is_an_int32(pad_id: Any) -> None:
     error = ValueError if isinstance(pad_id, int) and not isinstance(pad_id, bool) else TypeError
     with pytest.raises(error, match="pad_id"):
         reshape_and_cache(key, key, cache, cache.clone(), slots, pad_id=pad_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 14: cp.five_steps names a size below 1 instead of dividing by zero
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((5, 4, 4, 0, 1), "world_size must be >= 1, got 0"),
+        ((5, 0, 4, 2, 1), "block_size must be >= 1, got 0"),
+        ((5, 4, 0, 2, 1), "kv_cache_block_size must be >= 1, got 0"),
+        ((5, 4, 4, 2, 0), "interleave must be >= 1, got 0"),
+        ((5, 4, 4, -2, 1), "world_size must be >= 1, got -2"),
+        ((-1, 4, 4, 2, 1), "position must be >= 0, got -1"),
+    ],
+)
+def test_five_steps_names_a_bad_size(args: tuple, message: str) -> None:
+    from slotmap.cp import five_steps
+
+    with pytest.raises(ValueError, match=message):
+        five_steps(*args)
+
+
+def test_five_steps_of_a_valid_configuration_still_answer() -> None:
+    from slotmap.cp import five_steps
+
+    steps = five_steps(13, 4, 4, 2, 2)  # V = 8: virtual block 1, offset 5, segment 2, rank 0
+    assert (steps.virtual_block, steps.virtual_offset, steps.segment, steps.owner) == (1, 5, 2, 0)
+    assert (steps.local_offset, steps.block, steps.offset) == (3, 1, 3)
