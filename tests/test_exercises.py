@@ -34,6 +34,7 @@ from slotmap.exercises.cases import (
     judge_slot_mapping,
     slot_cases,
 )
+from slotmap.exercises.core import CheckResult, plural
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,7 +163,7 @@ def test_unknown_exercise_names_the_known_ones():
 # ---------------------------------------------------------------------------------------------
 # explain_slot_mapping: every invariant, in words
 # ---------------------------------------------------------------------------------------------
-CASE = SlotCase([0, 2, 3], [0, 1, 5], [[4], [1, 6]], 4, max_num_tokens=5)
+CASE = SlotCase([0, 2, 3], [0, 1, 5], [[4, 0, 0], [1, 6, 5]], 4, max_num_tokens=5)
 EXPECTED = [16, 17, 25, -1, -1]
 
 
@@ -198,7 +199,17 @@ BROKEN = {
     "collision": (guarded([16, 16, 25, -1, -1]), "tokens 0 and 1 collide in slot 16"),
     "wrong-slot": (
         guarded([16, 17, 26, -1, -1]),
-        "token 2 (request 1, position 5) should be in slot 25, got 26",
+        "token 2 (request 1, position 5) should be in slot 25, got 26: position 5 landed at "
+        "block offset 2 inside its block, expected block offset 1 = 5 % 4",
+    ),
+    "off-by-one-block-index": (
+        guarded([16, 17, 21, -1, -1]),
+        "token 2 (request 1, position 5) should be in slot 25, got 21: position 5 landed in "
+        "physical block 5 = block_table[1][2]: the logical block index is off by one",
+    ),
+    "unmasked-padding-store": (
+        guarded(EXPECTED, after=-1),
+        "the padding program wrote PAD_ID -1 at out[5], past the end of the output (5 entries)",
     ),
 }
 
@@ -210,6 +221,41 @@ def test_each_broken_invariant_is_named(buffer, invariant):
         assert wrong is None
     else:
         assert isinstance(wrong, Wrong) and wrong.invariant.startswith(invariant), wrong
+
+
+def test_a_one_entry_output_is_one_entry():
+    case = SlotCase([0, 1], [0], [[4]], 4)
+    wrong = explain_slot_mapping(case, [16], guarded([16], after=16))
+    assert wrong.invariant.endswith("past the end of the output (1 entry)")
+
+
+@pytest.mark.parametrize(
+    ("count", "noun", "words"),
+    [
+        (1, "entry", "1 entry"),
+        (2, "entry", "2 entries"),
+        (0, "named case", "0 named cases"),
+        (1, "named case", "1 named case"),
+        (3, "key", "3 keys"),
+        (2, "pass", "2 passes"),
+    ],
+)
+def test_plural(count, noun, words):
+    assert plural(count, noun) == words
+
+
+@pytest.mark.parametrize(
+    ("named", "random", "words"),
+    [
+        (1, 0, "1 named case agrees with"),
+        (2, 0, "2 named cases agree with"),
+        (1, 1, "1 named case and 1 random one agree with"),
+        (0, 25, "0 named cases and 25 random ones agree with"),
+    ],
+)
+def test_a_pass_report_is_grammatical(named, random, words):
+    result = CheckResult("99.x", passed=True, named=named, random=random)
+    assert result.report() == f"PASS 99.x: {words} the reference."
 
 
 # ---------------------------------------------------------------------------------------------

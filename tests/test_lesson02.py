@@ -58,12 +58,12 @@ MUTANTS = {
     "padding-store-without-mask": (
         "tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)",
         "tl.store(slot_mapping_ptr + offsets, PAD_ID)",
-        "past the end of the output",
+        "the padding program wrote PAD_ID -1 at out[13], past the end of the output",
     ),
     "off-by-one-block-index": (
         "block_indices = pos // block_size",
         "block_indices = pos // block_size + 1",
-        "slot",
+        "the logical block index is off by one",
     ),
     "tile-loop-skips-last-partial-tile": (
         "range(start_idx, end_idx, TILE_BLOCK_SIZE)",

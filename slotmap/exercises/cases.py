@@ -18,13 +18,16 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 from slotmap.backend import DEVICE
-from slotmap.exercises.core import Wrong
+from slotmap.exercises.core import Wrong, plural
 from slotmap.kernels.common import slot_mapping_args
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
 
 POISON = -999  # what every output element holds before the learner's code runs
 GUARD = 64  # poisoned elements on each side of the output: writes there are out of bounds
+SLOT_OF_HINT = (
+    "slot = block_table_row[position // block_size] * block_size + position % block_size"
+)
 
 
 @dataclass
@@ -75,6 +78,60 @@ class SlotCase:
         return ", ".join(parts)
 
 
+def explain_slot(
+    position: int, row: list[int], block_size: int, got: int, row_name: str = "block_table_row"
+) -> Wrong:
+    """Why ``got`` is not the slot of ``position`` in a block-table row (``row_name`` in the
+    report): which part of the formula went wrong."""
+    block, offset = divmod(position, block_size)
+    physical = row[block]
+    expected = physical * block_size + offset
+    got_block, got_offset = divmod(got, block_size)
+    where = (
+        f"position {position} is in logical block {block} = {position} // {block_size}, "
+        f"whose physical block is {row_name}[{block}] = {physical}"
+    )
+    if got_block != physical:
+        if got_block == block:
+            invariant = (
+                f"position {position} landed in physical block {got_block}, which is its "
+                f"logical block: the block table was never consulted ({where})"
+            )
+            hint = f"The logical block indexes the block table: {row_name}[logical block]."
+        elif block + 1 < len(row) and got_block == row[block + 1] != physical:
+            invariant = (
+                f"position {position} landed in physical block {got_block} = "
+                f"{row_name}[{block + 1}]: the logical block index is off by one ({where})"
+            )
+            hint = "Logical blocks count from 0: position // block_size, with no + 1."
+        else:
+            invariant = (
+                f"position {position} landed in slot {got}, inside physical block {got_block}, "
+                f"but {where}"
+            )
+            hint = SLOT_OF_HINT
+    else:
+        invariant = (
+            f"position {position} landed at block offset {got_offset} inside its block, "
+            f"expected block offset {offset} = {position} % {block_size}"
+        )
+        hint = "The block offset is the remainder of position divided by block_size."
+    return Wrong(invariant, f"slot {expected}", f"slot {got}", hint)
+
+
+def _named_slot_mistake(case: SlotCase, token: int, expected: int, got: int) -> Wrong | None:
+    """Which part of the paging formula a wrong slot got wrong (an off-by-one block index, a
+    block table never consulted, a wrong block offset), when the case is plain paging."""
+    position, request = case.positions[token], case.request_of(token)
+    row, block_size = case.block_table[request], case.block_size
+    if case.options or not 0 <= position < len(row) * block_size:
+        return None
+    if row[position // block_size] * block_size + position % block_size != expected:
+        return None
+    named = explain_slot(position, row, block_size, got, f"block_table[{request}]")
+    return None if named.hint == SLOT_OF_HINT else named
+
+
 def guarded_output(length: int, device: torch.device | str = DEVICE) -> tuple[Tensor, Tensor]:
     """(buffer, out): ``out`` is the poisoned middle of a poisoned buffer."""
     buffer = torch.full((GUARD + length + GUARD,), POISON, dtype=torch.int32, device=device)
@@ -105,10 +162,18 @@ def explain_slot_mapping(
                 "Mask every store: tl.store(ptr + offsets, value, mask=...).",
             )
     for index, value in enumerate(buffer[GUARD + length :]):
+        if value == pad_id:  # no request's lane computes PAD_ID: the padding program wrote it
+            return Wrong(
+                f"the padding program wrote PAD_ID {value} at out[{length + index}], past the "
+                f"end of the output ({plural(length, 'entry')})",
+                POISON, value,
+                "The padding program's last tile runs past max_num_tokens too: mask its store "
+                "(mask = offsets < max_num_tokens).",
+            )  # fmt: skip
         if value != POISON:
             return Wrong(
                 f"a lane past the request's end wrote slot {value} at out[{length + index}], "
-                f"past the end of the output ({length} entries)",
+                f"past the end of the output ({plural(length, 'entry')})",
                 POISON, value,
                 "Lanes of the last tile that lie past the request's end must be masked off "
                 "(mask = offsets < end).",
@@ -160,11 +225,15 @@ def explain_slot_mapping(
         owner[slot] = token
     for token in range(case.num_tokens):
         if got[token] != expected[token]:
-            return Wrong(
+            invariant = (
                 f"token {token} (request {case.request_of(token)}, position "
                 f"{case.positions[token]}) should be in slot {expected[token]}, "
-                f"got {got[token]}",
-                _short(expected, token), _short(got, token),
+                f"got {got[token]}"
+            )
+            named = _named_slot_mistake(case, token, expected[token], got[token])
+            return Wrong(
+                invariant + (f": {named.invariant}" if named else ""),
+                _short(expected, token), _short(got, token), named.hint if named else "",
             )  # fmt: skip
     return None
 

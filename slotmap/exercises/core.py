@@ -46,6 +46,21 @@ class Wrong(AssertionError):
         self.hint = hint
 
 
+def plural(count: int, noun: str, many: str = "") -> str:
+    """``count`` and ``noun``, the noun in the plural unless ``count`` is 1: "1 entry",
+    "2 entries", "3 cases"; ``many`` gives an irregular plural."""
+    if count == 1:
+        return f"{count} {noun}"
+    if not many:
+        if noun.endswith("y") and noun[-2:-1] not in tuple("aeiou"):
+            many = noun[:-1] + "ies"
+        elif noun.endswith(("s", "sh", "ch", "x", "z")):
+            many = noun + "es"
+        else:
+            many = noun + "s"
+    return f"{count} {many}"
+
+
 @dataclass(frozen=True)
 class Exercise:
     id: str  # "NN.name": NN is the lesson
@@ -103,9 +118,11 @@ class CheckResult:
 
     def report(self) -> str:
         if self.passed:
-            named = f"{self.named} named case{'s' if self.named != 1 else ''}"
-            random = f" and {self.random} random ones" if self.random else ""
-            return f"PASS {self.exercise}: {named}{random} agree with the reference."
+            cases = plural(self.named, "named case")
+            if self.random:
+                cases += f" and {plural(self.random, 'random one')}"
+            verb = "agrees" if (self.named, self.random) == (1, 0) else "agree"
+            return f"PASS {self.exercise}: {cases} {verb} with the reference."
         f = self.failure
         assert f is not None
         lines = [f"FAIL {self.exercise} on the {f.case_name}", f"  broken:   {f.invariant}"]

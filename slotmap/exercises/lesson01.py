@@ -13,13 +13,15 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from slotmap.exercises.cases import SlotCase, judge_slot_mapping, slot_cases
+from slotmap.exercises.cases import (
+    SLOT_OF_HINT,
+    SlotCase,
+    explain_slot,
+    judge_slot_mapping,
+    slot_cases,
+)
 from slotmap.exercises.core import Exercise, Wrong, register
 from slotmap.reference import token_slot
-
-SLOT_OF_HINT = (
-    "slot = block_table_row[position // block_size] * block_size + position % block_size"
-)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,44 +73,6 @@ def _as_int(value: object) -> int | None:
     if hasattr(value, "numel") and value.numel() == 1 and not value.is_floating_point():
         return int(value.item())  # a one-element integer tensor
     return None
-
-
-def explain_slot(position: int, row: list[int], block_size: int, got: int) -> Wrong:
-    """Why ``got`` is not the slot of ``position``: which part of the formula went wrong."""
-    block, offset = divmod(position, block_size)
-    physical = row[block]
-    expected = physical * block_size + offset
-    got_block, got_offset = divmod(got, block_size)
-    where = (
-        f"position {position} is in logical block {block} = {position} // {block_size}, "
-        f"whose physical block is block_table_row[{block}] = {physical}"
-    )
-    if got_block != physical:
-        if got_block == block:
-            invariant = (
-                f"position {position} landed in physical block {got_block}, which is its "
-                f"logical block: the block table was never consulted ({where})"
-            )
-            hint = "The logical block indexes the block table: block_table_row[logical block]."
-        elif block + 1 < len(row) and got_block == row[block + 1] != physical:
-            invariant = (
-                f"position {position} landed in physical block {got_block} = "
-                f"block_table_row[{block + 1}]: the logical block index is off by one ({where})"
-            )
-            hint = "Logical blocks count from 0: position // block_size, with no + 1."
-        else:
-            invariant = (
-                f"position {position} landed in slot {got}, inside physical block {got_block}, "
-                f"but {where}"
-            )
-            hint = SLOT_OF_HINT
-    else:
-        invariant = (
-            f"position {position} landed at block offset {got_offset} inside its block, "
-            f"expected block offset {offset} = {position} % {block_size}"
-        )
-        hint = "The block offset is the remainder of position divided by block_size."
-    return Wrong(invariant, f"slot {expected}", f"slot {got}", hint)
 
 
 def judge_slot_of(slot_of: Callable[[int, list[int], int], int], case: RowCase) -> None:
