@@ -1,0 +1,705 @@
+"""The capstone's exercises: the fused multi-group slot-mapping kernel, written by the learner.
+
+* ``09.group_window``: ``group_window_size(tile_size, block_sizes, circular)``, the one
+  BLOCK_TABLE_WINDOW_SIZE that a launch for every group needs: it must fit the smallest
+  block size among the groups that are not circular (a ring reads entry 0 of its row only).
+* ``09.fused_groups``: the kernel, on grid ``(num_groups, num_reqs + 1)``: program
+  ``(g, q)`` maps request ``q``'s tokens with group ``g``'s block table, block size and
+  circular flag into row ``g`` of the output; program ``(g, num_reqs)`` writes row ``g``'s
+  padding tail. The judge launches it (``launch_fused_kernel``) into poisoned rows with
+  poisoned gaps between them and poisoned guards around them, and compares every element
+  exactly with ``slotmap.slot_mappings_oracle``.
+* ``09.fused_groups_time``: on an NVIDIA GPU, the same kernel timed in a CUDA graph and
+  compared with lesson 08's model, ``max(floor, bytes / bandwidth)``, the floor and the
+  bandwidth measured on the same card in the same call. Elsewhere it says in one line that
+  it needs a GPU (after one correctness run, so that an unfinished kernel still fails).
+
+The judges name the classic mistakes: the padding program forgotten, one group's block size
+used for every group, the window without its +1, a circular group's negative positions not
+guarded, every group writing row 0, rows assumed ``max_num_tokens`` apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from slotmap.backend import BACKEND, DEVICE
+from slotmap.exercises.cases import GUARD, POISON, SlotCase, explain_slot_mapping
+from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.exercises.lesson03 import _gather_error, _is_power_of_two, _mid_block_failure
+from slotmap.layout import PAD_SLOT_ID, cdiv, next_power_of_2, window_size
+from slotmap.reference import slot_mappings_oracle
+
+TILE = 8  # tokens per tile in the capstone's checks, as in lesson 03's
+ROW_GAP = 3  # poisoned entries after each output row: the rows are not max_num_tokens apart
+
+
+# ---------------------------------------------------------------------------------------------
+# 09.group_window
+# ---------------------------------------------------------------------------------------------
+def group_window(tile_size: int, block_sizes: Sequence[int], circular: Sequence[bool]) -> int:
+    """BLOCK_TABLE_WINDOW_SIZE for one launch over every group: lesson 03's window for the
+    smallest block size of a group that is not circular; 1 when every group is circular
+    (each lane of a ring reads entry 0 of its row)."""
+    linear = [size for size, ring in zip(block_sizes, circular, strict=True) if not ring]
+    return window_size(tile_size, min(linear)) if linear else 1
+
+
+WINDOW_HINT = (
+    "The window must hold every block a tile of any group can touch: "
+    "next_power_of_2(cdiv(tile_size, b) + 1) for b the smallest block size among the groups "
+    "that are not circular; a circular group reads entry 0 only (1 when all are circular)."
+)
+
+
+@dataclass(frozen=True)
+class WindowCase:
+    tile_size: int
+    block_sizes: tuple[int, ...]
+    circular: tuple[bool, ...]
+
+    def __str__(self) -> str:
+        return (
+            f"tile_size={self.tile_size}, block_sizes={list(self.block_sizes)}, "
+            f"circular={list(self.circular)}"
+        )
+
+
+def _window_cases() -> list[tuple[str, WindowCase]]:
+    return [
+        ("full attention (blocks of 4) and a ring of 8", WindowCase(8, (4, 8), (False, True))),
+        ("two paged groups, blocks of 8 and 2", WindowCase(8, (8, 2), (False, False))),
+        ("tile 1024, blocks of 128 and 16", WindowCase(1024, (128, 16), (False, False))),
+        ("a ring of 2 beside blocks of 8", WindowCase(8, (2, 8), (True, False))),
+        ("sliding windows only: two rings", WindowCase(8, (4, 8), (True, True))),
+        ("blocks of 5 and 3, tile 16", WindowCase(16, (5, 3), (False, False))),
+    ]  # fmt: skip
+
+
+@st.composite
+def _window_strategy(draw: st.DrawFn) -> WindowCase:
+    tile = draw(st.sampled_from([2**k for k in range(11)]))
+    groups = draw(st.integers(1, 4))
+    sizes = draw(st.lists(st.integers(1, 300), min_size=groups, max_size=groups))
+    rings = draw(st.lists(st.booleans(), min_size=groups, max_size=groups))
+    return WindowCase(tile, tuple(sizes), tuple(rings))
+
+
+def _window_mistakes(case: WindowCase) -> list[tuple[int, str]]:
+    """(window, what it means) for the known-wrong answers, most specific first."""
+    tile, sizes, rings = case.tile_size, case.block_sizes, case.circular
+    linear = [s for s, r in zip(sizes, rings, strict=True) if not r]
+    if not linear:
+        return [(window_size(tile, min(sizes)), "a ring reads entry 0 of its row only: when "
+                 "every group is circular, the window needs 1 entry")]  # fmt: skip
+    smallest = min(linear)
+    found = [
+        (
+            next_power_of_2(cdiv(tile, smallest)),
+            f"the window has no +1: cdiv({tile}, {smallest}) blocks cover a tile that starts "
+            "on a block boundary, and a tile that starts mid-block touches one more",
+        ),
+        (
+            window_size(tile, min(sizes)),
+            "a circular group's block size was counted: a ring reads entry 0 of its row only, "
+            "so only the groups that are not circular size the window",
+        ),
+        (
+            window_size(tile, max(linear)),
+            f"the window fits the LARGEST block size ({max(linear)}): the group with blocks "
+            f"of {smallest} has a tile touch more blocks",
+        ),
+    ]
+    if not rings[0]:
+        found.append((
+            window_size(tile, sizes[0]),
+            f"the window fits group 0's block size ({sizes[0]}) only: one launch serves every "
+            f"group, and the group with blocks of {smallest} needs more entries",
+        ))  # fmt: skip
+    return found
+
+
+def judge_group_window(candidate: Callable[..., int], case: WindowCase) -> None:
+    call = f"group_window_size({case.tile_size}, {list(case.block_sizes)}, {list(case.circular)})"
+    got = candidate(case.tile_size, list(case.block_sizes), list(case.circular))
+    if hasattr(got, "item"):
+        got = got.item()
+    if isinstance(got, bool) or not isinstance(got, int):
+        raise Wrong(f"{call} returned {got!r}, not an int", "an int", repr(got), WINDOW_HINT)
+    expected = group_window(case.tile_size, case.block_sizes, case.circular)
+    if got == expected:
+        return
+    why = next((w for value, w in _window_mistakes(case) if value == got != expected), "")
+    if not why and not _is_power_of_two(got):
+        why = "it is not a power of two (tl.arange needs one: round up with next_power_of_2)"
+    linear = [s for s, r in zip(case.block_sizes, case.circular, strict=True) if not r]
+    shown = ""
+    if linear and got < expected and _is_power_of_two(got):
+        # What the production kernel does with it, on the smallest block size's worst tile.
+        shown = _mid_block_failure(case.tile_size, min(linear), got)
+    raise Wrong(
+        f"{call} should be {expected}, got {got}" + (f": {why}" if why else "") + shown,
+        expected,
+        got,
+        WINDOW_HINT,
+    )
+
+
+register(
+    Exercise(
+        id="09.group_window",
+        title="one window for every group",
+        cases=_window_cases,
+        strategy=_window_strategy,
+        judge=judge_group_window,
+        hint=WINDOW_HINT,
+        max_examples=60,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 09.fused_groups: the batches
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class GroupsCase:
+    """One batch and its KV-cache groups: request q owns tokens
+    [query_start_loc[q], query_start_loc[q + 1]); group g has its own block table (one row
+    per request), block size and circular flag."""
+
+    query_start_loc: list[int]
+    positions: list[int]
+    block_tables: list[list[list[int]]]  # per group, one row per request
+    block_sizes: list[int]
+    circular: list[bool]
+    max_num_tokens: int | None = None  # None: no padding tail
+
+    @property
+    def num_tokens(self) -> int:
+        return self.query_start_loc[-1]
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.query_start_loc) - 1
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.block_sizes)
+
+    @property
+    def padded_length(self) -> int:
+        return self.max_num_tokens if self.max_num_tokens is not None else self.num_tokens
+
+    @property
+    def width(self) -> int:
+        return max([len(row) for table in self.block_tables for row in table] + [1])
+
+    def stacked(self) -> list[list[list[int]]]:
+        """The tables as one [num_groups, num_reqs, width] list, rows padded with 0."""
+        return [[row + [0] * (self.width - len(row)) for row in t] for t in self.block_tables]
+
+    def request_of(self, token: int) -> int:
+        return next(q for q in range(self.num_reqs) if token < self.query_start_loc[q + 1])
+
+    def group(self, g: int) -> SlotCase:
+        """Group g alone, as a single-group case (for the invariant in words)."""
+        options = {"circular": True} if self.circular[g] else {}
+        return SlotCase(self.query_start_loc, self.positions, self.stacked()[g],
+                        self.block_sizes[g], self.max_num_tokens, options)  # fmt: skip
+
+    def expected(self) -> list[list[int]]:
+        tables = [torch.tensor(t, dtype=torch.int32) for t in self.stacked()]
+        return slot_mappings_oracle(
+            torch.tensor(self.query_start_loc, dtype=torch.int32),
+            torch.tensor(self.positions, dtype=torch.int64), tables, self.block_sizes,
+            circular=self.circular, max_num_tokens=self.padded_length,
+        ).tolist()  # fmt: skip
+
+    def __str__(self) -> str:
+        parts = [
+            f"query_start_loc={self.query_start_loc}",
+            f"positions={self.positions}",
+            f"block_sizes={self.block_sizes}",
+            f"circular={self.circular}",
+            f"block_tables={self.block_tables}",
+        ]
+        if self.max_num_tokens is not None and self.max_num_tokens != self.num_tokens:
+            parts.append(f"max_num_tokens={self.max_num_tokens}")
+        return ", ".join(parts)
+
+
+def _groups_case(
+    lengths: list[int],
+    firsts: list[int],
+    block_sizes: list[int],
+    circular: list[bool],
+    padding: int = 0,
+) -> GroupsCase:
+    """Requests of consecutive positions from ``firsts``; readable block numbers: group g's
+    blocks are 10 * (g + 1) + k, distinct within the group."""
+    starts, positions = [0], []
+    for first, n in zip(firsts, lengths, strict=True):
+        positions += list(range(first, first + n))
+        starts.append(starts[-1] + n)
+    tables = []
+    for g, (size, ring) in enumerate(zip(block_sizes, circular, strict=True)):
+        rows, used = [], 0
+        for first, n in zip(firsts, lengths, strict=True):
+            count = 1 if ring else max((first + n - 1) // size + 1, 1)
+            rows.append([10 * (g + 1) + used + k for k in range(count)])
+            used += count
+        tables.append(rows)
+    max_num_tokens = starts[-1] + padding if padding else None
+    return GroupsCase(starts, positions, tables, list(block_sizes), list(circular), max_num_tokens)
+
+
+def _fused_cases() -> list[tuple[str, GroupsCase]]:
+    return [
+        (
+            "two groups: full attention (blocks of 4) and a sliding window (a ring of 8), "
+            "and a padding tail",
+            _groups_case([6, 3, 1], [0, 9, 21], [4, 8], [False, True], padding=2),
+        ),
+        (
+            "group 1's blocks hold 2 tokens, group 0's 4",
+            _groups_case([12, 2], [3, 7], [4, 2], [False, False]),
+        ),
+        (
+            "empty requests (no tokens) between the others",
+            _groups_case([0, 4, 0, 3], [0, 2, 5, 10], [2, 4], [False, True], padding=1),
+        ),
+        (
+            "a padding tail longer than a tile of 8",
+            _groups_case([2, 1], [5, 0], [4, 3], [False, False], padding=13),
+        ),
+        (
+            "sliding windows only, positions before 0 (no slot) and a request with none after",
+            _groups_case([7, 2], [-3, -2], [4, 8], [True, True], padding=2),
+        ),
+        (
+            "three groups, decode steps deep into their rows",
+            _groups_case([1, 1, 1], [13, 0, 30], [4, 2, 16], [False, False, True]),
+        ),
+    ]
+
+
+@st.composite
+def _fused_strategy(draw: st.DrawFn) -> GroupsCase:
+    groups = draw(st.integers(1, 3))
+    sizes = draw(st.lists(st.sampled_from([1, 2, 3, 4, 5, 8, 16]), min_size=groups,
+                          max_size=groups))  # fmt: skip
+    # Negative positions (a sliding window's padding) are valid in circular groups only.
+    rings_only = draw(st.booleans())
+    rings = [True] * groups if rings_only else draw(
+        st.lists(st.booleans(), min_size=groups, max_size=groups))  # fmt: skip
+    lengths = draw(st.lists(st.integers(0, 20), min_size=1, max_size=3))
+    firsts = [draw(st.integers(-n - 2 if rings_only else 0, 30)) for n in lengths]
+    padding = draw(st.integers(0 if sum(lengths) else 1, 10))
+    case = _groups_case(lengths, firsts, sizes, rings, padding)
+    # Shuffle block numbers within each group: a kernel must not rely on them being in order.
+    for table in case.block_tables:
+        entries = [b for row in table for b in row]
+        shuffled = draw(st.permutations(entries))
+        it = iter(shuffled)
+        for row in table:
+            row[:] = [next(it) for _ in row]
+    return case
+
+
+# ---------------------------------------------------------------------------------------------
+# 09.fused_groups: launching the learner's kernel
+# ---------------------------------------------------------------------------------------------
+def run_kernel(kernel: Any, grid: tuple[int, ...], args: tuple, constants: dict) -> None:
+    """Launch a learner's kernel. Every launch of the capstone's checks goes through here, so
+    a bounds-checked launch of the learner's kernel replaces this one line."""
+    kernel[grid](*args, **constants)
+
+
+def fused_tensors(case: GroupsCase, device: torch.device | str = DEVICE) -> dict[str, Any]:
+    """The kernel's inputs on ``device``. query_start_loc carries one spare entry (num_tokens
+    again) past its end and positions GUARD zeros past theirs, so a kernel that forgets the
+    padding program reads an empty request there (and is caught for the unwritten padding),
+    not memory it does not own."""
+    qsl = torch.tensor(case.query_start_loc + [case.num_tokens], dtype=torch.int32,
+                       device=device)[: case.num_reqs + 1]  # fmt: skip
+    positions = torch.tensor(case.positions + [0] * GUARD, dtype=torch.int64, device=device)
+    return dict(
+        query_start_loc=qsl,
+        positions=positions[: len(case.positions)],
+        block_tables=torch.tensor(case.stacked(), dtype=torch.int32, device=device).reshape(
+            case.num_groups, case.num_reqs, case.width
+        ),
+        block_sizes=torch.tensor(case.block_sizes, dtype=torch.int32, device=device),
+        circular=torch.tensor([int(c) for c in case.circular], dtype=torch.int32, device=device),
+    )
+
+
+def kernel_args(t: dict[str, Any], num_tokens: int, max_num_tokens: int, out: torch.Tensor):
+    """The kernel's runtime arguments, in its signature's order."""
+    tables = t["block_tables"]
+    return (
+        num_tokens, max_num_tokens, t["query_start_loc"].numel() - 1, t["query_start_loc"],
+        t["positions"], tables, tables.stride(0), tables.stride(1), t["block_sizes"],
+        t["circular"], out, out.stride(0),
+    )  # fmt: skip
+
+
+def launch_fused_kernel(kernel: Any, case: GroupsCase, tile_size: int = TILE) -> list[int]:
+    """Run a learner's fused kernel on grid ``(num_groups, num_reqs + 1)``, with tiles of
+    ``tile_size`` tokens and ``group_window``'s window, into rows ``max_num_tokens + ROW_GAP``
+    apart inside a poisoned buffer. Returns the whole buffer (guard, rows and gaps, guard).
+
+    The kernel takes ``num_tokens, max_num_tokens, num_reqs, query_start_loc_ptr,
+    positions_ptr, block_tables_ptr, block_tables_group_stride, block_table_stride,
+    block_sizes_ptr, circular_ptr, slot_mappings_ptr, slot_mappings_stride``, then
+    ``PAD_ID``, ``TILE_BLOCK_SIZE`` and ``BLOCK_TABLE_WINDOW_SIZE``.
+    """
+    groups, length = case.num_groups, case.padded_length
+    stride = length + ROW_GAP
+    buffer = torch.full((GUARD + groups * stride + GUARD,), POISON, dtype=torch.int32,
+                        device=DEVICE)  # fmt: skip
+    out = buffer[GUARD : GUARD + groups * stride].view(groups, stride)[:, :length]
+    tensors = fused_tensors(case)
+    constants = dict(
+        PAD_ID=PAD_SLOT_ID,
+        TILE_BLOCK_SIZE=tile_size,
+        BLOCK_TABLE_WINDOW_SIZE=group_window(tile_size, case.block_sizes, case.circular),
+    )
+    grid = (groups, case.num_reqs + 1)
+    run_kernel(kernel, grid, kernel_args(tensors, case.num_tokens, length, out), constants)
+    return buffer.cpu().tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# 09.fused_groups: what went wrong, in words
+# ---------------------------------------------------------------------------------------------
+FUSED_HINT = (
+    "Program (g, q): row g of the output starts at slot_mappings_ptr + g * "
+    "slot_mappings_stride; group g's block size, circular flag and table are its own; program "
+    "(g, num_reqs) pads row g; a negative position (circular groups) gets PAD_ID."
+)
+
+
+def _slots_as_if(case: GroupsCase, g: int, block_size: int) -> list[int | None]:
+    """Group g's real tokens' slots had its table been read with ``block_size`` (a masked
+    load past the row gives 0, as the kernel's would); None where the window could not say."""
+    row_of = case.stacked()[g]
+    slots: list[int | None] = []
+    for t, p in enumerate(case.positions[: case.num_tokens]):
+        if p < 0:
+            slots.append(None)
+            continue
+        block = 0 if case.circular[g] else p // block_size
+        row = row_of[case.request_of(t)]
+        slots.append((row[block] if block < len(row) else 0) * block_size + p % block_size)
+    return slots
+
+
+def _group_name(case: GroupsCase, g: int) -> str:
+    kind = f"a ring of {case.block_sizes[g]}" if case.circular[g] else (
+        f"blocks of {case.block_sizes[g]}")  # fmt: skip
+    return f"group {g} ({kind})"
+
+
+def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int]) -> Wrong | None:
+    """The first invariant that ``buffer`` (guard, rows and gaps, guard) breaks, or None."""
+    groups, length = case.num_groups, case.padded_length
+    stride = length + ROW_GAP
+    body = buffer[GUARD : GUARD + groups * stride]
+    for index, value in enumerate(buffer[:GUARD]):
+        if value != POISON:
+            return Wrong(
+                f"a lane wrote {value} before the output (at {index - GUARD} from row 0's start)",
+                POISON, value, "Mask every store, and start row g at slot_mappings_ptr + g * "
+                "slot_mappings_stride.",
+            )  # fmt: skip
+    for index, value in enumerate(buffer[GUARD + groups * stride :]):
+        if value != POISON:
+            return Wrong(
+                f"a lane wrote {value} past the last group's row (at {index} after it)",
+                POISON, value, "Mask every store (offsets < end, offsets < max_num_tokens).",
+            )  # fmt: skip
+    for g in range(groups):
+        gap = body[g * stride + length : (g + 1) * stride]
+        for index, value in enumerate(gap):
+            if value != POISON:
+                return Wrong(
+                    f"a lane wrote {value} just past the end of {_group_name(case, g)}'s row "
+                    f"(column {length + index}; the rows hold {length} entries and lie "
+                    f"{stride} apart here): rows are slot_mappings_stride apart, which need "
+                    "not be max_num_tokens",
+                    POISON, value, "Row g starts at slot_mappings_ptr + g * slot_mappings_stride.",
+                )  # fmt: skip
+    rows = [body[g * stride : g * stride + length] for g in range(groups)]
+    unwritten = [g for g in range(1, groups) if all(v == POISON for v in rows[g])]
+    if unwritten and any(v != POISON for v in rows[0]):
+        g = unwritten[0]
+        return Wrong(
+            f"{_group_name(case, g)}'s row was never written, while row 0 was: every "
+            "group's programs wrote row 0 (the group's row offset is missing)",
+            expected[g], rows[g],
+            "Row g starts at slot_mappings_ptr + group_idx * slot_mappings_stride, with "
+            "group_idx = tl.program_id(0).",
+        )  # fmt: skip
+    for g in range(groups):
+        name = _group_name(case, g)
+        got, want = rows[g], expected[g]
+        if case.circular[g]:
+            for t in range(case.num_tokens):
+                p = case.positions[t]
+                if p < 0 and got[t] not in (PAD_SLOT_ID, POISON):
+                    return Wrong(
+                        f"{name}: token {t} (request {case.request_of(t)}) has position {p}, "
+                        f"before position 0 of its sliding window: it has no slot and must "
+                        f"get PAD_ID {PAD_SLOT_ID}, got {got[t]}",
+                        want[: case.num_tokens], got[: case.num_tokens],
+                        "In a circular group, has_slot = pos >= 0: keep negative positions "
+                        "away from % (Triton's % truncates toward zero: -1 % 4 is -1) and "
+                        "store PAD_ID for them.",
+                    )  # fmt: skip
+        real = got[: case.num_tokens]
+        if real != want[: case.num_tokens] and POISON not in real:
+            for h in range(groups):
+                size = case.block_sizes[h]
+                if size == case.block_sizes[g]:
+                    continue
+                alt = _slots_as_if(case, g, size)
+                mine = [s for s, a in zip(real, alt, strict=True) if a is not None]
+                if mine and mine == [a for a in alt if a is not None]:
+                    return Wrong(
+                        f"{name}: its slots are those of blocks of {size} tokens "
+                        f"({_group_name(case, h)}'s block size), but its own blocks hold "
+                        f"{case.block_sizes[g]}: each group's programs must load their own "
+                        "group's block size",
+                        want[: case.num_tokens], real,
+                        "block_size = tl.load(block_sizes_ptr + group_idx), used for the block "
+                        "index, the offset and the slot.",
+                    )  # fmt: skip
+        wrong = explain_slot_mapping(
+            case.group(g), want, [POISON] * GUARD + got + [POISON] * GUARD
+        )
+        if wrong is not None:
+            return Wrong(f"{name}: {wrong.invariant}", wrong.expected, wrong.got,
+                         wrong.hint or FUSED_HINT)  # fmt: skip
+    return None
+
+
+def judge_fused(kernel: Any, case: GroupsCase) -> None:
+    if not hasattr(kernel, "__getitem__"):
+        raise Wrong(
+            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
+            hint="Pass the kernel itself: check('09.fused_groups', fused_slot_mappings_kernel).",
+        )
+    try:
+        buffer = launch_fused_kernel(kernel, case)
+    except Exception as error:
+        wrong = _gather_error(error)
+        if wrong is None:
+            raise
+        raise wrong from None
+    wrong = diagnose_fused(case, case.expected(), buffer)
+    if wrong is not None:
+        raise wrong
+
+
+register(
+    Exercise(
+        id="09.fused_groups",
+        title="the fused multi-group slot-mapping kernel",
+        cases=_fused_cases,
+        strategy=_fused_strategy,
+        judge=judge_fused,
+        hint=FUSED_HINT,
+        max_examples=30,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 09.fused_groups_time: the kernel against lesson 08's model, on a GPU
+# ---------------------------------------------------------------------------------------------
+TIME_SHAPES = (("decode1024", 2), ("mixed", 2))  # (slotmap.bench shape, groups)
+TIME_BLOCK = 16  # tokens per block in every group of the timed batches
+GRAPH_CALLS = 20  # kernel launches per captured graph, as slotmap bench's default
+COPY_BYTES = 64 << 20  # the card's bandwidth: a copy large enough not to be latency-bound
+# measured / model must lie in this band. The teaching kernel runs one program per request
+# with one tile size, so it sits above the model (a long request walks its tiles one after
+# another); far below it means the kernel did not do its work.
+TIME_BAND = (0.5, 6.0)
+NEEDS_GPU = (
+    "SKIP 09.fused_groups_time: timing needs an NVIDIA GPU (CUDA graphs); this backend is {}. "
+    "Your kernel ran once and its slots are right; 09.fused_groups grades them."
+)
+
+
+@dataclass(frozen=True)
+class TimeMeasurement:
+    """One timed batch: the kernel's µs per call in a CUDA graph, and what the model needs,
+    measured on the same card (the floor: an empty kernel on the same grid; the bandwidth:
+    a large device-to-device copy)."""
+
+    shape: str
+    groups: int
+    num_tokens: int
+    max_num_tokens: int
+    measured_us: float
+    floor_us: float
+    copy_gbps: float
+    library_us: float | None = None  # the library's fused kernel, committed H200 run
+
+    @property
+    def predicted_us(self) -> float:
+        from slotmap.exercises.lesson08 import model_us
+
+        return model_us(
+            self.num_tokens, self.max_num_tokens, self.groups, self.copy_gbps, self.floor_us
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"{self.shape}, {self.groups} groups of blocks of {TIME_BLOCK}: "
+            f"num_tokens={self.num_tokens}, max_num_tokens={self.max_num_tokens}"
+        )
+
+
+def time_verdict(m: TimeMeasurement, band: tuple[float, float] = TIME_BAND) -> Wrong | None:
+    """None when ``m.measured_us`` lies within ``band`` times the model's prediction, else
+    what it means."""
+    from slotmap.exercises.lesson08 import kernel_bytes
+
+    predicted = m.predicted_us
+    ratio = m.measured_us / predicted
+    if band[0] <= ratio <= band[1]:
+        return None
+    size = kernel_bytes(m.num_tokens, m.max_num_tokens, m.groups)
+    model = (
+        f"max(floor {m.floor_us:.3g} µs, {size:,} bytes / {m.copy_gbps:,.0f} GB/s) = "
+        f"{predicted:.3g} µs"
+    )
+    library = (
+        f"; the library's fused kernel took {m.library_us:.3g} µs on the H200 (committed run)"
+        if m.library_us is not None
+        else ""
+    )
+    if ratio > band[1]:
+        return Wrong(
+            f"on {m.shape} with {m.groups} groups your kernel took {m.measured_us:.3g} µs a "
+            f"call in a CUDA graph, {ratio:.3g}x lesson 08's model ({model}); up to "
+            f"{band[1]:g}x passes{library}",
+            f"at most {band[1] * predicted:.3g} µs",
+            f"{m.measured_us:.3g} µs",
+            "Look for work done per lane that could be done once per tile: one window load a "
+            "tile (not a load per lane in a loop), the group's metadata loaded once a program, "
+            "no Python-side loop over tokens.",
+        )
+    return Wrong(
+        f"on {m.shape} with {m.groups} groups your kernel took {m.measured_us:.3g} µs a call, "
+        f"{1 / ratio:.3g}x faster than lesson 08's model ({model}) allows: a kernel cannot "
+        "beat its floor by that much; did every program write its row?",
+        f"at least {band[0] * predicted:.3g} µs",
+        f"{m.measured_us:.3g} µs",
+        "Time a kernel that passes 09.fused_groups.",
+    )
+
+
+def measure_fused_time(kernel: Any, shape_name: str, groups: int) -> TimeMeasurement:
+    """Time ``kernel`` on one of ``slotmap bench``'s shapes in a CUDA graph (its timers), with
+    its inputs and reference, checking the slots exactly before and after timing."""
+    from slotmap import bench
+    from slotmap.exercises.lesson08 import committed_results, lookup
+    from slotmap.kernels.fused_groups import choose_tiling
+
+    case = bench.build_case(bench.SHAPES[shape_name], TIME_BLOCK, str(DEVICE))
+    n, length = case.shape.num_tokens, case.shape.max_num_tokens
+    device = case.positions.device
+    tensors = dict(
+        query_start_loc=case.query_start_loc,
+        positions=case.positions,
+        block_tables=torch.stack(case.block_tables[:groups]),
+        block_sizes=torch.full((groups,), TIME_BLOCK, dtype=torch.int32, device=device),
+        circular=torch.zeros(groups, dtype=torch.int32, device=device),
+    )
+    out = torch.empty(groups, length, dtype=torch.int32, device=device)
+    tile = choose_tiling(n, case.num_reqs)[0]
+    constants = dict(
+        PAD_ID=PAD_SLOT_ID,
+        TILE_BLOCK_SIZE=tile,
+        BLOCK_TABLE_WINDOW_SIZE=group_window(tile, [TIME_BLOCK] * groups, [False] * groups),
+    )
+    grid = (groups, case.num_reqs + 1)
+    args = kernel_args(tensors, n, length, out)
+    expected = case.expected[:groups]
+
+    def run() -> None:
+        run_kernel(kernel, grid, args, constants)
+
+    def exact(when: str) -> None:
+        bench.synchronize()
+        if not torch.equal(out, expected):
+            wrong = (out != expected).nonzero()[0].tolist()
+            raise Wrong(
+                f"on {shape_name} with {groups} groups, {when}, slot_mappings{wrong} is "
+                f"{int(out[wrong[0], wrong[1]])}, the reference says "
+                f"{int(expected[wrong[0], wrong[1]])}",
+                hint="Make 09.fused_groups pass first.",
+            )
+
+    out.fill_(POISON)
+    run()
+    exact("before timing")
+    capture = bench.graph_capture("cuda")
+    out.fill_(POISON)
+    measured = bench.time_graph(run, GRAPH_CALLS, False, capture)
+    exact("after timing")
+    floor = bench.time_graph(lambda: bench._empty_kernel[grid](), GRAPH_CALLS, False, capture)
+    source = torch.randint(1, 256, (COPY_BYTES // 2,), dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    copy_us = bench.time_graph(lambda: target.copy_(source), GRAPH_CALLS, False, capture)
+    record = lookup(committed_results(), shape_name, TIME_BLOCK, f"fused-{groups}", "graph")
+    return TimeMeasurement(
+        shape_name, groups, n, length, measured, floor, COPY_BYTES / (copy_us * 1e3),
+        None if record is None else float(record["us"]),
+    )  # fmt: skip
+
+
+def gpu_timing() -> bool:
+    """Whether this backend can time a kernel in a CUDA graph."""
+    return BACKEND.name == "cuda"
+
+
+def _time_cases() -> list[tuple[str, Any]]:
+    if not gpu_timing():
+        return [("one correctness run (the timing needs a GPU)", None)]
+    return [(f"{shape}, {groups} groups, in a CUDA graph", (shape, groups))
+            for shape, groups in TIME_SHAPES]  # fmt: skip
+
+
+def judge_time(kernel: Any, case: tuple[str, int] | None) -> None:
+    if case is None:
+        # No GPU: an unfinished or wrong kernel still fails here; a right one is skipped.
+        judge_fused(kernel, _fused_cases()[0][1])
+        print(NEEDS_GPU.format(BACKEND.name))
+        return
+    if not hasattr(kernel, "__getitem__"):
+        judge_fused(kernel, _fused_cases()[0][1])
+    wrong = time_verdict(measure_fused_time(kernel, *case))
+    if wrong is not None:
+        raise wrong
+
+
+register(
+    Exercise(
+        id="09.fused_groups_time",
+        title="the fused kernel against lesson 08's timing model (GPU)",
+        cases=_time_cases,
+        strategy=None,
+        judge=judge_time,
+        hint="Make 09.fused_groups pass first; then one window load a tile, metadata once a "
+        "program.",
+    )
+)
