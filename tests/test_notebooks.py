@@ -26,6 +26,7 @@ CELL_TIMEOUT = 60
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
+CAPSTONE = "09_capstone.ipynb"
 
 
 def run_as_a_learner(path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -53,7 +54,9 @@ def test_the_course_has_its_lessons_and_exercises():
     assert LESSONS and LESSONS[0].name.startswith("00_")
     lesson_numbers = {p.name[:2] for p in LESSONS}
     for solution in SOLUTIONS:
-        assert solution.name[:2] in lesson_numbers, f"{solution.name} has no lesson"
+        # The capstone exercises the whole course: it has no lesson of its own.
+        has_lesson = solution.name[:2] in lesson_numbers or solution.name == CAPSTONE
+        assert has_lesson, f"{solution.name} has no lesson"
         assert expected_exercises(solution), f"{solution.name} checks no exercise"
     assert [p.name for p in EXERCISES] == [p.name for p in SOLUTIONS]
 
