@@ -222,6 +222,7 @@ def check_tokens(
             f"{name(t)}: position {int(pos[t])} is negative "
             "(only a circular cache pads negative positions)"
         )
+    check_distinct_positions(request, pos, where)
     block, offset, has_slot = block_and_offset_torch(
         pos, block_size, kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size,
         cp_rank=cp_rank, cp_interleave=cp_interleave, circular=circular,
@@ -247,6 +248,29 @@ def check_tokens(
         )
     if tile_size is not None:
         check_window(query_start_loc, request, block, has_slot, block_size, tile_size, where)
+
+
+def check_distinct_positions(request: Tensor, pos: Tensor, where: str = "") -> None:
+    """No request holds one position twice: its two tokens would write one slot, and which
+    one the cache keeps would depend on the order the programs run in. Checked on every CP
+    rank alike (the position's owner is where they collide, and every rank must agree on
+    the batch); in circular mode too. Negative positions (a circular cache's padded tail)
+    have no slot and may repeat. Other requests may hold the same position (and share its
+    physical block: prefix caching)."""
+    tokens = (pos >= 0).nonzero()[:, 0]
+    if tokens.numel() < 2:
+        return
+    # One sort of (request, position) pairs, packed into one int64: positions fit int32.
+    keys = request[tokens].to(torch.int64) * 2**32 + pos[tokens].to(torch.int64)
+    ordered, order = torch.sort(keys, stable=True)
+    same = (ordered[1:] == ordered[:-1]).nonzero()
+    if same.numel():
+        i = int(same[0, 0])
+        first, second = int(tokens[order[i]]), int(tokens[order[i + 1]])
+        _fail(
+            f"{where}request {int(request[first])}, tokens {first} and {second}: both hold "
+            f"position {int(pos[first])}, so both would write one slot"
+        )
 
 
 def check_window(

@@ -3,6 +3,14 @@ outside its inputs, crashed the process or returned wrong slots without a word.
 
 * the hot path's plan cache recognises a tensor object *and* its geometry, so an output
   shrunk in place (``set_``, ``resize_``, ``.data``) goes back through the full checks;
+* the fused kernels read no block-table row outside the tables for an unvalidated
+  ``idx_mapping`` entry (its tokens get PAD_ID);
+* integer arguments are ints (numpy integers too) that fit int32, ``pad_id`` is negative,
+  tensor arguments are tensors, each named when it is not;
+* ``cp.five_steps`` names a size below 1;
+* a position held twice by one request is named; legal repeats stay accepted.
+
+(Paged attention's unvalidated lengths and NaN propagation are in test_attention.py.)
 """
 
 from __future__ import annotations
@@ -310,3 +318,91 @@ def test_five_steps_of_a_valid_configuration_still_answer() -> None:
     steps = five_steps(13, 4, 4, 2, 2)  # V = 8: virtual block 1, offset 5, segment 2, rank 0
     assert (steps.virtual_block, steps.virtual_offset, steps.segment, steps.owner) == (1, 5, 2, 0)
     assert (steps.local_offset, steps.block, steps.offset) == (3, 1, 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 15 (issue 16, item 7): one position twice in one request would write one slot twice
+# ---------------------------------------------------------------------------------------------
+def _duplicate_cases() -> dict[str, tuple[dict[str, Any], str]]:
+    # The batch above with token 5 moved onto token 4's position 8, then variations.
+    base = [0, 1, 2, 3, 8, 8, 10, 11, 12, 13]
+    far = [0, 1, 2, 3, 13, 9, 10, 11, 12, 13]
+    return {
+        "neighbours": ({"positions": base}, r"request 1, tokens 4 and 5: both hold position 8"),
+        "far-apart": ({"positions": far}, r"request 1, tokens 4 and 9: both hold position 13"),
+        "first-request": (
+            {"positions": [2, 1, 2, 3, 8, 9, 10, 11, 12, 13]},
+            r"request 0, tokens 0 and 2: both hold position 2",
+        ),
+        # Under CP the owner's two tokens collide; every rank names the batch alike.
+        "cp-owner": (
+            {"positions": base, "cp_world_size": 2, "cp_rank": 0},
+            r"request 1, tokens 4 and 5: both hold position 8",
+        ),
+        "cp-not-owner": (
+            {"positions": base, "cp_world_size": 2, "cp_rank": 1},
+            r"request 1, tokens 4 and 5: both hold position 8",
+        ),
+        "circular": (
+            {"positions": base, "circular": True},
+            r"request 1, tokens 4 and 5: both hold position 8",
+        ),
+    }
+
+
+DUPLICATES = _duplicate_cases()
+
+
+@pytest.mark.parametrize("impl", list(SLOT_MAPPERS))
+@pytest.mark.parametrize("case", list(DUPLICATES))
+def test_one_position_twice_in_a_request_is_named(impl: str, case: str) -> None:
+    change, message = DUPLICATES[case]
+    qsl, _, table, block_size = small_batch()
+    options = dict(change)
+    positions = tensor(options.pop("positions"), torch.int64)
+    if options.get("circular"):
+        table = table[:, :1].contiguous()
+    if impl == "fused" and "circular" in options:
+        options["circular"] = [options["circular"]]
+    with pytest.raises(ValueError, match=message):
+        SLOT_MAPPERS[impl](qsl, positions, table, block_size, **options)
+
+
+def test_one_position_twice_is_named_in_every_group() -> None:
+    qsl, _, table, _ = small_batch()
+    positions = tensor([0, 1, 2, 3, 8, 8, 10, 11, 12, 13], torch.int64)
+    second = tensor([list(range(20, 28)), list(range(30, 38))], torch.int32)
+    for fn in (slotmap.slot_mappings_oracle, slotmap.compute_slot_mappings):
+        with pytest.raises(ValueError, match=r"group 0, request 1, tokens 4 and 5"):
+            fn(qsl, positions, [table, second], [4, 2])
+
+
+@pytest.mark.parametrize("impl", list(SLOT_MAPPERS))
+def test_legal_repeats_stay_accepted(impl: str) -> None:
+    # Two requests at the same positions sharing physical blocks (prefix caching), and a
+    # circular cache's padded tail, whose negative positions have no slot and may repeat.
+    qsl = tensor([0, 4, 8], torch.int32)
+    positions = tensor([4, 5, 6, 7, 4, 5, 6, 7], torch.int64)
+    shared = tensor([[3, 9], [3, 9]], torch.int32)
+    out = SLOT_MAPPERS[impl](qsl, positions, shared, 4)
+    assert out.cpu().view(-1).tolist() == [36, 37, 38, 39] * 2
+    padded = tensor([-1, -1, -1, 0, -2, -2, 1, 2], torch.int64)
+    ring = tensor([[5], [6]], torch.int32)
+    circular: Any = [True] if impl == "fused" else True
+    out = SLOT_MAPPERS[impl](qsl, padded, ring, 4, circular=circular)
+    assert out.cpu().view(-1).tolist() == [-1, -1, -1, 20, -1, -1, 25, 26]
+
+
+def test_a_repeat_far_apart_in_a_long_request_is_found() -> None:
+    # 2**16 tokens, one request, its last token repeating its first position.
+    from slotmap.reference import request_of_tokens
+    from slotmap.validate import check_distinct_positions
+
+    n = 2**16
+    qsl = tensor([0, n], torch.int32)
+    positions = torch.arange(n, dtype=torch.int64, device=DEVICE)
+    positions[-1] = 0
+    with pytest.raises(
+        ValueError, match=rf"request 0, tokens 0 and {n - 1}: both hold position 0"
+    ):
+        check_distinct_positions(request_of_tokens(qsl, n), positions)
