@@ -102,6 +102,7 @@ def test_window_not_a_power_of_two_is_rejected():
 # ---------------------------------------------------------------------------------------------
 # 09.fused_groups: one kernel with the known mistakes as a constexpr switch
 # ---------------------------------------------------------------------------------------------
+# The kernel compares MISTAKE with literals: a compiled kernel reads no plain global.
 RIGHT, NO_PADDING, FIRST_BLOCK_SIZE, NO_NEGATIVE_GUARD, ROW_ZERO, ROWS_TOKENS_APART = range(6)
 
 
@@ -127,19 +128,19 @@ def _variant_kernel(
 ):
     group_idx = tl.program_id(0)
     req_idx = tl.program_id(1)
-    if MISTAKE == ROW_ZERO:
+    if MISTAKE == 4:  # ROW_ZERO
         slot_mapping_ptr = slot_mappings_ptr
-    elif MISTAKE == ROWS_TOKENS_APART:
+    elif MISTAKE == 5:  # ROWS_TOKENS_APART
         slot_mapping_ptr = slot_mappings_ptr + group_idx * max_num_tokens
     else:
         slot_mapping_ptr = slot_mappings_ptr + group_idx * slot_mappings_stride
-    if MISTAKE != NO_PADDING:
+    if MISTAKE != 1:  # NO_PADDING
         if req_idx == num_reqs:
             for tile_start in range(num_tokens, max_num_tokens, TILE_BLOCK_SIZE):
                 offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
                 tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
             return
-    if MISTAKE == FIRST_BLOCK_SIZE:
+    if MISTAKE == 2:  # FIRST_BLOCK_SIZE
         block_size = tl.load(block_sizes_ptr)
     else:
         block_size = tl.load(block_sizes_ptr + group_idx)
@@ -152,7 +153,7 @@ def _variant_kernel(
         offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
         mask = offsets < end_idx
         pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
-        if MISTAKE == NO_NEGATIVE_GUARD:
+        if MISTAKE == 3:  # NO_NEGATIVE_GUARD
             has_slot = mask
             safe_pos = pos
         else:
