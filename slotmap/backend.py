@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -148,13 +149,15 @@ def _reinterpret_triton_language() -> None:
     for attr, value in list(vars(tensor).items()):
         if isinstance(value, JITFunction):
             setattr(tensor, attr, member(again(value)))
-    found = {  # one module can sit in sys.modules under two names (__main__, __mp_main__)
-        id(value): f"{getattr(module, '__name__', '?')}.{attr}"
-        for name, module in list(sys.modules.items())
-        if module is not None and not name.startswith("triton")
-        for attr, value in list(getattr(module, "__dict__", {}).items())
-        if isinstance(value, JITFunction)
-    }
+    with warnings.catch_warnings():  # isinstance on a deprecated module attribute warns
+        warnings.simplefilter("ignore")
+        found = {  # one module can sit in sys.modules under two names (__main__, __mp_main__)
+            id(value): f"{getattr(module, '__name__', '?')}.{attr}"
+            for name, module in list(sys.modules.items())
+            if module is not None and not name.startswith("triton")
+            for attr, value in list(getattr(module, "__dict__", {}).items())
+            if isinstance(value, JITFunction)
+        }
     compiled = list(found.values())
     if compiled:
         names = ", ".join(compiled[:3]) + (", ..." if len(compiled) > 3 else "")

@@ -70,6 +70,11 @@ MUTANTS = {
         "range(start_idx, end_idx - TILE_BLOCK_SIZE + 1, TILE_BLOCK_SIZE)",
         "never written: token",
     ),
+    "missing-positions-load-mask": (
+        "pos = tl.load(positions_ptr + offsets, mask=mask, other=0)",
+        "pos = tl.load(positions_ptr + offsets)",
+        "of the load at line",
+    ),
     "offset-from-wrong-divisor": (
         "pos % block_size",
         "pos % TILE_BLOCK_SIZE",
@@ -92,6 +97,20 @@ def test_missing_mask_is_caught_by_the_partial_tile_case(tmp_path):
     kernel = load_kernel(tmp_path, mutate(solution_kernel_source(), old, new))
     result = run_check(get_exercise("02.first_kernel"), kernel)
     assert "ends in a partial tile, no padding tail" in result.failure.case_name
+
+
+def test_an_unmasked_positions_load_is_named_with_lane_tensor_and_address(tmp_path):
+    old, new, _ = MUTANTS["missing-positions-load-mask"]
+    kernel = load_kernel(tmp_path, mutate(solution_kernel_source(), old, new))
+    found = run_check(get_exercise("02.first_kernel"), kernel).failure
+    # Case 1's request fills its tile. In case 2 the last request, tokens 5..10, ends in the
+    # tile 9..12: its lanes 2 and 3 read positions[11] and [12], past the 11 positions.
+    assert "the last request ends in a partial tile" in found.case_name
+    assert found.invariant.startswith("lane 2 (and 1 other lane) of the load at line ")
+    assert "pos = tl.load(positions_ptr + offsets)" in found.invariant
+    assert "reads positions_ptr[11], outside positions_ptr's 11 int64 entries [0, 11)" in (
+        found.invariant
+    )
 
 
 def test_rejects_a_plain_python_function():

@@ -3,6 +3,7 @@ solutions; its figures show what the kernel did; its widgets re-run the kernel o
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -80,6 +81,8 @@ def _variant_kernel(
     SENTINEL: tl.constexpr = 2147483647,  # what masked lanes offer to tl.min
     STORE_MASK: tl.constexpr = True,
     HALF_WINDOW: tl.constexpr = False,  # the window without its +1 (cdiv a power of two)
+    WINDOW_MASK: tl.constexpr = True,  # mask the window load at the row's end
+    FIRST_LANE_BASE: tl.constexpr = False,  # the window starts at the first lane's block
 ):
     req_idx = tl.program_id(0)
     if req_idx == tl.num_programs(0) - 1:
@@ -96,16 +99,22 @@ def _variant_kernel(
         pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
         block_indices = pos // block_size
         slot_offsets = pos % block_size
-        base = tl.min(tl.where(mask, block_indices, SENTINEL), axis=0)
+        if FIRST_LANE_BASE:
+            base = tl.sum(tl.where(offsets == tile_start, block_indices, 0), axis=0)
+        else:
+            base = tl.min(tl.where(mask, block_indices, SENTINEL), axis=0)
         if HALF_WINDOW:
             window_indices = base + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE // 2)
             size = BLOCK_TABLE_WINDOW_SIZE // 2
         else:
             window_indices = base + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE)
             size = BLOCK_TABLE_WINDOW_SIZE
-        window = tl.load(
-            row_ptr + window_indices, mask=window_indices < block_table_stride, other=0
-        )
+        if WINDOW_MASK:
+            window = tl.load(
+                row_ptr + window_indices, mask=window_indices < block_table_stride, other=0
+            )
+        else:
+            window = tl.load(row_ptr + window_indices)
         relative = block_indices - base
         # Clamp like production does, so a wrong window gives wrong slots rather than a crash.
         relative = tl.where(mask & (relative >= 0) & (relative < size), relative, 0)
@@ -151,6 +160,24 @@ def test_missing_store_mask_is_rejected():
     assert "past the request's end" in found.invariant or "padding entry" in found.invariant
 
 
+def test_unmasked_window_load_is_rejected_naming_lane_and_address():
+    found = failure("03.window_kernel", Variant(WINDOW_MASK=False))
+    # Row [5, 2] holds 2 entries; a window of 4 from block 0 reads entries 2 and 3 past it.
+    assert found.case_name == "named case 'one request, one tile starting on a block boundary'"
+    assert found.invariant.startswith("lane 2 (and 1 other lane) of the load at line ")
+    assert "window = tl.load(row_ptr + window_indices)" in found.invariant
+    assert "reads block_table_ptr[2], outside block_table_ptr's 2 int32 entries [0, 2)" in (
+        found.invariant
+    )
+    assert re.search(r"address 0x[0-9a-f]+, valid 0x[0-9a-f]+\.\.0x[0-9a-f]+", found.invariant)
+    assert "mask=" in found.hint
+
+
+def test_window_from_the_first_lane_is_rejected():
+    found = failure("03.window_kernel", Variant(FIRST_LANE_BASE=True))
+    assert "out of order inside a tile" in found.case_name
+
+
 def test_gather_outside_the_window_is_reported_in_words():
     @triton.jit
     def unclamped(
@@ -176,10 +203,11 @@ def test_gather_outside_the_window_is_reported_in_words():
             mask = offsets < end_idx
             pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
             blocks = pos // block_size
+            entries = tl.arange(0, BLOCK_TABLE_WINDOW_SIZE)
             window = tl.load(
-                block_table_ptr
-                + req_idx * block_table_stride
-                + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE)
+                block_table_ptr + req_idx * block_table_stride + entries,
+                mask=entries < block_table_stride,
+                other=0,
             )
             physical = tl.gather(window, blocks, 0)  # relative to entry 0: no base at all
             tl.store(

@@ -4,13 +4,16 @@
 random valid ones; ``judge_slot_mapping`` runs a learner's launcher on a case with a poisoned,
 guarded output and compares it with the reference, reporting the first broken invariant:
 a write outside the output, an element never written, a padding entry that is not PAD_ID,
-two tokens that collide in one slot, or simply a wrong slot.
+two tokens that collide in one slot, or simply a wrong slot. ``checked_launch`` runs a
+learner's kernel with every load checked against the tensors it was given.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -267,6 +270,126 @@ def judge_slot_mapping(
         raise wrong
 
 
+@dataclass(frozen=True)
+class _Extent:
+    """A tensor a kernel was launched with: the bytes it may read, by argument name."""
+
+    name: str
+    start: int
+    end: int
+    itemsize: int
+    dtype: str
+
+    @property
+    def entries(self) -> int:
+        return (self.end - self.start) // self.itemsize
+
+
+def _extents(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[_Extent]:
+    names: list[str] = []
+    for holder in (kernel, getattr(kernel, "kernel", None)):  # a KernelVariant-like wrapper
+        names = list(getattr(holder, "arg_names", None) or names)
+    named = list(zip(names, args, strict=False)) + list(kwargs.items())
+    named += [(f"argument {i}", a) for i, a in enumerate(args) if i >= len(names)]
+    extents = []
+    for name, value in named:
+        if isinstance(value, Tensor) and value.numel():
+            shape = zip(value.shape, value.stride(), strict=True)
+            size = value.element_size()
+            end = value.data_ptr() + size * (1 + sum((n - 1) * stride for n, stride in shape))
+            dtype = str(value.dtype).replace("torch.", "")
+            extents.append(_Extent(name, value.data_ptr(), end, size, dtype))
+    return extents
+
+
+def _kernel_line() -> tuple[int, str]:
+    """The line of the learner's kernel that is running: the innermost frame outside Triton
+    and this module."""
+    import linecache
+
+    import triton
+
+    skip = (str(Path(triton.__file__).parent), __file__)
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
+        frame = frame.f_back
+    if frame is None:
+        return 0, ""
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return frame.f_lineno, line
+
+
+def _describe_read(extents: list[_Extent], address: int, lane: str, lanes: int) -> str:
+    below = [e for e in extents if e.start <= address]
+    near = max(below, key=lambda e: e.start) if below else min(extents, key=lambda e: e.start)
+    index = (address - near.start) // near.itemsize
+    lineno, code = _kernel_line()
+    where = f" at line {lineno}: {code}" if lineno else ""
+    more = f" (and {plural(lanes - 1, 'other lane')})" if lanes > 1 else ""
+    return (
+        f"lane {lane}{more} of the load{where} reads {near.name}[{index}], outside "
+        f"{near.name}'s {plural(near.entries, near.dtype + ' entry', near.dtype + ' entries')} "
+        f"[0, {near.entries}) (address {address:#x}, valid {near.start:#x}..{near.end - 1:#x})"
+    )
+
+
+OUT_OF_BOUNDS_HINT = (
+    "Mask every load whose lanes can point outside its tensor: tl.load(ptr + index, "
+    "mask=index < limit, other=0). The interpreter reads whatever lies there; a GPU or NPU "
+    "faults or reads garbage."
+)
+
+
+def checked_launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
+    """``kernel[grid](*args, **kwargs)``, with every unmasked lane of every load checked
+    against the tensors passed in: a read outside them raises ``Wrong`` naming the lane, the
+    line, the tensor, its valid range and the address.
+
+    Only under Triton's interpreter (on a GPU the kernel runs compiled); masked-off lanes are
+    never checked, and an out-of-bounds lane is masked off so that nothing is read there.
+    """
+    # The interpreter's own loads, wrapped, rather than triton-viz's sanitizer: triton-viz 3.0
+    # fails at import with triton 3.8 and 3.9, which the CPU stack needs for numpy 2.
+    from slotmap.backend import BACKEND
+
+    if not BACKEND.interpreted:
+        kernel[grid](*args, **kwargs)
+        return
+    import numpy as np
+    from triton.runtime import interpreter
+
+    extents = _extents(kernel, args, kwargs)
+    builder = interpreter.interpreter_builder
+    original = builder.create_masked_load
+    found: list[str] = []
+
+    def load(ptrs: Any, mask: Any, other: Any, *rest: Any) -> Any:
+        size = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+        addresses = ptrs.data.astype(np.uint64)
+        live = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
+        inside = np.zeros(addresses.shape, dtype=bool)
+        for extent in extents:
+            inside |= (addresses >= extent.start) & (addresses + size <= extent.end)
+        bad = live & ~inside
+        if bad.any():
+            if not found:
+                flat = int(np.flatnonzero(bad)[0])
+                spot = np.unravel_index(flat, addresses.shape)
+                lane = str(spot[0]) if len(spot) == 1 else str(tuple(int(i) for i in spot))
+                address = int(addresses.reshape(-1)[flat])
+                found.append(_describe_read(extents, address, lane, int(bad.sum())))
+            mask = interpreter.TensorHandle(live & inside, mask.dtype)
+        return original(ptrs, mask, other, *rest)
+
+    builder.create_masked_load = load
+    try:
+        kernel[grid](*args, **kwargs)
+    finally:
+        del builder.create_masked_load
+    if found:
+        raise Wrong(found[0], "every unmasked lane inside its tensor", "", OUT_OF_BOUNDS_HINT)
+
+
 def launch_learner_kernel(
     kernel: Any,
     query_start_loc: Tensor,
@@ -300,7 +423,8 @@ def launch_learner_kernel(
     args = slot_mapping_args(
         num_tokens, max_num_tokens, query_start_loc, positions, block_table, block_size, out
     )
-    kernel[(num_reqs + 1,)](*args, PAD_ID=pad_id, TILE_BLOCK_SIZE=tile_size, **constants)
+    checked_launch(kernel, (num_reqs + 1,), *args, PAD_ID=pad_id, TILE_BLOCK_SIZE=tile_size,
+                   **constants)  # fmt: skip
     return out
 
 

@@ -218,6 +218,13 @@ def _window_kernel_cases() -> list[tuple[str, SlotCase]]:
             "decode steps: one token per request, deep into its row",
             SlotCase([0, 1, 2, 3], [13, 0, 7], [[9, 8, 7, 6], [2, 0, 0, 0], [1, 3, 0, 0]], 4),
         ),
+        # The window starts at the smallest logical block of the tile's valid lanes, which
+        # need not be the first lane's.
+        (
+            "positions out of order inside a tile: the first lane is not the smallest",
+            SlotCase([0, 3, 11], [9, 10, 11, 6, 7, 4, 5, 0, 1, 2, 3],
+                     [[1, 7, 4, 0], [5, 2, 9, 0]], 4),  # fmt: skip
+        ),
     ]
 
 

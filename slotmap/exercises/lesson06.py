@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 from slotmap.backend import DEVICE
-from slotmap.exercises.cases import GUARD, POISON
+from slotmap.exercises.cases import GUARD, POISON, checked_launch
 from slotmap.exercises.core import Exercise, Wrong, register
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import replay_padding_oracle
@@ -323,7 +323,8 @@ def launch_replay_kernel(kernel, case: ReplayCase) -> list[int]:
         starts = torch.tensor(case.replay_start, dtype=torch.int32, device=DEVICE)
         cacheable = torch.tensor([int(c) for c in case.prefix_cacheable], dtype=torch.int32,
                                  device=DEVICE)  # fmt: skip
-        kernel[(groups, num_reqs)](
+        checked_launch(
+            kernel, (groups, num_reqs),
             case.num_tokens, qsl, positions, starts, case.window, cacheable, slots, width,
             PAD_ID=PAD_SLOT_ID, TILE_BLOCK_SIZE=TILE,
         )  # fmt: skip

@@ -27,6 +27,7 @@ from torch import Tensor
 from slotmap.attention import dense_attention
 from slotmap.backend import DEVICE
 from slotmap.cp_attention import owned_positions
+from slotmap.exercises.cases import checked_launch
 from slotmap.exercises.core import Exercise, Wrong, register
 from slotmap.layout import PAD_SLOT_ID
 
@@ -98,7 +99,8 @@ def launch_reshape_and_cache_kernel(
         return
     _, block_size, num_heads, head_dim = key_cache.shape
     row = num_heads * head_dim
-    kernel[(num_tokens,)](
+    checked_launch(
+        kernel, (num_tokens,),
         key, value, key_cache, value_cache, slot_mapping,
         block_size, key_cache.stride(0), key_cache.stride(1),
         ROW=row, ROW_TILE=triton.next_power_of_2(row), PAD_ID=pad_id,
