@@ -256,6 +256,21 @@ def test_hot_path_takes_no_float_equal_to_a_cached_int() -> None:
                                          **hot)  # fmt: skip
 
 
+@pytest.mark.parametrize("launcher_name", list(HOT_LAUNCHERS))
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_hot_path_names_a_list_for_a_tensor(launcher_name: str, which: int) -> None:
+    launcher = HOT_LAUNCHERS[launcher_name]
+    inputs: list[Any] = list(small_batch())
+    hot: dict[str, Any] = dict(num_tokens=10, validate=False, tile_size=16)
+    out = torch.empty(10, dtype=torch.int32, device=DEVICE)
+    for _ in range(2):  # the plan is cached and its tensors seen
+        launcher(*inputs, out=out, **hot)
+    name = ("query_start_loc", "positions", "block_table")[which]
+    inputs[which] = inputs[which].tolist()
+    with pytest.raises(ValueError, match=rf"{name} must be a torch.Tensor, got list"):
+        launcher(*inputs, out=out, **hot)
+
+
 REPLAY_BAD: dict[str, tuple[dict[str, Any], type[Exception], str]] = {
     "window-float": ({"window": 3.0}, TypeError, "window must be an int, got float"),
     "window-over-int32": ({"window": 2**31}, ValueError, "window 2147483648 does not fit"),
