@@ -431,3 +431,43 @@ def test_a_hung_notebook_is_stopped_by_its_budget(tmp_path):
     )  # fmt: skip
     assert "budget" in grades["a_01_x.ipynb"].error
     assert grades["a_01_x.ipynb"].results == {"01.slot_of": "missing"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The headless stall: a finished cell waited out its whole timeout
+# ---------------------------------------------------------------------------------------------
+def test_no_wait_on_the_kernel_is_longer_than_a_slice(tmp_path, monkeypatch):
+    # pyzmq's asyncio poll can miss a message's wake-up until its timeout ends; every poll the
+    # executor makes must therefore be short, whatever the cell's timeout.
+    import zmq.asyncio
+
+    from slotmap.exercises.grade import execute_notebook
+    from slotmap.exercises.gradeworker import POLL_SLICE
+
+    asked: list[int | None] = []
+    poll = zmq.asyncio.Socket.poll
+
+    def recording_poll(self, timeout=None, flags=1):  # noqa: ANN001, ANN202
+        asked.append(timeout)
+        return poll(self, timeout, flags)
+
+    monkeypatch.setattr(zmq.asyncio.Socket, "poll", recording_poll)
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(notebook(cell("code", "import time\ntime.sleep(1.5)", "a"))))
+    execute_notebook(path, timeout=300)
+    waits = [t for t in asked if t != 0]
+    assert waits and all(t is not None and t <= 1000 * POLL_SLICE for t in waits), waits
+
+
+LESSON_06 = Path(__file__).resolve().parents[1] / "notebooks" / "06_hybrid_groups_replay.ipynb"
+
+
+@pytest.mark.timeout(240)  # three runs of about 15-25 s; one stall would cost 300 s
+def test_lesson_06_runs_three_times_without_a_stall():
+    from slotmap.exercises.grade import execute_notebook
+
+    for _ in range(3):
+        executed = execute_notebook(LESSON_06, timeout=300, allow_errors=True)
+        errors = [o for c in executed.cells for o in c.get("outputs", [])
+                  if o.get("output_type") == "error"]  # fmt: skip
+        assert errors == []

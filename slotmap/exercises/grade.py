@@ -61,14 +61,16 @@ def execute_notebook(path: Path, *, timeout: int = 300, allow_errors: bool = Fal
     """Run a notebook top to bottom on a fresh python3 kernel, in its own folder, with this
     checkout importable. Returns the executed nbformat notebook.
 
-    Per-cell ``timeout``: ipykernel 7 can stall a finished cell until the timeout (slotmap
-    pins ipykernel<7, where it does not happen). No isolation: for the course's own notebooks.
+    Per-cell ``timeout``. Waits on the kernel are sliced (``gradeworker.sliced``), so a missed
+    wake-up does not stall a finished cell until the timeout. No isolation: for the course's
+    own notebooks.
     """
-    import nbclient
     import nbformat
 
+    from slotmap.exercises.gradeworker import client_class
+
     notebook = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
+    client = client_class()(
         notebook,
         timeout=timeout,
         kernel_name="python3",

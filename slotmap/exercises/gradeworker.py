@@ -20,26 +20,51 @@ import sys
 import time
 from typing import Any
 
-from sandbox import kill_descendants, set_subreaper
+if __package__:
+    from .sandbox import kill_descendants, set_subreaper
+else:  # run as a script, beside sandbox.py, without importing slotmap
+    from sandbox import kill_descendants, set_subreaper
+
+POLL_SLICE = 1.0  # seconds: the longest one wait on a kernel channel may miss a message by
 
 
-def _output_size(output: dict[str, Any]) -> int:
-    if output.get("output_type") == "stream":
-        return len(output.get("text", ""))
-    data = output.get("data", {})
-    size = sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in data.values())
-    return size + len(json.dumps(output.get("traceback", [])))
+def sliced(get_msg):  # noqa: ANN001, ANN201
+    """``get_msg`` whose waits last at most ``POLL_SLICE`` each, up to the same timeout.
+
+    pyzmq's asyncio poll can miss the wake-up of a message that has arrived; it sees the
+    message only when its timeout ends (it polls once more then). nbclient waits for a cell's
+    reply with the cell's whole timeout, so a missed wake-up stalled a finished cell for that
+    long and then went on. Short polls bound the cost of one to ``POLL_SLICE``."""
+    from queue import Empty
+
+    async def get(timeout: float | None = None):  # noqa: ANN202
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL_SLICE if deadline is None else deadline - time.monotonic()
+            try:
+                return await get_msg(timeout=max(0.0, min(POLL_SLICE, left)))
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    return get
 
 
-def _client_class():
+def client_class():  # noqa: ANN201
+    """nbclient's ``NotebookClient`` with sliced waits on the kernel's channels (``sliced``)
+    and a cap on the output it keeps (``max_output`` characters; past it the kernel dies)."""
     import nbclient
 
     class Client(nbclient.NotebookClient):
-        """Keeps at most ``max_output`` characters of outputs; past that the kernel is killed."""
-
         max_output = 0
         kept = 0
         flooded = False
+
+        async def async_start_new_kernel_client(self):  # noqa: ANN201
+            kc = await super().async_start_new_kernel_client()
+            for channel in (kc.shell_channel, kc.iopub_channel):
+                channel.get_msg = sliced(channel.get_msg)
+            return kc
 
         def output(self, outs, msg, display_id, cell_index):  # noqa: ANN001, ANN201
             out = super().output(outs, msg, display_id, cell_index)
@@ -53,6 +78,14 @@ def _client_class():
             return out
 
     return Client
+
+
+def _output_size(output: dict[str, Any]) -> int:
+    if output.get("output_type") == "stream":
+        return len(output.get("text", ""))
+    data = output.get("data", {})
+    size = sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in data.values())
+    return size + len(json.dumps(output.get("traceback", [])))
 
 
 def main() -> int:
@@ -99,7 +132,7 @@ def main() -> int:
         if cell_index in check_cells or records:
             results.write(json.dumps({"cell": cell_index, "records": records}) + "\n")
 
-    Client = _client_class()
+    Client = client_class()
     km = KernelManager(kernel_name=job["kernel_name"], transport="ipc", ip=job["ipc"])
     client = Client(
         notebook,
