@@ -184,3 +184,56 @@ def test_paged_widget_redraws_on_change():
     box.controls["request_0"].value = 9
     assert box.figure is not first
     assert len(by_gid(box.figure, "cache-slot")) == 23
+
+
+def _arrow_points(fig, arrow, samples: int = 40) -> list[tuple[float, float]]:
+    """Points along an arrow's drawn path, in data coordinates (the head left out)."""
+    import numpy as np
+
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    # A patch's path is in its own coordinates; its transform takes them to the display.
+    shaft = arrow.get_path().to_polygons(closed_only=False)[0]
+    line = ax.transData.inverted().transform(arrow.get_transform().transform(shaft))
+    points = []
+    for (x0, y0), (x1, y1) in zip(line, line[1:], strict=False):
+        for t in np.linspace(0, 1, samples):
+            points.append((x0 + t * (x1 - x0), y0 + t * (y1 - y0)))
+    return points
+
+
+@pytest.mark.parametrize(
+    "lengths, first_positions, seed", [((5, 11, 3), None, 0), ((1, 1, 1), (6, 12, 2), 3)]
+)
+def test_figure_arrows_land_on_their_block_and_cross_nothing(lengths, first_positions, seed):
+    """Each block-table arrow ends on the edge of the physical block its entry names, and
+    its path runs through no block of the cache and no entry of the table (an arrow drawn
+    straight across the picture seems to point at whatever it passes)."""
+    import matplotlib.pyplot as plt
+
+    from slotmap.viz import paged
+
+    batch = paged.paged_batch(lengths, 4, first_positions=first_positions, seed=seed)
+    fig = paged.draw_batch(batch)
+    cells = [p for gid in ("cache-slot", "cache-empty", "cache-earlier", "table-entry",
+                           "table-unused") for p in by_gid(fig, gid)]  # fmt: skip
+    boxes = [(p.get_x(), p.get_y(), p.get_x() + p.get_width(), p.get_y() + p.get_height())
+             for p in cells]  # fmt: skip
+    slots = by_gid(fig, "cache-slot") + by_gid(fig, "cache-empty") + by_gid(fig, "cache-earlier")
+    arrows = by_gid(fig, "block-arrow")
+    entries = by_gid(fig, "table-entry")
+    assert len(arrows) == len(entries) == sum(batch.blocks_used)
+    landed = []
+    for arrow in arrows:
+        points = _arrow_points(fig, arrow)
+        inside = [(x, y) for x, y in points for x0, y0, x1, y1 in boxes
+                  if x0 + 0.05 < x < x1 - 0.05 and y0 + 0.05 < y < y1 - 0.05]  # fmt: skip
+        assert inside == [], "an arrow runs through a block or a table entry"
+        # The end: the first slot of a physical block, on its edge.
+        x_end, y_end = points[-1]
+        first = [p for p in slots if abs(p.get_x() - x_end) < 0.1
+                 and p.get_y() - 0.05 <= y_end <= p.get_y() + p.get_height() + 0.05]  # fmt: skip
+        assert len(first) == 1, f"arrow ends at ({x_end:.2f}, {y_end:.2f}), not on a block"
+        landed.append(round(first[0].get_x(), 2))
+    plt.close(fig)
+    assert len(landed) == len(arrows)

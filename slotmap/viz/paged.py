@@ -17,7 +17,9 @@ import torch
 
 from slotmap.viz import style
 
-CACHE_GAP = 0.4  # space between two physical blocks in the KV-cache picture, in cells
+CACHE_GAP = 0.8  # space between two physical blocks in the KV-cache picture, in cells
+TABLE_GAP = 0.6  # space between two block-table entries: the arrows leave down it
+LANE = 0.16  # height of one arrow's lane in the band between the table and the cache
 
 
 @dataclass
@@ -99,6 +101,72 @@ def _cache_layout(batch: PagedBatch, width: float) -> tuple[int, float]:
     return per_line, block_width
 
 
+Point = tuple[float, float]
+
+
+def _crossings(paths: list[list[Point]]) -> int:
+    """How many times two different right-angled paths cross."""
+    segments = [[(a, b) for a, b in zip(path, path[1:], strict=False) if a != b] for path in paths]
+    count = 0
+    for i, first in enumerate(segments):
+        for second in segments[i + 1 :]:
+            for a, b in first:
+                for c, d in second:
+                    for (h0, h1), (v0, v1) in (((a, b), (c, d)), ((c, d), (a, b))):
+                        if h0[1] == h1[1] and v0[0] == v1[0]:  # horizontal x vertical
+                            x_low, x_high = sorted((h0[0], h1[0]))
+                            y_low, y_high = sorted((v0[1], v1[1]))
+                            count += x_low < v0[0] < x_high and y_low < h0[1] < y_high
+    return count
+
+
+def _arrow_paths(batch, entry_patches, block_origin, entry, y_band, table_rows):
+    """A right-angled path for each used block-table entry: out of the entry's right edge
+    into the gap after it, down to its own lane under the table, across to the gap left of
+    the physical block's column, down to the block and into its left edge. The lanes are
+    ordered to keep crossings few."""
+    legs = {}  # (request, b) -> (start, gap x, drop x, target)
+    into_gap: dict[float, list[tuple[int, tuple[int, int]]]] = {}
+    for request, b in entry_patches:
+        x0, y = block_origin[int(batch.block_table[request][b])]
+        into_gap.setdefault(x0, []).append((y, (request, b)))
+    drop_x = {}
+    for x0, arrivals in into_gap.items():
+        # A deeper block's path drops nearer its block, so it passes the others' last legs.
+        arrivals.sort(key=lambda item: (item[0], item[1]))
+        for k, (_, key) in enumerate(arrivals):
+            drop_x[key] = x0 - CACHE_GAP * (k + 1) / (len(arrivals) + 1)
+    for (request, b), patch in entry_patches.items():
+        x0, y = block_origin[int(batch.block_table[request][b])]
+        right, middle = patch.get_x() + entry, patch.get_y() + 0.4
+        # Later rows leave nearer their entry, so an earlier row's path passes their stubs.
+        gap_x = right + TABLE_GAP * (table_rows - request) / (table_rows + 1)
+        legs[(request, b)] = ((right, middle), gap_x, drop_x[(request, b)], (x0, y + 0.4))
+
+    def paths_for(order):
+        paths = {}
+        for lane, key in enumerate(order):
+            start, gap_x, drop, target = legs[key]
+            y_lane = y_band + (lane + 1) * LANE
+            paths[key] = [start, (gap_x, start[1]), (gap_x, y_lane), (drop, y_lane),
+                          (drop, target[1]), target]  # fmt: skip
+        return paths
+
+    # Start with the farthest drop on the top lane (no crossing between two paths that go
+    # the same way without nesting), then swap neighbours while that removes crossings.
+    order = sorted(legs, key=lambda key: (-legs[key][2], key))
+    best = _crossings(list(paths_for(order).values()))
+    improved = True
+    while improved and best:
+        improved = False
+        for i in range(len(order) - 1):
+            trial = order[:i] + [order[i + 1], order[i]] + order[i + 2 :]
+            count = _crossings(list(paths_for(trial).values()))
+            if count < best:
+                order, best, improved = trial, count, True
+    return paths_for(order)
+
+
 def draw_paged(
     lengths: Sequence[int] = (5, 11, 3),
     block_size: int = 4,
@@ -121,7 +189,8 @@ def draw_paged(
 
 def draw_batch(batch: PagedBatch):
     """Draw a ``PagedBatch`` (see ``draw_paged``)."""
-    from matplotlib.patches import ConnectionPatch, Rectangle
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+    from matplotlib.path import Path
 
     block_size = batch.block_size
     # Everything is measured in cells: one token, one table entry or one slot is 1 wide.
@@ -134,9 +203,12 @@ def draw_batch(batch: PagedBatch):
     # Rows from the top (y grows downwards in this layout, flipped at the end).
     y_token, y_slot = 0.0, 1.0
     y_table = 3.6
-    y_cache = y_table + table_rows * 1.15 + 1.6
+    # The band under the table holds one horizontal lane per arrow.
+    arrows = sum(batch.blocks_used)
+    y_band = y_table + (table_rows - 1) * 1.15 + 0.8 + 0.3
+    y_cache = y_band + (arrows + 1) * LANE + 0.2
     line_height = 1.9
-    height = y_cache + cache_lines * line_height
+    height = y_cache + cache_lines * line_height + 0.3
 
     cell_inches = style.WIDTH * 0.86 / width
     font = max(5.5, min(style.FONT_SIZE, cell_inches * 72 * 0.36))
@@ -197,8 +269,9 @@ def draw_batch(batch: PagedBatch):
     ax.text(0, y_table - 0.75, "block table (entry b: logical block b -> physical block)",
             fontsize=style.FONT_SIZE, va="bottom")  # fmt: skip
     entry = max(1.0, min(2.5, width / 20))  # a table entry is wider than a cell in wide figures
+    pitch = entry + TABLE_GAP
     for b in range(len(batch.block_table[0]) if batch.block_table else 0):
-        ax.text((b + 0.5) * entry, y_table - 0.1, f"b={b}", ha="center", va="bottom",
+        ax.text(b * pitch + entry / 2, y_table - 0.1, f"b={b}", ha="center", va="bottom",
                 fontsize=font * 0.85, color=style.EDGE)  # fmt: skip
     entry_patches: dict[tuple[int, int], Rectangle] = {}
     for request, row in enumerate(batch.block_table):
@@ -207,7 +280,7 @@ def draw_batch(batch: PagedBatch):
         for b, physical in enumerate(row):
             used = b < batch.blocks_used[request]
             colour = style.request_colour(request) if used else style.EMPTY
-            patch = cell(b * entry, y, colour, physical if used else "",
+            patch = cell(b * pitch, y, colour, physical if used else "",
                          "table-entry" if used else "table-unused", text_colour="white",
                          wide=entry, size=style.FONT_SIZE if entry > 1 else font)  # fmt: skip
             if used:
@@ -229,7 +302,8 @@ def draw_batch(batch: PagedBatch):
             earlier[row[position // block_size] * block_size + position % block_size] = request
     hatched = "; hatched: written by earlier steps" if earlier else ""
     slots = "slot" if block_size == 1 else "slots"
-    ax.text(0, y_cache - 0.35, f"KV cache: {batch.num_physical_blocks} physical blocks of "
+    # Under the cache, so that no arrow runs through it.
+    ax.text(0, height - 0.35, f"KV cache: {batch.num_physical_blocks} physical blocks of "
             f"{block_size} {slots} (label: position stored there{hatched})",
             fontsize=style.FONT_SIZE, va="bottom")  # fmt: skip
     block_origin: dict[int, tuple[float, float]] = {}
@@ -259,17 +333,14 @@ def draw_batch(batch: PagedBatch):
                      edge=style.request_colour(earlier[slot]))  # fmt: skip
             else:
                 cell(x0 + offset, y, style.EMPTY, "", "cache-empty")
-    if cache_lines:
-        row_title(y_cache, "slots")
-
-    # Arrows: block-table entry -> the physical block it names.
-    for (request, b), patch in entry_patches.items():
-        physical = int(batch.block_table[request][b])
-        x0, y = block_origin[physical]
-        x, y_entry = patch.get_x() + entry / 2, patch.get_y() + 0.8
-        arrow = ConnectionPatch((x, y_entry), (x0 + block_size / 2, y), "data", "data",
-                                arrowstyle="-|>", color=style.request_colour(request),
-                                linewidth=0.8, alpha=0.5, mutation_scale=8)  # fmt: skip
+    # Arrows: block-table entry -> the physical block it names, on right-angled paths
+    # through the gaps (never across a block or an entry), ending on the block's left edge.
+    for request, path in _arrow_paths(
+        batch, entry_patches, block_origin, entry, y_band, table_rows
+    ).items():
+        arrow = FancyArrowPatch(path=Path(path), arrowstyle="-|>", linewidth=0.9,
+                                color=style.request_colour(request[0]), alpha=0.75,
+                                mutation_scale=8)  # fmt: skip
         arrow.set_gid("block-arrow")
         ax.add_artist(arrow)
 
