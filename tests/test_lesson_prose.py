@@ -1,0 +1,333 @@
+"""Lesson prose and code that a learner reads before the exercises: no lesson hands out an
+exercise's answer (neither a solution region's code nor the printed source of the library's
+version of it), and every measured number in a lesson's prose comes from the committed
+benchmark results."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import io
+import json
+import re
+import textwrap
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slotmap.exercises.build import BEGIN, END, MD_BEGIN, MD_END, _source, solution_notebooks
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# A printed source that holds this share of an answer's 4-token sequences hands it out.
+COVERAGE_LIMIT = 0.4
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One solution region: the exercise notebook's number, the function it sits in, its text."""
+
+    lesson: str
+    where: str
+    function: str
+    text: str
+    kind: str  # "code" or "markdown"
+
+
+def _code_regions(source: str) -> list[str]:
+    """The code between each BEGIN/END pair, the lines build.cut_code removes."""
+    regions, current, inside = [], [], False
+    for line in source.split("\n"):
+        stripped = line.strip()
+        if stripped.startswith(BEGIN):
+            inside, current = True, []
+        elif stripped.startswith(END):
+            inside = False
+            regions.append(textwrap.dedent("\n".join(current)))
+        elif inside:
+            current.append(line)
+    return regions
+
+
+def _markdown_regions(source: str) -> list[str]:
+    return [part.partition(MD_END)[0] for part in source.split(MD_BEGIN)[1:]]
+
+
+def _enclosing_function(source: str) -> str:
+    """The name of the function a solution cell defines (the one the learner completes)."""
+    stubbed = "\n".join(line for line in source.split("\n") if line.strip() not in (BEGIN, END))
+    names = [n.name for n in ast.walk(ast.parse(stubbed)) if isinstance(n, ast.FunctionDef)]
+    return names[0] if names else ""
+
+
+def answers() -> list[Answer]:
+    """Every solution region of every solution notebook, found the way the build finds them."""
+    found = []
+    for path in solution_notebooks(ROOT / "solutions"):
+        for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            source, where = _source(cell), f"{path.name}, cell {index}"
+            if cell["cell_type"] == "code" and BEGIN in source:
+                function = _enclosing_function(source)
+                for text in _code_regions(source):
+                    found.append(Answer(path.name[:2], where, function, text, "code"))
+            elif cell["cell_type"] == "markdown" and MD_BEGIN in source:
+                for text in _markdown_regions(source):
+                    found.append(Answer(path.name[:2], where, "", text, "markdown"))
+    return found
+
+
+def lesson_cells(path: Path) -> list[tuple[int, str, str]]:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return [(index, cell["cell_type"], _source(cell)) for index, cell in enumerate(cells)]
+
+
+def squeeze(text: str) -> str:
+    """Whitespace normalised: every run of blanks and line breaks is one space."""
+    return " ".join(text.split())
+
+
+def tokens(source: str) -> list[str]:
+    """Python tokens without comments and layout, so formatting never hides a copy."""
+    out = []
+    readline = io.StringIO(textwrap.dedent(source)).readline
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+    for token in tokenize.generate_tokens(readline):
+        if token.type not in skip and token.type != tokenize.ENDMARKER:
+            out.append(token.string)
+    return out
+
+
+def coverage(answer: str, printed: str, n: int = 4) -> float:
+    """The share of the answer's n-token sequences that also occur in ``printed``."""
+
+    def grams(words: list[str]) -> set[tuple[str, ...]]:
+        return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+    wanted = grams(tokens(answer))
+    return len(wanted & grams(tokens(printed))) / len(wanted) if wanted else 0.0
+
+
+def short_name(name: str) -> str:
+    """A function's name without leading underscores and a ``_kernel`` suffix."""
+    return name.strip("_").removesuffix("_kernel")
+
+
+def printed_sources(path: Path) -> list[tuple[int, str, object]]:
+    """Each ``inspect.getsource(x)`` in the lesson: the cell, the expression, the object,
+    resolved with the lesson's own slotmap imports."""
+    namespace: dict = {}
+    exec("import slotmap", namespace)  # noqa: S102 - the lesson's own imports, nothing else
+    found = []
+    for index, kind, source in lesson_cells(path):
+        if kind != "code":
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import | ast.ImportFrom) and "slotmap" in ast.unparse(node):
+                exec(ast.unparse(node), namespace)  # noqa: S102
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "inspect.getsource":
+                expression = ast.unparse(node.args[0])
+                found.append((index, expression, eval(expression, namespace)))  # noqa: S307
+    return found
+
+
+ANSWERS = answers()
+
+
+def test_the_solutions_have_answers_to_hide():
+    """The tests below search for something: every exercise notebook's regions are found."""
+    lessons = {answer.lesson for answer in ANSWERS if answer.kind == "code"}
+    assert lessons == {p.name[:2] for p in solution_notebooks(ROOT / "solutions")}
+    assert {"first_kernel", "window_kernel", "reshape_and_cache_kernel", "merge"} <= {
+        answer.function for answer in ANSWERS
+    }
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_no_lesson_cell_contains_a_solution_region(path):
+    leaks = []
+    for index, kind, source in lesson_cells(path):
+        for answer in ANSWERS:
+            if answer.kind == kind and squeeze(answer.text) in squeeze(source):
+                leaks.append(f"cell {index} holds the answer of {answer.where}")
+    assert leaks == []
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_no_lesson_prints_the_source_of_an_answer(path):
+    """A lesson may print library code, but not the library's version of a function that its
+    own exercise, or a later one, asks the learner to write: one with the same name (less
+    underscores and ``_kernel``), or one whose source holds most of the answer's code."""
+    lesson, leaks = path.name[:2], []
+    for index, expression, target in printed_sources(path):
+        printed = inspect.getsource(target)
+        name = short_name(getattr(target, "__name__", ""))
+        for answer in ANSWERS:
+            if answer.kind != "code" or answer.lesson < lesson:
+                continue  # an earlier exercise's answer is the learner's own work by now
+            same_name = answer.function and name == short_name(answer.function)
+            share = coverage(answer.text, printed)
+            if same_name or share >= COVERAGE_LIMIT:
+                leaks.append(
+                    f"cell {index} prints {expression}: the answer of {answer.where} "
+                    f"({answer.function}; {share:.0%} of its code)"
+                )
+    assert leaks == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers in the prose
+# ---------------------------------------------------------------------------------------------
+RESULTS = ROOT / "benchmarks" / "results"
+# A measurement is a device's time or rate: a number (or the two ends of a range, "18 to 28")
+# written with one of these units. Sizes (bytes, tokens, blocks, 2^24), counts, ratios that
+# a cell prints, and the lessons' own CPU run times in seconds are not.
+UNITS = {"µs": "time", "us": "time", "GB/s": "rate"}
+NUMBER = r"(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?"
+MEASURED = re.compile(
+    rf"(?<![\w.#]){NUMBER}(?:(?:\s+to\s+|\s*[-–]\s*){NUMBER})?(?:\s|\u00a0)*(µs|us\b|GB/s|TB/s)"
+)
+# A sentence or table row that names a published source quotes it: not ours to measure.
+QUOTED = re.compile(r"PR #\d+|vllm-ascend measured")
+SENTENCE = re.compile(r"(?<=[.:;])\s+(?=[A-Z(*`$])")
+
+
+def _walk(node, key: str, found: dict[str, set[float]]) -> None:
+    if isinstance(node, dict):
+        for name, value in node.items():
+            _walk(value, name, found)
+    elif isinstance(node, list):
+        for value in node:
+            _walk(value, key, found)
+    elif isinstance(node, str):  # a summary line, e.g. a target's "<= 1.5 us"
+        found["time"].update(float(m) for m in re.findall(r"(\d+(?:\.\d+)?) ?(?:us|µs)", node))
+    elif isinstance(node, int | float) and not isinstance(node, bool):
+        if key == "us" or key.endswith("_us"):
+            found["time"].add(float(node))
+        elif key.endswith("gbps"):
+            found["rate"].add(float(node))
+
+
+def committed_values(files: list[Path]) -> dict[str, set[float]]:
+    """The times (µs) and rates (GB/s) these results files hold: a JSON's records, a log's
+    lines (the microkernel ladder exists only as ``sweep*.log``)."""
+    found: dict[str, set[float]] = {"time": set(), "rate": set()}
+    for path in files:
+        if path.suffix == ".json":
+            _walk(json.loads(path.read_text(encoding="utf-8")), "", found)
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for match in re.finditer(r"(\d+\.\d+|\d+)\s*(us|µs)\b", text):
+            found["time"].add(float(match.group(1)))
+        for match in re.finditer(r"(\d+\.\d+|\d+)\s*GB/s", text):
+            found["rate"].add(float(match.group(1)))
+    return found
+
+
+CURRENT = RESULTS / "h200.json"
+NAMED = re.compile(r"(?:benchmarks/)?(?:results/)?((?:[\w.-]+/)?[\w.-]+)\.(?:md|json|log)\b")
+
+
+def sources(sentence: str) -> list[Path]:
+    """The results a sentence names (``h200-runs/run3-request-grid.md``: that run's .json and
+    .log); a sentence that names none speaks of the current run, ``h200.json``."""
+    named = []
+    for match in NAMED.finditer(sentence):
+        stem = match.group(1)
+        named += [p for p in RESULTS.rglob("*") if p.suffix in (".json", ".log")
+                  and str(p.relative_to(RESULTS).with_suffix("")).endswith(stem)]  # fmt: skip
+    return sorted(set(named)) or [CURRENT]
+
+
+def _value(whole: str, fraction: str | None) -> tuple[float, int]:
+    fraction = fraction or ""
+    return float(whole.replace(",", "") + fraction), max(len(fraction) - 1, 0)
+
+
+def measured_numbers(path: Path) -> list[tuple[int, str, str, float, int, list[Path]]]:
+    """(cell, as written, unit kind, value, decimals, the results it must come from) for each
+    measurement in the lesson's markdown, sentence by sentence (a table row is a sentence),
+    quoted sentences left out."""
+    found = []
+    for index, kind, source in lesson_cells(path):
+        if kind != "markdown":
+            continue
+        rows = [line for line in source.split("\n") if line.lstrip().startswith("|")]
+        prose = " ".join(line for line in source.split("\n") if line not in rows)
+        for sentence in rows + SENTENCE.split(prose):
+            if QUOTED.search(sentence):
+                continue
+            for match in MEASURED.finditer(sentence):
+                unit = UNITS.get(match.group(5), "unknown")
+                for whole, fraction in (match.group(1, 2), match.group(3, 4)):
+                    if whole:
+                        value, decimals = _value(whole, fraction)
+                        found.append(
+                            (index, match.group(0), unit, value, decimals, sources(sentence))
+                        )
+    return found
+
+
+def test_the_number_finder_finds_numbers(tmp_path):
+    """The rule below checks something: it sees units, ranges, thousands separators and
+    decimals as lessons write them, and skips quoted sources."""
+    lesson = tmp_path / "99_demo.ipynb"
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": (
+        "It took 3,957 GB/s and 12.72 µs. Eager: 18 to 28 µs a call, at 4 TB/s. "
+        "In PR #1 it took 173.1 µs.\n| shape | 2.05 µs |\n| other | 3.02 µs (PR #2) |"
+    )}]  # fmt: skip
+    lesson.write_text(json.dumps({"cells": cells}), encoding="utf-8")
+    assert [(w, u, v, d) for _, w, u, v, d, _ in measured_numbers(lesson)] == [
+        ("2.05 µs", "time", 2.05, 2),
+        ("3,957 GB/s", "rate", 3957.0, 0),
+        ("12.72 µs", "time", 12.72, 2),
+        ("18 to 28 µs", "time", 18.0, 0),
+        ("18 to 28 µs", "time", 28.0, 0),
+        ("4 TB/s", "unknown", 4.0, 0),
+    ]
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_every_measured_number_in_the_prose_is_in_the_committed_results(path):
+    """A time or rate a lesson states as measured must be one that the results its sentence
+    names (else the current run, h200.json) hold, at the precision written; TB/s is never
+    one: write GB/s. Anything computed from them (ratios, sums, a model's prediction) is
+    printed by a cell instead."""
+    stale = []
+    for index, written, unit, value, decimals, files in measured_numbers(path):
+        values = committed_values(files).get(unit, set())
+        if not any(round(v, decimals) == value for v in values):
+            named = ", ".join(str(f.relative_to(RESULTS)) for f in files)
+            stale.append(f"cell {index}: {written} ({value}) is not in {named}")
+    assert stale == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Predict, then look
+# ---------------------------------------------------------------------------------------------
+FIGURE = re.compile(r"\b(?:draw_\w+|\w*_widget)\(")
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_every_figure_and_widget_comes_with_a_prediction(path):
+    """Before each figure or widget a one-line "Predict:" prompt, and the answer below it in
+    a collapsed <details> block, so the learner commits to a guess before looking."""
+    cells = lesson_cells(path)
+    missing = []
+    for position, (index, kind, source) in enumerate(cells):
+        code = "\n".join(
+            line
+            for line in source.split("\n")
+            if not line.lstrip().startswith(("#", "from ", "import "))
+        )
+        if kind != "code" or not FIGURE.search(code):
+            continue
+        before = cells[position - 1] if position else (None, "", "")
+        after = cells[position + 1] if position + 1 < len(cells) else (None, "", "")
+        if not (before[1] == "markdown" and before[2].startswith("**Predict:**")):
+            missing.append(f"cell {index}: no **Predict:** line before it")
+        if not (after[1] == "markdown" and after[2].lstrip().startswith("<details>")):
+            missing.append(f"cell {index}: no <details> answer after it")
+    assert missing == []
