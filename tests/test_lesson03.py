@@ -52,6 +52,12 @@ def test_window_without_its_plus_one_is_rejected():
     assert (found.expected, found.got) == ("4", "2")
 
 
+def test_a_window_of_one_entry_is_one_entry():
+    found = failure("03.window_size", lambda t, b: 1)
+    assert "the window holds only 1 entry;" in found.invariant
+    assert "cdiv(8, 4) = 2 blocks cover" in found.hint
+
+
 def test_window_not_a_power_of_two_is_rejected():
     found = failure("03.window_size", lambda t, b: cdiv(t, b) + 1)
     assert "not a power of two" in found.invariant

@@ -194,8 +194,8 @@ def explain_slot_mapping(
                 )
                 if len(case.positions) > token:
                     where += (
-                        f"; positions holds {len(case.positions)} entries but only the first "
-                        f"num_tokens = {case.num_tokens} are this batch's"
+                        f"; positions holds {plural(len(case.positions), 'entry')} but only "
+                        f"the first num_tokens = {case.num_tokens} are this batch's"
                     )
                     hint = (
                         "The padding starts at num_tokens, not at len(positions): positions "

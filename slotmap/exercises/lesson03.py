@@ -31,7 +31,7 @@ from slotmap.exercises.cases import (
     launch_learner_kernel,
     slot_cases,
 )
-from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.exercises.core import Exercise, Wrong, plural, register
 from slotmap.kernels.common import slot_mapping_args, slot_mapping_constants
 from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel, compute_slot_mapping
 from slotmap.layout import cdiv, window_size
@@ -147,7 +147,8 @@ def judge_window_size(candidate: Callable[[int, int], int], case: tuple[int, int
     needed = blocks_touched(tile_size, block_size)
     if window < 1 or not _is_power_of_two(window):
         raise Wrong(
-            f"a window of {window} entries is not a power of two (tile {tile_size}, blocks of "
+            f"a window of {plural(window, 'entry')} is not a power of two (tile {tile_size}, "
+            f"blocks of "
             f"{block_size})",
             expected,
             window,
@@ -155,17 +156,19 @@ def judge_window_size(candidate: Callable[[int, int], int], case: tuple[int, int
         )
     if window < needed:
         raise Wrong(
-            f"a tile of {tile_size} contiguous positions that starts at offset "
-            f"{block_size - 1} of a block touches {needed} logical blocks, but the window "
-            f"holds only {window} entries" + _mid_block_failure(tile_size, block_size, window),
+            f"a tile of {plural(tile_size, 'contiguous position')} that starts at offset "
+            f"{block_size - 1} of a block touches {plural(needed, 'logical block')}, but the "
+            f"window holds only {plural(window, 'entry')}"
+            + _mid_block_failure(tile_size, block_size, window),
             expected,
             window,
-            f"cdiv({tile_size}, {block_size}) = {cdiv(tile_size, block_size)} blocks cover a "
-            "tile that starts on a block boundary; one that starts mid-block spans one more.",
+            f"cdiv({tile_size}, {block_size}) = {plural(cdiv(tile_size, block_size), 'block')} "
+            "cover a tile that starts on a block boundary; one that starts mid-block spans one "
+            "more.",
         )
     if window > expected:
         raise Wrong(
-            f"a window of {window} entries is larger than needed: every tile fits in "
+            f"a window of {plural(window, 'entry')} is larger than needed: every tile fits in "
             f"{expected} (tile {tile_size}, blocks of {block_size})",
             expected,
             window,
@@ -282,7 +285,7 @@ register(
 # ---------------------------------------------------------------------------------------------
 # 03.break_window
 # ---------------------------------------------------------------------------------------------
-BREAK_CASE_NAME = f"your input, with tiles of {TILE} tokens"
+BREAK_CASE_NAME = f"your input, with tiles of {plural(TILE, 'token')}"
 
 
 def _as_case(candidate: Any) -> SlotCase:
@@ -324,8 +327,8 @@ def judge_break_window(candidate: Any, _label: Any = None) -> None:
             ) from None
     else:
         raise Wrong(
-            f"the launcher accepted your input: in every tile of {TILE} tokens the logical "
-            "blocks fit in the window",
+            f"the launcher accepted your input: in every tile of {plural(TILE, 'token')} the "
+            "logical blocks fit in the window",
             "ValueError (window precondition)",
             "no error",
             "Put two positions whose logical blocks are at least BLOCK_TABLE_WINDOW_SIZE apart "
@@ -351,7 +354,7 @@ register(
         cases=lambda: [(BREAK_CASE_NAME, "the SlotCase you built")],
         strategy=None,
         judge=judge_break_window,
-        hint=f"Tiles hold {TILE} tokens: make one tile need two logical blocks at least "
+        hint=f"Tiles hold {plural(TILE, 'token')}: make one tile need two logical blocks at least "
         "BLOCK_TABLE_WINDOW_SIZE apart.",
     )
 )

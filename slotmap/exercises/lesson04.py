@@ -26,7 +26,7 @@ from slotmap.exercises.cases import (
     launch_learner_kernel,
     slot_cases,
 )
-from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.exercises.core import Exercise, Wrong, plural, register
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle, token_slot
 
@@ -70,7 +70,8 @@ def diagnose_ring_slot(
             f"the request's block {block_number} (slots {first}..{last})"
         )
     return (
-        f"position {position} in a ring of one block ({block_number}, {block_size} slots) "
+        f"position {position} in a ring of one block ({block_number}, "
+        f"{plural(block_size, 'slot')}) "
         f"should be in slot {expected}, got {got}"
     )
 

@@ -29,7 +29,7 @@ from slotmap.exercises.cases import (
     launch_learner_kernel,
     slot_cases,
 )
-from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.exercises.core import Exercise, Wrong, plural, register
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
 
@@ -282,7 +282,8 @@ def judge_local_block_and_offset(candidate: Callable[..., Any], case: CPConfig) 
                 f"{hole // block_size}, offset {hole % block_size}) stays empty while position "
                 f"{beyond} is placed at local position "
                 f"{got_of[beyond][0] * block_size + got_of[beyond][1]}",
-                f"rank {rank}'s {len(mine)} positions at local positions 0..{len(mine) - 1}",
+                f"rank {rank}'s {plural(len(mine), 'position')} at local positions "
+                f"0..{len(mine) - 1}",
                 f"local positions {mine}",
                 LOCAL_HINT,
             )

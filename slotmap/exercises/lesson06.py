@@ -26,7 +26,7 @@ from torch import Tensor
 
 from slotmap.backend import DEVICE
 from slotmap.exercises.cases import GUARD, POISON, checked_launch
-from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.exercises.core import Exercise, Wrong, plural, register
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import replay_padding_oracle
 
@@ -55,7 +55,7 @@ class ExpandCase:
         return torch.tensor(self.block_table, dtype=torch.int32, device=DEVICE)
 
     def __str__(self) -> str:
-        table = self.block_table or f"<0 rows of {self.width} entries>"
+        table = self.block_table or f"<0 rows of {plural(self.width, 'entry')}>"
         return f"block_table={table}, blocks_per_kv_block={self.blocks_per_kv_block}"
 
 
@@ -146,7 +146,7 @@ def judge_expansion(candidate: Callable[[Tensor, int], Tensor], case: ExpandCase
     if tuple(got.shape) != shape:
         raise Wrong(
             f"the expanded table has shape {tuple(got.shape)}, expected {shape}: each of the "
-            f"{case.width} entries of a row becomes {per} attention blocks",
+            f"{plural(case.width, 'entry')} of a row becomes {plural(per, 'attention block')}",
             shape, tuple(got.shape), EXPAND_HINT,
         )  # fmt: skip
     if got.dtype != torch.int32:
@@ -408,7 +408,7 @@ def judge_replay(kernel, case: ReplayCase) -> None:
         if value != POISON:
             raise Wrong(
                 f"a lane wrote {value} past the end of slot_mappings "
-                f"({groups} x {width} entries, at {groups * width + index})",
+                f"({groups} x {plural(width, 'entry')}, at {groups * width + index})",
                 POISON, value, "Store only where the lane is replayed (mask=...).",
             )  # fmt: skip
     flat = buffer[GUARD : GUARD + groups * width]

@@ -28,7 +28,7 @@ from slotmap.attention import dense_attention
 from slotmap.backend import DEVICE
 from slotmap.cp_attention import owned_positions
 from slotmap.exercises.cases import checked_launch
-from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.exercises.core import Exercise, Wrong, plural, register
 from slotmap.layout import PAD_SLOT_ID
 
 POISON = -999.0  # every cache element before the learner's kernel runs
@@ -68,8 +68,9 @@ class CacheCase:
 
     def __str__(self) -> str:
         return (
-            f"slot_mapping={self.slots}, caches of {self.num_blocks} blocks x {self.block_size} "
-            f"slots x {self.num_heads} heads x {self.head_dim} dims"
+            f"slot_mapping={self.slots}, caches of {plural(self.num_blocks, 'block')} x "
+            f"{plural(self.block_size, 'slot')} x {plural(self.num_heads, 'head')} x "
+            f"{plural(self.head_dim, 'dim')}"
         )
 
 
@@ -112,7 +113,7 @@ def _where_row(index: int, case: CacheCase) -> str:
     slot = index - GUARD_ROWS
     num_slots = case.num_blocks * case.block_size
     if slot < 0:
-        return f"slot {slot}, {-slot} row(s) before the cache's start (out of bounds)"
+        return f"slot {slot}, {plural(-slot, 'row')} before the cache's start (out of bounds)"
     if slot >= num_slots:
         return f"row {slot}, past the cache's last slot {num_slots - 1} (out of bounds)"
     return f"slot {slot} (block {slot // case.block_size}, offset {slot % case.block_size})"
@@ -206,9 +207,10 @@ def explain_cache(
             f"{_where_row(index, case)}, which no token writes, was overwritten (elements "
             f"{changed[0]}..{changed[-1]} of its {case.row}): a store wrote past a token's row",
             "poison (-999.0) everywhere no token writes",
-            f"{len(changed)} element(s) changed",
-            f"A token's row has ROW = num_heads * head_dim = {case.row} elements but the tile "
-            f"has ROW_TILE = {triton.next_power_of_2(case.row)} lanes: mask lanes >= ROW.",
+            f"{plural(len(changed), 'element')} changed",
+            f"A token's row has ROW = num_heads * head_dim = {plural(case.row, 'element')} but "
+            f"the tile has ROW_TILE = {plural(triton.next_power_of_2(case.row), 'lane')}: mask "
+            "lanes >= ROW.",
         )
     return None
 
@@ -396,8 +398,8 @@ def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], ca
         if len(empty_ranks) == case.world_size:
             invariant = (
                 f"NaN in the merged output at request {r}, head {h}: the request has "
-                f"{case.seq_lens[r]} positions, so every rank's lse is -inf; the merge must "
-                "give out 0 and lse -inf, not NaN"
+                f"{plural(case.seq_lens[r], 'position')}, so every rank's lse is -inf; the merge "
+                "must give out 0 and lse -inf, not NaN"
             )
             hint = (
                 "-inf - (-inf) is NaN: when the largest lse is -inf, subtract 0 instead (every "
@@ -407,7 +409,7 @@ def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], ca
             w = empty_ranks[0]
             invariant = (
                 f"NaN in the merged output at request {r}, head {h}: rank {w} owns none of the "
-                f"request's {case.seq_lens[r]} positions (lse_{w} = -inf); its weight "
+                f"request's {plural(case.seq_lens[r], 'position')} (lse_{w} = -inf); its weight "
                 f"exp(lse_{w} - lse) must be 0, not NaN"
             )
             hint = "-inf - (-inf) is NaN: give empty ranks weight 0 (torch.where on the weights)."
@@ -451,7 +453,8 @@ def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], ca
         if torch.isneginf(expected_lse[r, h]):
             raise Wrong(
                 f"request {r}, head {h} has no keys on any rank (the request has "
-                f"{case.seq_lens[r]} positions, every lse_r is -inf): its merged lse must be "
+                f"{plural(case.seq_lens[r], 'position')}, every lse_r is -inf): its merged lse "
+                "must be "
                 f"-inf, got {float(lse[r, h])}",
                 "-inf",
                 f"{float(lse[r, h])}",
