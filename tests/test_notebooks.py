@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
+from slotmap.exercises.core import CHECK_MIME  # noqa: E402
 from slotmap.exercises.grade import check_records, execute_notebook, expected_exercises  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +100,14 @@ def test_shipped_exercise_runs_and_its_checks_fail(path, monkeypatch):
     assert errors(notebook) == [], "an exercise must run to the end with its stubs in place"
     records = check_records(notebook)
     assert records == {exercise: False for exercise in expected_exercises(path)}
+    # Each check blames the stub, not the learner's algorithm or a crash of its own.
+    reports = [
+        output["data"]["text/plain"]
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+        if CHECK_MIME in output.get("data", {})
+    ]
+    assert reports and all("not done yet" in report for report in reports), reports
 
 
 ALL = LESSONS + SOLUTIONS + EXERCISES
