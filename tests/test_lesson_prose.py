@@ -331,3 +331,52 @@ def test_every_figure_and_widget_comes_with_a_prediction(path):
         if not (after[1] == "markdown" and after[2].lstrip().startswith("<details>")):
             missing.append(f"cell {index}: no <details> answer after it")
     assert missing == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Time, said once and the same everywhere
+# ---------------------------------------------------------------------------------------------
+HEADER_TIME = re.compile(r"\*Time:\* this notebook runs top to bottom in about (\d+) s")
+EXERCISE_TIME = re.compile(r"Its exercises take about (\d+) minutes")
+
+
+def header_times() -> dict[str, tuple[int, int | None]]:
+    """Each lesson's header: (seconds to run, minutes for its exercises or None)."""
+    times = {}
+    for path in LESSONS:
+        header = lesson_cells(path)[0][2]
+        run, exercises = HEADER_TIME.search(header), EXERCISE_TIME.search(header)
+        times[path.name[:2]] = (
+            int(run.group(1)) if run else 0,
+            int(exercises.group(1)) if exercises else None,
+        )
+    return times
+
+
+def test_each_lesson_header_states_its_run_time_and_its_exercises_time():
+    exercised = {p.name[:2] for p in solution_notebooks(ROOT / "solutions")}
+    for lesson, (seconds, minutes) in header_times().items():
+        assert seconds > 0, f"lesson {lesson}'s header does not say how long it runs"
+        if lesson in exercised:
+            assert minutes is not None and 3 <= minutes <= 12, f"lesson {lesson}: {minutes}"
+        else:
+            assert minutes is None
+
+
+def test_the_readme_says_what_the_lessons_say():
+    """The README's range of lesson times is the headers' range, and its rank-cell times are
+    the ones lessons 05 and 07 give next to those cells."""
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    seconds = [s for s, _ in header_times().values()]
+    assert f"runs top to bottom in {min(seconds)} to {max(seconds)} s" in readme
+    said = {}
+    for lesson in ("05", "07"):
+        (path,) = [p for p in LESSONS if p.name.startswith(lesson)]
+        cells = [squeeze(s) for _, kind, s in lesson_cells(path) if kind == "markdown"]
+        (cell,) = [c for c in cells if "The next cell took" in c]
+        numbers = [
+            int(n) for n in re.findall(r"\b(\d+) s\b|(?<=after it )(\d+)", cell) for n in n if n
+        ]
+        said[lesson] = (min(numbers), max(numbers))
+    low, high = said["05"]
+    assert f"took {low} to {high} s (lesson 05) and {said['07'][1]} s (lesson 07)" in readme
