@@ -375,7 +375,9 @@ def test_the_learners_copy_says_it_is_theirs(tmp_path):
 # ---------------------------------------------------------------------------------------------
 SLOT_OF = "def slot_of(p, row, size):\n    return row[p // size] * size + p % size"
 TIMES_TWO = "def slot_of(p, row, size):\n    return 2 * p"
-IMPORT = "from slotmap.exercises import check\nf = None  # not a slot mapping: fails 01.slot_mapping"
+IMPORT = (
+    "from slotmap.exercises import check\nf = None  # not a slot mapping: fails 01.slot_mapping"
+)
 
 
 def test_grade_prints_a_notebook_by_exercise_table(tmp_path, capsys):
