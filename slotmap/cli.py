@@ -421,6 +421,8 @@ def exercises(args: argparse.Namespace) -> int:
 
 
 def grade(args: argparse.Namespace) -> int:
+    import signal
+
     from slotmap.exercises.grade import (
         GradeOptions,
         grade_folder,
@@ -462,9 +464,14 @@ def grade(args: argparse.Namespace) -> int:
         else:
             print(f"[{done}/{total}] {one.notebook}: {verdict}", file=sys.stderr, flush=True)
 
-    grades = grade_folder(
-        folder, solutions=Path(args.solutions), options=options, on_grade=finished
-    )
+    # A terminated grader stops its notebooks (grade_folder cleans up on the way out).
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        grades = grade_folder(
+            folder, solutions=Path(args.solutions), options=options, on_grade=finished
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     # Every kernel is dead by now: nothing can change the table or the file after this.
     print(table(grades))
     if args.json:

@@ -471,3 +471,34 @@ def test_lesson_06_runs_three_times_without_a_stall():
         errors = [o for c in executed.cells for o in c.get("outputs", [])
                   if o.get("output_type") == "error"]  # fmt: skip
         assert errors == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A workshop: several notebooks at once, progress, results on disk as each one finishes
+# ---------------------------------------------------------------------------------------------
+def test_jobs_grade_in_parallel_with_progress_and_a_report_per_notebook(
+    tmp_path, capsys, monkeypatch
+):
+    from slotmap import cli
+    from slotmap.exercises import grade as grade_module
+
+    written: list[list[str]] = []
+    write_atomically = grade_module.write_atomically
+
+    def recording(path: Path, text: str) -> None:
+        written.append([g["notebook"] for g in json.loads(text)])
+        write_atomically(path, text)
+
+    monkeypatch.setattr(grade_module, "write_atomically", recording)
+    notebooks = {f"{name}_01_x.ipynb": submission(answer=answer)
+                 for name, answer in (("a", GOOD), ("b", STUB), ("c", GOOD))}  # fmt: skip
+    write(tmp_path / "submissions", notebooks)
+    report = tmp_path / "grades.json"
+    arguments = ["--jobs", "2", "--json", str(report), "--solutions", str(solutions(tmp_path))]
+    assert cli.main(["grade", str(tmp_path / "submissions"), *arguments]) == 0
+    results = {g["notebook"]: g["results"]["01.slot_of"] for g in json.loads(report.read_text())}
+    assert results == {"a_01_x.ipynb": "PASS", "b_01_x.ipynb": "FAIL", "c_01_x.ipynb": "PASS"}
+    # One write as each notebook finishes (1, 2, then 3 of them), and the final one.
+    assert [len(w) for w in written] == [1, 2, 3, 3]
+    progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    assert [line.split()[0] for line in progress] == ["[1/3]", "[2/3]", "[3/3]"]

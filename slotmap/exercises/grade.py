@@ -132,6 +132,7 @@ def clear_outputs(notebook: dict) -> dict:
     """Every saved output removed, and ``outputs`` dropped from cells that are not code: a cell
     the kernel never runs (skipped, blank, markdown) must not bring a result of its own."""
     for cell in notebook.get("cells", []):
+        cell["source"] = _text(cell)  # one string, as the executor wants it
         if cell.get("cell_type") == "code":
             cell["outputs"], cell["execution_count"] = [], None
         else:
@@ -230,12 +231,21 @@ class Grader:
         self.free_slots = list(range(max(1, self.options.jobs)))
         self.count = 0
         self.argv: dict[int, list[str]] = {}
+        self.live: dict[int, tuple[subprocess.Popen, int | None, str]] = {}  # pid -> how to stop
 
     def __enter__(self) -> Grader:
         return self
 
     def __exit__(self, *_: object) -> None:
+        self.stop_all()
         sandbox.remove_tree(self.folder)
+
+    def stop_all(self) -> None:
+        """Stop every notebook still running (the grader was interrupted)."""
+        with self.lock:
+            running = list(self.live.values())
+        for worker, uid, marker in running:
+            self._stop(worker, uid, marker)
 
     def _uid(self, slot: int) -> int | None:
         return sandbox.sandbox_uid(slot) if self.options.sandbox_user else None
@@ -344,6 +354,8 @@ class Grader:
         finally:
             os.close(write_end)
             log.close()
+        with self.lock:
+            self.live[worker.pid] = (worker, uid, marker)
         lines = []
         try:
             worker.stdin.write(json.dumps(job).encode())
@@ -372,6 +384,8 @@ class Grader:
                     else:
                         lines.append(message)
         self._stop(worker, uid, marker)
+        with self.lock:
+            self.live.pop(worker.pid, None)
         if done is not None:
             error = done["error"]
         elif not error:
@@ -504,8 +518,14 @@ def grade_folder(
                 if on_grade is not None:
                     on_grade(grade, [grades[i] for i in sorted(grades)])
 
-        with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, options.jobs))
+        try:
             list(pool.map(one, range(len(submissions))))
+        except BaseException:  # interrupted: stop the notebooks first, then their threads end
+            grader.stop_all()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     return [grades[i] for i in range(len(submissions))]
 
 

@@ -34,6 +34,28 @@ def _fresh_names() -> list[str]:
     return [n for n in list(sys.modules) if n.split(".")[0] in FRESH]
 
 
+def _fresh_twin(value: Any, stale: dict) -> Any:
+    """The freshly imported counterpart of a module, class or function of a stale module (one
+    of ``stale``), or None."""
+    import importlib
+    import types
+
+    name = value.__name__ if isinstance(value, types.ModuleType) else None
+    if name is None and isinstance(value, (type, types.FunctionType)):
+        name = getattr(value, "__module__", None)
+    if name not in stale or stale[name] is None:
+        return None
+    try:
+        twin: Any = importlib.import_module(name)
+    except ImportError:
+        return None
+    if isinstance(value, types.ModuleType):
+        return twin
+    for part in getattr(value, "__qualname__", "").split("."):
+        twin = getattr(twin, part, None)
+    return twin
+
+
 def run(*, snapshot: str, secret: str, cell: int, source: str, namespace: dict) -> None:
     """Run a check cell's ``source`` with a ``check`` imported afresh from ``snapshot``, whose
     results carry a signature; the learner's modules are put back afterwards."""
@@ -49,15 +71,27 @@ def run(*, snapshot: str, secret: str, cell: int, source: str, namespace: dict) 
         with contextlib.redirect_stdout(io.StringIO()):  # the backend banner, printed again
             from slotmap.exercises import core
 
+        rebound: dict[str, Any] = {}
+
         def check(exercise_id: str, candidate: Any, *, max_examples: int | None = None) -> Any:
             exercise = core.get_exercise(exercise_id)
+            # The learner's names for slotmap's classes and modules point at the fresh ones
+            # while the check runs: a judge's isinstance(x, SlotCase) holds for their objects.
+            for name, value in list(namespace.items()):
+                twin = _fresh_twin(value, saved)
+                if twin is not None and twin is not value:
+                    rebound.setdefault(name, value)
+                    namespace[name] = twin
             result = core.run_check(exercise, candidate, max_examples=max_examples)
             record = {"exercise": exercise.id, "passed": result.passed is True, "cell": cell}
             record["signature"] = signature(secret, record, hmac)
             core._show(result, record)
             return result
 
-        exec(source, dict(namespace, check=check))
+        try:
+            exec(source, dict(namespace, check=check))
+        finally:
+            namespace.update(rebound)
     finally:
         for name in _fresh_names():
             del sys.modules[name]

@@ -138,6 +138,7 @@ def main() -> int:
         notebook,
         km=km,
         timeout_func=cell_timeout,
+        iopub_timeout=30,  # a loaded machine can be late with a cell's last outputs
         allow_errors=True,
         resources={"metadata": {"path": cwd}},
         on_cell_executed=report,

@@ -9,9 +9,10 @@
   the kernel keeps one capability, reading files (``CAP_DAC_READ_SEARCH``): it can read what
   root can, and still write only its own folder.
 * Otherwise the kernel runs as the grader's user: the snapshot is read-only only by its mode
-  (which that user may change back), and what is left of a notebook is found by parentage:
-  the worker and the grader are child subreapers (``set_subreaper``), so a daemon that leaves
-  its session is still their descendant (``kill_descendants``).
+  (which that user may change back), and what is left of a notebook is found by parentage
+  (the worker is a child subreaper, ``set_subreaper``, so a daemon that leaves its session is
+  still its descendant: ``kill_descendants``) and, should the worker die first, by a marker in
+  the environment (``kill_marked``).
 
 Linux only for the parts that read ``/proc``; elsewhere they do nothing.
 """
@@ -46,15 +47,22 @@ def set_subreaper(on: bool = True) -> bool:
         return False
 
 
-def snapshot_package(package: Path, into: Path) -> Path:
-    """Copy the ``slotmap`` package into ``into/slotmap``, read-only; returns ``into`` (the
-    folder to put on ``PYTHONPATH``)."""
-    target = into / "slotmap"
-    shutil.copytree(package, target, ignore=shutil.ignore_patterns("*.so.lock"))
-    for folder, _, files in os.walk(target):
+# Data beside the package that checks read (lesson 08 grades against the committed timings).
+SNAPSHOT_DATA = ("benchmarks/results",)
+
+
+def snapshot_package(package: Path, into: Path, data: tuple[str, ...] = SNAPSHOT_DATA) -> Path:
+    """Copy the ``slotmap`` package into ``into/slotmap`` and the ``data`` folders beside it
+    (relative to the package's parent, where present), read-only; returns ``into`` (the folder
+    to put on ``PYTHONPATH``)."""
+    shutil.copytree(package, into / "slotmap")
+    for folder in data:
+        if (package.parent / folder).is_dir():
+            shutil.copytree(package.parent / folder, into / folder)
+    for folder, _, files in os.walk(into):
         for name in files:
             os.chmod(os.path.join(folder, name), 0o444)
-    for folder, _, _ in os.walk(target, topdown=False):
+    for folder, _, _ in os.walk(into, topdown=False):
         os.chmod(folder, 0o555)
     os.chmod(into, 0o755)
     return into
