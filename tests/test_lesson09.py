@@ -104,6 +104,7 @@ def test_window_not_a_power_of_two_is_rejected():
 # ---------------------------------------------------------------------------------------------
 # The kernel compares MISTAKE with literals: a compiled kernel reads no plain global.
 RIGHT, NO_PADDING, FIRST_BLOCK_SIZE, NO_NEGATIVE_GUARD, ROW_ZERO, ROWS_TOKENS_APART = range(6)
+UNMASKED_WINDOW = 6
 
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
@@ -165,8 +166,11 @@ def _variant_kernel(
         base = tl.min(tl.where(valid, block_indices, 2147483647), axis=0)
         base = tl.where(base == 2147483647, 0, base)
         window_indices = base + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE // WINDOW_DIVISOR)
-        window = tl.load(row_ptr + window_indices, mask=window_indices < block_table_stride,
-                         other=0)  # fmt: skip
+        if MISTAKE == 6:  # UNMASKED_WINDOW
+            window = tl.load(row_ptr + window_indices)
+        else:
+            window = tl.load(row_ptr + window_indices, mask=window_indices < block_table_stride,
+                             other=0)  # fmt: skip
         block_numbers = tl.gather(window, tl.where(valid, block_indices - base, 0), 0)
         slot_ids = tl.where(has_slot, block_numbers * block_size + slot_offsets, PAD_ID)
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
@@ -237,6 +241,19 @@ def test_rows_max_num_tokens_apart_are_rejected():
     )
 
 
+@pytest.mark.skipif(not slotmap.BACKEND.interpreted, reason="loads are checked interpreted")
+def test_an_unmasked_window_load_is_caught_by_the_bounds_check():
+    # Group 1's second request sits in blocks 3 and 4 of the last row of the stacked tables:
+    # a window of 8 from block 3, unmasked, reads past the tensor's end.
+    found = failure("09.fused_groups", Variant(UNMASKED_WINDOW))
+    assert found.case_name == "named case 'group 1's blocks hold 2 tokens, group 0's 4'"
+    assert found.invariant.startswith("lane 5 (and 2 other lanes) of the load at line ")
+    assert "reads block_tables_ptr[32], outside block_tables_ptr's 32 int32 entries" in (
+        found.invariant
+    )
+    assert found.hint.startswith("Mask every load whose lanes can point outside its tensor")
+
+
 def test_fused_check_wants_a_kernel():
     found = failure("09.fused_groups", lambda *args: None)
     assert "expected a @triton.jit kernel" in found.invariant
@@ -247,7 +264,8 @@ def test_named_cases_agree_with_the_library_kernel():
     for name, case in lesson09._fused_cases():
         t = lesson09.fused_tensors(case)
         got = slotmap.compute_slot_mappings(
-            t["query_start_loc"], t["positions"], list(t["block_tables"]), case.block_sizes,
+            t["query_start_loc"][: case.num_reqs + 1], t["positions"], list(t["block_tables"]),
+            case.block_sizes,
             circular=case.circular, max_num_tokens=case.padded_length,
         )  # fmt: skip
         assert got.cpu().tolist() == case.expected(), name

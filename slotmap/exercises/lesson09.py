@@ -6,9 +6,10 @@
 * ``09.fused_groups``: the kernel, on grid ``(num_groups, num_reqs + 1)``: program
   ``(g, q)`` maps request ``q``'s tokens with group ``g``'s block table, block size and
   circular flag into row ``g`` of the output; program ``(g, num_reqs)`` writes row ``g``'s
-  padding tail. The judge launches it (``launch_fused_kernel``) into poisoned rows with
-  poisoned gaps between them and poisoned guards around them, and compares every element
-  exactly with ``slotmap.slot_mappings_oracle``.
+  padding tail. The judge launches it (``launch_fused_kernel``, every load bounds-checked
+  under the interpreter by ``cases.checked_launch``) into poisoned rows with poisoned gaps
+  between them and poisoned guards around them, and compares every element exactly with
+  ``slotmap.slot_mappings_oracle``.
 * ``09.fused_groups_time``: on an NVIDIA GPU, the same kernel timed in a CUDA graph and
   compared with lesson 08's model, ``max(floor, bytes / bandwidth)``, the floor and the
   bandwidth measured on the same card in the same call. Elsewhere it says in one line that
@@ -29,7 +30,13 @@ import torch
 from hypothesis import strategies as st
 
 from slotmap.backend import BACKEND, DEVICE
-from slotmap.exercises.cases import GUARD, POISON, SlotCase, explain_slot_mapping
+from slotmap.exercises.cases import (
+    GUARD,
+    POISON,
+    SlotCase,
+    checked_launch,
+    explain_slot_mapping,
+)
 from slotmap.exercises.core import Exercise, Wrong, register
 from slotmap.exercises.lesson03 import _gather_error, _is_power_of_two, _mid_block_failure
 from slotmap.layout import PAD_SLOT_ID, cdiv, next_power_of_2, window_size
@@ -315,22 +322,23 @@ def _fused_strategy(draw: st.DrawFn) -> GroupsCase:
 # 09.fused_groups: launching the learner's kernel
 # ---------------------------------------------------------------------------------------------
 def run_kernel(kernel: Any, grid: tuple[int, ...], args: tuple, constants: dict) -> None:
-    """Launch a learner's kernel. Every launch of the capstone's checks goes through here, so
-    a bounds-checked launch of the learner's kernel replaces this one line."""
-    kernel[grid](*args, **constants)
+    """Launch a learner's kernel, every load bounds-checked under the interpreter (a read
+    outside the tensors passed in is reported as ``Wrong``); on a GPU, a plain launch."""
+    checked_launch(kernel, grid, *args, **constants)
 
 
 def fused_tensors(case: GroupsCase, device: torch.device | str = DEVICE) -> dict[str, Any]:
     """The kernel's inputs on ``device``. query_start_loc carries one spare entry (num_tokens
-    again) past its end and positions GUARD zeros past theirs, so a kernel that forgets the
-    padding program reads an empty request there (and is caught for the unwritten padding),
-    not memory it does not own."""
+    again), so a kernel that forgets the padding program reads an empty request there (and is
+    caught for the unwritten padding) rather than past the tensor; the kernel is told
+    ``num_reqs`` apart. Positions are exactly the batch's: a lane that loads past them
+    unmasked is an out-of-bounds read."""
     qsl = torch.tensor(case.query_start_loc + [case.num_tokens], dtype=torch.int32,
-                       device=device)[: case.num_reqs + 1]  # fmt: skip
-    positions = torch.tensor(case.positions + [0] * GUARD, dtype=torch.int64, device=device)
+                       device=device)  # fmt: skip
     return dict(
+        num_reqs=case.num_reqs,
         query_start_loc=qsl,
-        positions=positions[: len(case.positions)],
+        positions=torch.tensor(case.positions, dtype=torch.int64, device=device),
         block_tables=torch.tensor(case.stacked(), dtype=torch.int32, device=device).reshape(
             case.num_groups, case.num_reqs, case.width
         ),
@@ -343,7 +351,7 @@ def kernel_args(t: dict[str, Any], num_tokens: int, max_num_tokens: int, out: to
     """The kernel's runtime arguments, in its signature's order."""
     tables = t["block_tables"]
     return (
-        num_tokens, max_num_tokens, t["query_start_loc"].numel() - 1, t["query_start_loc"],
+        num_tokens, max_num_tokens, t["num_reqs"], t["query_start_loc"],
         t["positions"], tables, tables.stride(0), tables.stride(1), t["block_sizes"],
         t["circular"], out, out.stride(0),
     )  # fmt: skip
@@ -618,6 +626,7 @@ def measure_fused_time(kernel: Any, shape_name: str, groups: int) -> TimeMeasure
     n, length = case.shape.num_tokens, case.shape.max_num_tokens
     device = case.positions.device
     tensors = dict(
+        num_reqs=case.num_reqs,
         query_start_loc=case.query_start_loc,
         positions=case.positions,
         block_tables=torch.stack(case.block_tables[:groups]),
