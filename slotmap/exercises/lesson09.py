@@ -132,6 +132,7 @@ def _window_mistakes(case: WindowCase) -> list[tuple[int, str]]:
 
 
 def judge_group_window(candidate: Callable[..., int], case: WindowCase) -> None:
+    """Raise ``Wrong`` unless ``candidate`` gives ``group_window``'s window for ``case``."""
     call = f"group_window_size({case.tile_size}, {list(case.block_sizes)}, {list(case.circular)})"
     got = candidate(case.tile_size, list(case.block_sizes), list(case.circular))
     if hasattr(got, "item"):
@@ -498,6 +499,7 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
 
 
 def judge_fused(kernel: Any, case: GroupsCase) -> None:
+    """Launch ``kernel`` on ``case`` and raise ``Wrong`` with the first broken invariant."""
     if not hasattr(kernel, "__getitem__"):
         raise Wrong(
             f"expected a @triton.jit kernel, got {type(kernel).__name__}",
@@ -689,6 +691,8 @@ def _time_cases() -> list[tuple[str, Any]]:
 
 
 def judge_time(kernel: Any, case: tuple[str, int] | None) -> None:
+    """On a GPU, time ``kernel`` on one shape against the model; elsewhere (``case`` None)
+    check it once and say in one line that the timing needs a GPU."""
     if case is None:
         # No GPU: an unfinished or wrong kernel still fails here; a right one is skipped.
         judge_fused(kernel, _fused_cases()[0][1])
