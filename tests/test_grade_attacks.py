@@ -502,3 +502,18 @@ def test_jobs_grade_in_parallel_with_progress_and_a_report_per_notebook(
     assert [len(w) for w in written] == [1, 2, 3, 3]
     progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert [line.split()[0] for line in progress] == ["[1/3]", "[2/3]", "[3/3]"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The course's own solutions still pass (their objects are of slotmap's classes; lesson 08
+# grades against committed timings beside the package)
+# ---------------------------------------------------------------------------------------------
+def test_solutions_that_use_slotmap_classes_and_data_still_pass(tmp_path):
+    course = Path(__file__).resolve().parents[1] / "solutions"
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name in ("03_window_gather.ipynb", "08_performance.ipynb"):
+        shutil.copy(course / name, folder / name)
+    grades = grade_folder(folder, solutions=course, options=GradeOptions(timeout=120, jobs=2))
+    for graded in grades:
+        assert set(graded.results.values()) == {"PASS"}, graded

@@ -16,6 +16,7 @@ import json
 import os
 import resource
 import signal
+import subprocess
 import sys
 import time
 from typing import Any
@@ -146,7 +147,9 @@ def main() -> int:
     client.max_output = job["max_output"]
     error = ""
     try:
-        client.execute(env=job["env"], cwd=cwd)
+        # The kernel's own stdout and stderr (not the notebook's): nowhere, not the worker's log.
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        client.execute(env=job["env"], cwd=cwd, **quiet)
     except Exception as exc:  # a dead kernel, a timeout, an unreadable notebook
         first = str(exc).strip().splitlines()
         error = f"{type(exc).__name__}: {first[0] if first else ''}"
