@@ -517,3 +517,9 @@ def test_solutions_that_use_slotmap_classes_and_data_still_pass(tmp_path):
     grades = grade_folder(folder, solutions=course, options=GradeOptions(timeout=120, jobs=2))
     for graded in grades:
         assert set(graded.results.values()) == {"PASS"}, graded
+
+
+def test_a_malformed_notebook_is_an_error_of_its_own(tmp_path):
+    grades = grade(tmp_path, {"bad_01_x.ipynb": {"cells": ["not a cell"]}})
+    assert grades["bad_01_x.ipynb"].results == {"01.slot_of": "missing"}
+    assert "not a notebook" in grades["bad_01_x.ipynb"].error

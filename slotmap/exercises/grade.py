@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 import selectors
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -223,6 +224,10 @@ class Grader:
         if self.options.sandbox_user is None:
             wanted = os.environ.get("SLOTMAP_GRADE_SANDBOX_USER", "1") != "0"
             self.options.sandbox_user = wanted and sandbox.is_root()
+        if self.options.sandbox_user and shutil.which("setpriv") is None:
+            print("slotmap grade: no setpriv (util-linux): kernels run as this user",
+                  file=sys.stderr)  # fmt: skip
+            self.options.sandbox_user = False
         self.folder = Path(tempfile.mkdtemp(prefix="slotmap-grade-"))
         os.chmod(self.folder, 0o711)  # kernel users reach their own folder, list none
         self.snapshot = sandbox.snapshot_package(self.options.package, self.folder / "pkg")
@@ -273,15 +278,16 @@ class Grader:
     def _grade(self, text: str, name: str, solution: Path | None, slot: int, number: int) -> Grade:
         grade = Grade(name)
         solution_nb = json.loads(solution.read_text(encoding="utf-8")) if solution else None
+        checks: dict[int, list[str]] = {}
         try:
-            notebook = clear_outputs(json.loads(text))
-            notebook.setdefault("cells", [])
-            notebook.setdefault("metadata", {})
-            notebook.setdefault("nbformat", 4)
+            notebook = json.loads(text)
+            for key, default in (("cells", []), ("metadata", {}), ("nbformat", 4)):
+                notebook.setdefault(key, default)
             notebook.setdefault("nbformat_minor", 5)
-        except (ValueError, AttributeError) as error:
+            clear_outputs(notebook)
+            checks = restore_check_cells(notebook, solution_nb)
+        except Exception as error:  # anything a hand-edited file can be
             notebook, grade.error = None, f"{type(error).__name__}: not a notebook"
-        checks = restore_check_cells(notebook, solution_nb) if notebook else {}
         expected: list[str] = []
         for cell in (solution_nb or notebook or {"cells": []})["cells"]:
             expected += [i for i in _check_ids(cell) if i not in expected]
@@ -378,7 +384,12 @@ class Grader:
                 buffer += chunk
                 *complete, buffer = buffer.split(b"\n")
                 for line in complete:
-                    message = json.loads(line)
+                    try:
+                        message = json.loads(line)
+                    except ValueError:
+                        continue  # not the worker's (it writes whole JSON lines)
+                    if not isinstance(message, dict):
+                        continue
                     if message.get("done"):
                         done = message
                     else:
