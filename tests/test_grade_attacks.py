@@ -523,3 +523,29 @@ def test_a_malformed_notebook_is_an_error_of_its_own(tmp_path):
     grades = grade(tmp_path, {"bad_01_x.ipynb": {"cells": ["not a cell"]}})
     assert grades["bad_01_x.ipynb"].results == {"01.slot_of": "missing"}
     assert "not a notebook" in grades["bad_01_x.ipynb"].error
+
+
+def test_only_one_record_signed_for_its_own_cell_and_exercise_counts():
+    from slotmap.exercises.grade import verify
+    from slotmap.exercises.gradecheck import signature
+
+    def signed(secret: str, **record: object) -> dict:
+        return dict(record, signature=signature(secret, record))
+
+    checks = {3: ["01.slot_of"], 5: ["01.slot_mapping"]}
+    good = signed("s", exercise="01.slot_of", passed=True, cell=3)
+    assert verify([{"cell": 3, "records": [good]}], checks, "s") == ({"01.slot_of": "PASS"}, 0)
+    forged = [
+        signed("guess", exercise="01.slot_of", passed=True, cell=3),  # another secret
+        signed("s", exercise="01.slot_of", passed=True, cell=5),  # another cell's
+        dict(good, passed=True, cell=3, signature="0" * 64),
+        {"exercise": "01.slot_of", "passed": True},  # unsigned
+    ]
+    assert verify([{"cell": 3, "records": forged}], checks, "s") == ({}, 4)
+    # A record moved to another cell does not count there either.
+    assert verify([{"cell": 5, "records": [good]}], checks, "s") == ({}, 1)
+    # Two signed records for one exercise in one cell: something forged one; a fail.
+    failed = signed("s", exercise="01.slot_of", passed=False, cell=3)
+    assert verify([{"cell": 3, "records": [good, failed]}], checks, "s")[0] == {
+        "01.slot_of": "FAIL"
+    }
