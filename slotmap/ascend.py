@@ -263,8 +263,46 @@ def launches_of(manifest: dict, policy: str | None = None) -> list[dict]:
     return found
 
 
+def _ir_ranges(results: list[Compiled]) -> str:
+    """The IR counts over several configurations, as ranges ("0 scalar-load loops, 2 copies")."""
+    stats = [r.stats for r in results if r.stats]
+    ranges = []
+    for label, attr in (
+        ("scalar-load loops", "scalar_load_loops"),
+        ("copies", "copies"),
+        ("gathers", "gathers"),
+    ):
+        values = sorted({getattr(s, attr) for s in stats})
+        if values:
+            span = f"{values[0]}" if len(values) == 1 else f"{values[0]}-{values[-1]}"
+            ranges.append(f"{span} {label}")
+    return ", ".join(ranges)
+
+
+def gpu_only_traits(launch: dict) -> str:
+    """What makes a launch one the NPU's policy never chooses."""
+    constants = launch["constants"]
+    traits = []
+    if "tokens" in launch["kernel"]:
+        traits.append("token grid (tl.histogram, a block-table load a lane)")
+    if constants.get("LANE_LOADS"):
+        traits.append("lane loads")
+    if constants.get("GATHER_AS_FLOAT") is False and "tokens" not in launch["kernel"]:
+        if not constants.get("LANE_LOADS"):
+            traits.append("int32 gather")
+    if constants.get("PARALLEL_TILES", 1) > 1 and "fused_groups" not in launch["kernel"]:
+        traits.append("parallel tiles")  # the fused kernel's are production's (adaptive)
+    return ", ".join(traits) or "as on the NPU"
+
+
+def _result(r: Compiled) -> str:
+    return r.status if r.status == PASSES else f"{r.status}: `{r.first_error}`"
+
+
 def render_report(results: list[Compiled], versions: dict[str, str], manifest: dict) -> str:
     """The markdown report committed as ``benchmarks/results/ascend-ir.md``."""
+    npu = [r for r in results if r.launch["policy"] == "npu"]
+    gpu = [r for r in results if r.launch["policy"] == "cuda"]
     lines = [
         "# triton-ascend's compiler on slotmap's kernels",
         "",
@@ -272,47 +310,50 @@ def render_report(results: list[Compiled], versions: dict[str, str], manifest: d
         "each launch goes through Triton's frontend (with triton-ascend's checks), the TTIR",
         "passes and the Ascend adapter (TTIR -> linalg/HIVM), and stops at the binary stage,",
         "which needs CANN's bishengir. **Passes** means it got that far; nothing here has run",
-        "on an NPU. Regenerate with `make ascend-ir && .venv-ascend/bin/slotmap ascend`.",
+        "on an NPU. Regenerate with `make ascend-ir && .venv/bin/slotmap ascend --write`.",
         "",
         f"Launches recorded ({manifest['recorded_with']}): "
         + ", ".join(f"{len(v)} under the {k} policy" for k, v in manifest["policies"].items())
-        + ".",
+        + ". Kernels defined in a notebook cell (lesson 00's first kernel, a learner's own)"
+        " are not recorded: the compiler needs a function it can import.",
         "",
-    ]
-    for policy in manifest["policies"]:
-        chosen = [r for r in results if r.launch["policy"] == policy]
-        title = {
-            "npu": "What the launchers choose on an NPU",
-            "cuda": "The GPU-only variants (never chosen on an NPU)",
-        }.get(policy, f"Under the {policy} policy")
-        lines += [f"## {title}", "", "| kernel and configuration | result | IR |"]
-        lines += ["| --- | --- | --- |"]
-        for r in chosen:
-            result = r.status if r.status == PASSES else f"{r.status}: `{r.first_error}`"
-            ir = r.stats.summary() if r.stats else ""
-            lines.append(f"| `{describe(r.launch)}` | {result} | {ir} |")
-        lines.append("")
-    lines += [
-        "## Per kernel",
+        "IR counts: *scalar-load loops* are the adapter's loops of one scalar load a lane (a",
+        "per-lane global load); *copies* are contiguous loads moved as one block; *gathers*",
+        "are selections inside a loaded block (`tl.gather`).",
+        "",
+        "## Under the NPU's launch policy, per kernel",
         "",
         "| kernel | configurations | pass | IR, over its configurations |",
+        "| --- | --- | --- | --- |",
     ]
-    lines += ["| --- | --- | --- | --- |"]
-    for kernel in sorted({r.kernel_name for r in results}):
-        mine = [r for r in results if r.kernel_name == kernel]
+    for kernel in sorted({r.kernel_name for r in npu}):
+        mine = [r for r in npu if r.kernel_name == kernel]
         passed = sum(r.status == PASSES for r in mine)
-        stats = [r.stats for r in mine if r.stats]
-        ranges = []
-        for label, attr in (
-            ("scalar-load loops", "scalar_load_loops"),
-            ("copies", "copies"),
-            ("gathers", "gathers"),
-        ):
-            values = sorted({getattr(s, attr) for s in stats})
-            if values:
-                span = f"{values[0]}" if len(values) == 1 else f"{values[0]}-{values[-1]}"
-                ranges.append(f"{span} {label}")
-        lines.append(f"| `{kernel}` | {len(mine)} | {passed} | {', '.join(ranges)} |")
+        lines.append(f"| `{kernel}` | {len(mine)} | {passed} | {_ir_ranges(mine)} |")
+    lines += [
+        "",
+        "## The GPU-only variants (the GPU's launch policy; never chosen on an NPU)",
+        "",
+        "| kernel | what is GPU-only | configurations | result | IR, over its configurations |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    groups: dict[tuple, list[Compiled]] = {}
+    for r in gpu:
+        key = (r.kernel_name, gpu_only_traits(r.launch), r.status, r.first_error)
+        groups.setdefault(key, []).append(r)
+    for (kernel, traits, _, _), mine in sorted(groups.items()):
+        result = _result(mine[0])
+        lines.append(f"| `{kernel}` | {traits} | {len(mine)} | {result} | {_ir_ranges(mine)} |")
+    lines += [
+        "",
+        "## Every configuration the NPU's launch policy chose",
+        "",
+        "| kernel and configuration | result | IR |",
+        "| --- | --- | --- |",
+    ]
+    for r in npu:
+        ir = r.stats.summary() if r.stats else ""
+        lines.append(f"| `{describe(r.launch)}` | {_result(r)} | {ir} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -321,39 +362,61 @@ def render_report(results: list[Compiled], versions: dict[str, str], manifest: d
 LESSON_KERNELS = ("_compute_slot_mapping_direct_kernel", "_compute_slot_mapping_kernel")
 
 
+def lesson_launch(kernel: str, manifest: dict | None = None) -> dict:
+    """The configuration of ``kernel`` that lesson 03 compiles: production's (1024-token
+    tiles, no context parallelism, no ring, no teaching trace, blocks of 16) among the
+    launches the NPU's policy recorded."""
+    wanted = {
+        "TILE_BLOCK_SIZE": 1024,
+        "TOTAL_CP_WORLD_SIZE": 1,
+        "IS_CIRCULAR": False,
+        "BLOCKS_PER_KV_BLOCK": 1,
+        "KV_CACHE_BLOCK_SIZE": 16,
+    }
+    for launch in launches_of(manifest or load_manifest(), "npu"):
+        constants = launch["constants"]
+        if (
+            launch["kernel"].endswith(f":{kernel}")
+            and not constants.get("TRACE_WINDOWS")
+            and all(constants.get(k) == v for k, v in wanted.items())
+        ):
+            return launch
+    raise LookupError(f"no production configuration of {kernel} was recorded")
+
+
 def snapshot(results: list[Compiled], int32_gather: Compiled, version: str) -> dict:
     """What lesson 03 shows: the IR's counts and short excerpts of the direct and the window
-    kernel (the first configuration of each under the NPU's policy), and the int32 gather's
-    refusal. Committed as ``benchmarks/results/ascend-ir.json`` for machines without
-    ``.venv-ascend``."""
+    kernel in production's configuration (``lesson_launch``), and the int32 gather's refusal.
+    Committed as ``benchmarks/results/ascend-ir.json`` for machines without ``.venv-ascend``."""
     picks = {}
-    for r in results:
-        if r.launch["policy"] != "npu" or r.status != PASSES or r.kernel_name in picks:
-            continue
-        if r.kernel_name in LESSON_KERNELS:
-            picks[r.kernel_name] = {
-                "configuration": describe(r.launch),
-                "stats": r.stats.__dict__,
-                "scalar_loop": excerpt(r.ir, r"scf\.for .*iter_args", 1, 9),
-                "copy": excerpt(r.ir, r"memref\.copy", 2, 4),
-                "gather": excerpt(r.ir, r"call @triton_gather\w*\(", 2, 4),
-            }
+    for name in LESSON_KERNELS:
+        chosen = lesson_launch(name)
+        r = next(r for r in results if r.launch["policy"] == "npu" and same(r.launch, chosen))
+        picks[name] = {
+            "configuration": describe(r.launch),
+            "stats": r.stats.__dict__,
+            "scalar_loop": excerpt(r.ir, r"scf\.for .*iter_args", 1, 9),
+            # The block table's copy (int32); the positions' copy (int64) comes first.
+            "copy": excerpt(r.ir, r"memref\.copy .*xi32", 2, 4),
+            "gather": excerpt(r.ir, r"call @triton_gather\w*\(", 2, 4),
+        }
     return {
         "triton-ascend": version,
         "arch": ARCH,
-        "kernels": {name: picks[name] for name in LESSON_KERNELS if name in picks},
+        "kernels": picks,
         "int32_gather": {"status": int32_gather.status, "error": int32_gather.first_error},
     }
+
+
+def same(a: dict, b: dict) -> bool:
+    """Two launches of one specialisation (kernel, signature and constants)."""
+    return all(a[k] == b[k] for k in ("kernel", "signature", "constants"))
 
 
 def refused_int32_gather() -> Compiled:
     """The production window kernel with ``GATHER_AS_FLOAT=False``: the int32 gather that
     released triton-ascend refuses (the reason production gathers floats)."""
-    window = next(
-        launch
-        for launch in launches_of(load_manifest(), "npu")
-        if launch["kernel"].endswith(":_compute_slot_mapping_kernel")
-    )
+    window = lesson_launch("_compute_slot_mapping_kernel")
     launch = {**window, "constants": {**window["constants"], "GATHER_AS_FLOAT": False}}
     with tempfile.TemporaryDirectory(prefix="slotmap-ascend-") as tmp:
         return compile_launch(launch, Path(tmp))
@@ -363,11 +426,7 @@ def lesson_snapshot() -> dict:
     """Compile just lesson 03's kernels and the int32 gather, here (in ``.venv-ascend``)."""
     import importlib.metadata
 
-    launches = []
-    for name in LESSON_KERNELS:
-        launches.append(
-            next(x for x in launches_of(load_manifest(), "npu") if x["kernel"].endswith(name))
-        )
+    launches = [{**lesson_launch(name), "policy": "npu"} for name in LESSON_KERNELS]
     version = importlib.metadata.version("triton-ascend")
     return snapshot(compile_all(launches), refused_int32_gather(), version)
 
@@ -544,7 +603,9 @@ def run(args: Any) -> int:
         print("slotmap ascend: triton-ascend is not installed here; run `make ascend-ir`")
         return 0 if args.record else 2
     command = [str(python), "-m", "slotmap", "ascend"] + (["--write"] if args.write else [])
-    env = {**os.environ, "SLOTMAP_BACKEND": COMPILE_ONLY}
+    # This process's slotmap may have set TRITON_INTERPRET: the compiler needs it unset.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["SLOTMAP_BACKEND"] = COMPILE_ONLY
     return subprocess.run(command, env=env, check=False).returncode
 
 

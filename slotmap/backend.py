@@ -78,6 +78,11 @@ def _cuda_available() -> tuple[bool, str]:
 def _choose() -> Backend:
     forced = os.environ.get(ENV_VAR, "").strip().lower()
     if forced == COMPILE_ONLY:
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            # Interpreted kernels cannot be compiled: say so instead of failing per kernel.
+            raise ValueError(
+                f"{ENV_VAR}={COMPILE_ONLY} compiles the kernels: unset TRITON_INTERPRET"
+            )
         return Backend(COMPILE_ONLY, "cpu", f"{ENV_VAR}={forced}: compile only", "npu")
     if forced:
         if forced not in BACKENDS:

@@ -62,6 +62,10 @@ def test_the_compile_only_backend_decorates_compiled_kernels_and_launches_nothin
     done = run_python(code, SLOTMAP_BACKEND="ascend-ir")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "ascend-ir npu JITFunction None"
+    # With the interpreter forced on, nothing could be compiled: one clear error, up front.
+    both = run_python(code, SLOTMAP_BACKEND="ascend-ir", TRITON_INTERPRET="1")
+    assert both.returncode != 0
+    assert "SLOTMAP_BACKEND=ascend-ir compiles the kernels: unset TRITON_INTERPRET" in both.stderr
 
 
 def test_describe_launch_types_every_argument():
