@@ -463,13 +463,14 @@ def remember_plan(key: tuple, plan: list) -> None:
 
 def tensor_geometry(a: Tensor, b: Tensor, c: Tensor, d: Tensor) -> tuple:
     """What ``set_``, ``resize_`` or assigning ``.data`` can change on a tensor object and
-    the kernels' bounds rely on: sizes, contiguity, dtype and device (the block table's
-    shape: its rows and row length both bound the reads). Attribute reads, no device sync."""
+    the kernels' bounds rely on, in as few reads as cover it: each tensor's first address
+    and element count (a new storage, dtype or device moves the address; a shrink or a
+    re-typed view changes the count), the block table's shape (its rows and row length bound
+    the reads) and the output's contiguity (a stride-0 output covers one element).
+    Attribute reads, no device sync."""
     return (
-        a.numel(), a.is_contiguous(), a.dtype, a.get_device(),
-        b.numel(), b.is_contiguous(), b.dtype, b.get_device(),
-        c.shape, c.is_contiguous(), c.dtype, c.get_device(),
-        d.numel(), d.is_contiguous(), d.dtype, d.get_device(),
+        a.data_ptr(), a.numel(), b.data_ptr(), b.numel(), c.data_ptr(), c.shape,
+        d.data_ptr(), d.numel(), d.is_contiguous(),
     )  # fmt: skip
 
 
