@@ -65,9 +65,9 @@ class IRStats:
 
     def summary(self) -> str:
         return (
-            f"{self.scalar_load_loops} scalar-load loops ({self.scalar_loads_in_loops} loads), "
-            f"{self.scalar_stores_in_loops} scalar stores in loops, {self.copies} copies, "
-            f"{self.gathers} gathers"
+            f"scalar-load loops: {self.scalar_load_loops} (loads in loops: "
+            f"{self.scalar_loads_in_loops}), stores in loops: {self.scalar_stores_in_loops}, "
+            f"copies: {self.copies}, gathers: {self.gathers}"
         )
 
 
@@ -275,7 +275,7 @@ def _ir_ranges(results: list[Compiled]) -> str:
         values = sorted({getattr(s, attr) for s in stats})
         if values:
             span = f"{values[0]}" if len(values) == 1 else f"{values[0]}-{values[-1]}"
-            ranges.append(f"{span} {label}")
+            ranges.append(f"{label}: {span}")
     return ", ".join(ranges)
 
 
