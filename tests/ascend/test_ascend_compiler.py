@@ -9,11 +9,23 @@ and a per-lane block-table load shows up in the IR as a loop of scalar loads.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 
 import pytest
 
-from slotmap import ascend
-from slotmap.backend import BACKEND, COMPILE_ONLY
+# These tests run apart from the main suite, in .venv-ascend (make ascend-ir): triton-ascend
+# installs the `triton` package over upstream triton, so the two never share an environment.
+# `make test` runs them as a second pytest run with --confcutdir=tests/ascend (the main
+# suite's conftest needs the course's environment). No conftest.py here: its module name
+# would shadow the main suite's `from conftest import ...`.
+try:
+    importlib.metadata.version("triton-ascend")
+except importlib.metadata.PackageNotFoundError:
+    pytest.skip("needs triton-ascend: run `make ascend-ir`", allow_module_level=True)
+os.environ.setdefault("SLOTMAP_BACKEND", "ascend-ir")  # before slotmap is imported
+
+from slotmap import ascend  # noqa: E402
+from slotmap.backend import BACKEND, COMPILE_ONLY  # noqa: E402
 
 MANIFEST = ascend.load_manifest()
 # Every kernel the course launches on an NPU: the slot-mapping family and the attention side.
