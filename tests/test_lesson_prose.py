@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from slotmap.exercises.build import BEGIN, END, MD_BEGIN, MD_END, _source, solution_notebooks
+from slotmap.exercises.build import (
+    BEGIN,
+    END,
+    MD_BEGIN,
+    MD_END,
+    _source,
+    exercise_notebook,
+    solution_notebooks,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -380,3 +388,224 @@ def test_the_readme_says_what_the_lessons_say():
         said[lesson] = (min(numbers), max(numbers))
     low, high = said["05"]
     assert f"took {low} to {high} s (lesson 05) and {said['07'][1]} s (lesson 07)" in readme
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercises that restate their own answer
+# ---------------------------------------------------------------------------------------------
+# A formula in an exercise's prose (a math or code span, a code comment) restates an answer
+# when it has the shape of an expression of that exercise's solution region, names aside:
+# `next_pow2(cdiv(TILE, block_size) + 1)` is `triton.next_power_of_2(triton.cdiv(t, b) + 1)`,
+# `G\,(8N + 4M)` is `groups * (8 * num_tokens + 4 * max_num_tokens)`. Each name in the prose
+# stands for any subexpression of the answer; numbers must agree. A shape of one operator
+# (`x + 1`) is too common to mean anything: a leak has at least this many.
+FORMULA_OPERATORS = 2
+LATEX = [
+    (r"\\(?:text|mathrm|operatorname|mathit)\{([^{}]*)\}", r"\1"),
+    (r"\\_", "_"),
+    (r"\\(?:,|;|!|quad| )", " "),
+    (r"\\(?:le|leq)\b", "<="),
+    (r"\\(?:ge|geq)\b", ">="),
+    (r"\\(?:cdot|times)\b", "*"),
+    (r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))"),
+    (r"\\(max|min|log|exp)\b", r"\1"),
+    (r"\^", "**"),
+    (r"[{]", "("),
+    (r"[}]", ")"),
+    (r"\\left|\\right", ""),
+]
+PROSE_TOKEN = re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)?|[A-Za-z_]\w*|\*\*|[<>=!]=|\S")
+
+
+def latex_to_python(math: str) -> str:
+    """A LaTeX formula as a Python expression: `G\\,(8N + 4M)` -> `G * (8 * N + 4 * M)`.
+    A name written right against `(` is a call; with a space between, a product."""
+    for pattern, replacement in LATEX:
+        math = re.sub(pattern, replacement, math)
+    out, previous, spaced = [], "", False
+    for match in PROSE_TOKEN.finditer(math):
+        token = match.group(0)
+        spaced = match.start() > 0 and math[match.start() - 1].isspace()
+        operand_before = previous[:1].isalnum() or previous[:1] == "_" or previous == ")"
+        operand_now = token[:1].isalnum() or token[:1] == "_" or token == "("
+        call = token == "(" and not spaced and previous[:1].isalpha()
+        if operand_before and operand_now and not call:
+            out.append("*")
+        out.append(token)
+        previous = token
+    return " ".join(out)
+
+
+def _shape(node: ast.AST):
+    """An expression's shape: names, attributes and subscripts are wildcards (None), numbers
+    stay, `a >= b` is `b <= a`, `a <= b < c` is `a <= b` and `b < c`, `&` is `and`."""
+    if isinstance(node, ast.Name | ast.Attribute | ast.Subscript):
+        return None
+    if isinstance(node, ast.Constant):
+        return ("const", node.value)
+    if isinstance(node, ast.UnaryOp):
+        if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+            return ("const", -node.operand.value)
+        return (type(node.op).__name__, _shape(node.operand))
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.BitAnd):
+            return ("and", _shape(node.left), _shape(node.right))
+        return (type(node.op).__name__, _shape(node.left), _shape(node.right))
+    if isinstance(node, ast.BoolOp):
+        shapes = [_shape(value) for value in node.values]
+        while len(shapes) > 2:
+            shapes[-2:] = [("and", shapes[-2], shapes[-1])]
+        return ("and", *shapes)
+    if isinstance(node, ast.Compare):
+        flip = {"Gt": "Lt", "GtE": "LtE"}
+        pairs = []
+        left = node.left
+        for op, right in zip(node.ops, node.comparators, strict=True):
+            name = type(op).__name__
+            a, b = (right, left) if name in flip else (left, right)
+            pairs.append((flip.get(name, name), _shape(a), _shape(b)))
+            left = right
+        return pairs[0] if len(pairs) == 1 else ("and", *pairs)
+    if isinstance(node, ast.Call):
+        return ("call", *(_shape(arg) for arg in node.args))
+    return ("other", type(node).__name__)
+
+
+def _operators(shape) -> int:
+    if shape is None or shape[0] in ("const", "other"):
+        return 0
+    return 1 + sum(_operators(part) for part in shape[1:])
+
+
+def _fits(pattern, shape) -> bool:
+    """Whether ``shape`` is ``pattern`` with each wildcard of the pattern filled in."""
+    if pattern is None:
+        return True
+    if shape is None or len(pattern) != len(shape) or pattern[0] != shape[0]:
+        return False
+    if pattern[0] == "const":
+        return pattern[1] == shape[1]
+    return all(_fits(p, s) for p, s in zip(pattern[1:], shape[1:], strict=True))
+
+
+def _subshapes(shape):
+    if shape is None:
+        return
+    yield shape
+    if shape[0] not in ("const", "other"):
+        for part in shape[1:]:
+            yield from _subshapes(part)
+
+
+def _inlined(region: str) -> list[ast.AST]:
+    """The region's expressions, each local name assigned once replaced by its value, so that
+    `b = x / y; return max(f, b)` is also `max(f, x / y)`."""
+    tree = ast.parse(textwrap.dedent(region))
+    values: dict[str, ast.AST] = {}
+
+    class Inline(ast.NodeTransformer):
+        def visit_Name(self, node):  # noqa: N802 - ast's visitor protocol
+            return values.get(node.id, node)
+
+    expressions = []
+    for statement in tree.body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.expr):
+                expressions.append(Inline().visit(ast.parse(ast.unparse(node), mode="eval")).body)
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            target = statement.targets[0]
+            if isinstance(target, ast.Name):
+                values[target.id] = Inline().visit(statement.value)
+    return expressions
+
+
+def prose_formulas(notebook: dict) -> list[tuple[int, str]]:
+    """(cell, formula) for each math span, code span and code comment the learner reads."""
+    found = []
+    for index, cell in enumerate(notebook["cells"]):
+        source = _source(cell)
+        if cell["cell_type"] == "markdown":
+            for math in re.findall(r"\$\$(.+?)\$\$|\$(.+?)\$", source, flags=re.S):
+                found.append((index, latex_to_python("".join(math))))
+            found += [(index, span) for span in re.findall(r"`([^`\n]+)`", source)]
+        elif cell["cell_type"] == "code":
+            readline = io.StringIO(source).readline
+            for token in tokenize.generate_tokens(readline):
+                if token.type == tokenize.COMMENT:
+                    comment = token.string.lstrip("#").strip()
+                    found += [(index, comment), *((index, p) for p in comment.split(": ")[1:])]
+    return found
+
+
+def _formula_shapes(formula: str) -> list:
+    text = formula.split("=")[-1] if re.search(r"(?<![<>=!])=(?!=)", formula) else formula
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return []
+    return [s for s in _subshapes(_shape(tree.body)) if _operators(s) >= FORMULA_OPERATORS]
+
+
+def restated_answers(notebook: dict, lesson: str) -> list[str]:
+    """Each formula of this exercise notebook's prose that has the shape of one of its own
+    answers' expressions."""
+    regions = [a for a in ANSWERS if a.lesson == lesson and a.kind == "code"]
+    leaks = []
+    for index, formula in prose_formulas(notebook):
+        for pattern in _formula_shapes(formula):
+            for answer in regions:
+                shapes = [s for e in _inlined(answer.text) for s in _subshapes(_shape(e))]
+                if any(_fits(pattern, shape) for shape in shapes):
+                    leaks.append(f"cell {index}: {formula!r} is the answer of {answer.where}")
+                    break
+    return sorted(set(leaks))
+
+
+def test_the_formula_finder_sees_a_formula_in_other_words():
+    """The rule below checks something: prose that writes an answer in its own notation, as a
+    LaTeX formula, a code span or a comment, is found; words about it are not."""
+    answer = "b = groups * (8 * n + 4 * m)\nreturn max(floor_us, b / (gbps * 1e3))"
+    region = Answer("99", "demo, cell 3", "f", answer, "code")
+    assert latex_to_python(r"\text{bytes} = G\,(8N + 4M)") == "bytes = G * ( 8 * N + 4 * M )"
+    for said, leaked in [
+        (r"It moves $$\text{bytes} = G\,(8N + 4M)$$", True),
+        (r"It costs $\max(t_\text{floor}, \text{bytes} / \text{bandwidth})$", True),
+        (r"It moves `g * (8 * n + 4 * m)` bytes", True),
+        (r"It moves 8 bytes a token and 4 an entry: $8N$ and $4M$", False),
+        (r"It costs the larger of the floor and the time the bytes take", False),
+    ]:
+        cells = [{"cell_type": "markdown", "source": said}]
+        ANSWERS.append(region)
+        try:
+            found = restated_answers({"cells": cells}, "99")
+        finally:
+            ANSWERS.remove(region)
+        assert bool(found) == leaked, (said, found)
+
+
+# Formulas that exercises 02 and 09 still state (lesson 01's slot formula and the padding
+# program's test in 02, the capstone's row pointers in 09): their owners decide whether they
+# are context or answer; the test holds them to exactly these until then.
+STATED_ELSEWHERE = {
+    "02": [
+        "cell 1: 'tl.program_id(0) == tl.num_programs(0) - 1' is the answer of "
+        "02_first_kernel.ipynb, cell 2",
+        "cell 3: 'slot = block_table[q, pos // block_size] * block_size + pos % block_size' "
+        "is the answer of 02_first_kernel.ipynb, cell 2",
+    ],
+    "09": [
+        "cell 3: 'block_tables_ptr + g * block_tables_group_stride + q * block_table_stride' "
+        "is the answer of 09_capstone.ipynb, cell 8",
+        "cell 3: 'slot_mappings_ptr + g * slot_mappings_stride' is the answer of "
+        "09_capstone.ipynb, cell 8",
+    ],
+}
+
+
+@pytest.mark.parametrize("solution", solution_notebooks(ROOT / "solutions"), ids=lambda p: p.stem)
+def test_no_exercise_restates_its_answer(solution):
+    """What an exercise notebook shows (its markdown and the comments of its stubs) never
+    writes one of its answers, in any notation: the learner works the formula out."""
+    lesson = solution.name[:2]
+    found = restated_answers(exercise_notebook(solution), lesson)
+    assert found == STATED_ELSEWHERE.get(lesson, [])
