@@ -14,7 +14,7 @@ import triton.language as tl
 from lesson_helpers import KernelVariant, failure, solution_module
 
 import slotmap
-from slotmap import cp
+from slotmap import cp, reference
 from slotmap.distributed import RankContext, RankFailed, run_ranks
 from slotmap.exercises import get_exercise, run_check
 
@@ -39,9 +39,18 @@ def test_is_local_solution_passes(solution):
     assert result.passed, result.report()
 
 
+def steps(rule):
+    """An is_local that gets step 1 right and decides ``stored`` by ``rule``."""
+
+    def is_local(p, r, w, i, kv):
+        return p // (kv * w), p % (kv * w), rule(p, r, w, i, kv)
+
+    return is_local
+
+
 def test_owner_without_the_interleave_is_rejected():
     # I = 1 behaviour: ownership switches every position instead of every I positions.
-    found = failure("05.is_local", lambda p, r, w, i, kv: p % w == r)
+    found = failure("05.is_local", steps(lambda p, r, w, i, kv: p % w == r))
     assert "interleave 2" in found.case_name
     assert "position 1 is stored by rank 0, but your is_local puts it on rank 1" in found.invariant
     assert "as if the interleave were 1" in found.invariant
@@ -49,34 +58,91 @@ def test_owner_without_the_interleave_is_rejected():
 
 
 def test_owner_by_whole_kv_blocks_is_rejected():
-    found = failure("05.is_local", lambda p, r, w, i, kv: (p // kv) % w == r)
+    found = failure("05.is_local", steps(lambda p, r, w, i, kv: (p // kv) % w == r))
     assert "whole kv blocks per rank" in found.invariant
 
 
 def test_segment_without_its_modulo_leaves_positions_without_owner():
-    found = failure("05.is_local", lambda p, r, w, i, kv: (p % (kv * w)) // i == r)
+    found = failure("05.is_local", steps(lambda p, r, w, i, kv: (p % (kv * w)) // i == r))
     assert found.invariant.startswith("position 2 has no owner")
     assert "False for every rank r in 0..1" in found.invariant
     assert "owner 2 % 2 = 0" in found.expected
 
 
 def test_a_rank_that_claims_everything_is_rejected():
-    found = failure("05.is_local", lambda p, r, w, i, kv: True)
+    found = failure("05.is_local", steps(lambda p, r, w, i, kv: True))
     assert "position 0 is claimed by ranks 0 and 1: exactly one rank may store it" in (
         found.invariant
     )
 
 
 def test_is_local_must_answer_true_or_false():
-    found = failure("05.is_local", lambda p, r, w, i, kv: None)
+    found = failure("05.is_local", steps(lambda p, r, w, i, kv: None))
     assert found.invariant == "is_local(0, 0, 2, 1, 4) returned None, not True or False"
 
 
-def test_owner_from_p_instead_of_its_virtual_offset_is_right_under_the_rule():
+def test_the_one_line_shortcut_alone_is_rejected_for_want_of_step_one():
+    # (p // I) % W owns every position right under the launchers' rule (next test), so a
+    # bare answer cannot show step 1: the check asks for the virtual block and offset.
+    found = failure("05.is_local", lambda p, r, w, i, kv: (p // i) % w == r)
+    assert found.invariant == (
+        "is_local(0, 0, 2, 1, 4) returned True, not (virtual_block, virtual_offset, stored)"
+    )
+    assert "step 1" in found.hint
+
+
+def test_the_shortcut_names_every_owner_under_the_launchers_rule_and_only_there():
+    # Decided by testing: every legal configuration (I divides K) agrees with the steps on
+    # three virtual blocks; with I not dividing K (rejected by the launchers) they differ.
+    illegal = set()
+    for w in range(1, 7):
+        for kv in range(1, 13):
+            for i in range(1, 2 * kv + 1):
+                agree = all(
+                    (p // i) % w == reference.cp_steps(p, kv, kv, w, i).owner
+                    for p in range(3 * kv * w)
+                )
+                if kv % i == 0:
+                    assert agree, (w, i, kv)
+                elif not agree:
+                    illegal.add((w, i, kv))
+    assert (2, 8, 4) in illegal  # position 8: vo = 0, rank 0; the shortcut says rank 1
+
+
+def test_the_shortcut_with_step_one_passes():
     # Not a mistake: with kv % I == 0 a virtual block is whole rounds of W segments, so
-    # (p // I) % W == ((p % V) // I) % W. The check must accept it (the lesson says why).
-    result = run_check(get_exercise("05.is_local"), lambda p, r, w, i, kv: (p // i) % w == r)
+    # (p // I) % W == ((p % V) // I) % W. The check must accept it (the exercise says why).
+    shortcut = steps(lambda p, r, w, i, kv: (p // i) % w == r)
+    result = run_check(get_exercise("05.is_local"), shortcut)
     assert result.passed, result.report()
+
+
+@pytest.mark.parametrize(
+    ("mistake", "rule", "message"),
+    [
+        pytest.param(
+            "offset in the kv block",
+            lambda p, w, kv: (p // (kv * w), p % kv),
+            "position 4 sits in virtual block 0 at virtual offset 4, but is_local(4, 0, 2, 1, "
+            "4) gives virtual block 0, offset 0",
+            id="vo-mod-kv",
+        ),
+        pytest.param(
+            "kv block for the virtual block",
+            lambda p, w, kv: (p // kv, p % (kv * w)),
+            "position 4 sits in virtual block 0 at virtual offset 4, but is_local(4, 0, 2, 1, "
+            "4) gives virtual block 1, offset 4",
+            id="vb-by-kv",
+        ),
+    ],
+)
+def test_a_wrong_step_one_is_named_though_every_owner_is_right(mistake, rule, message):
+    def is_local(p, r, w, i, kv):
+        return (*rule(p, w, kv), (p // i) % w == r)
+
+    found = failure("05.is_local", is_local)
+    assert found.invariant == message, mistake
+    assert found.got == f"virtual block {message.split('virtual block ')[-1]}"
 
 
 # ---------------------------------------------------------------------------------------------

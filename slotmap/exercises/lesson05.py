@@ -1,6 +1,9 @@
 """Lesson 05's exercises: context parallelism.
 
-* ``05.is_local``: steps 1 and 2, in Python: does rank ``r`` store position ``p``?
+* ``05.is_local``: steps 1 and 2, in Python: does rank ``r`` store position ``p``? It returns
+  step 1's virtual block and offset too: under the launchers' rule (``I`` divides the kv
+  block) the shortcut ``(p // I) % W`` owns every position as the steps do, so the answer
+  alone cannot show step 1.
 * ``05.local_block_and_offset``: steps 3 and 4, in Python: the logical block and block offset
   of a position on the rank that stores it (the rank's segments packed one after another).
 * ``05.cp_kernel``: all of it inside a teaching kernel (lesson 02's kernel, one block-table
@@ -79,9 +82,10 @@ def why_owner(position: int, world_size: int, interleave: int, kv_cache_block_si
 # 05.is_local
 # ---------------------------------------------------------------------------------------------
 IS_LOCAL_HINT = (
-    "Step 1: where does p sit inside its virtual block (W physical blocks of "
-    "kv_cache_block_size positions, one per rank)? Step 2: which segment of I positions is "
-    "that? The segments are dealt out to the ranks in turn, round after round."
+    "Step 1: which virtual block (W physical blocks of kv_cache_block_size positions, one "
+    "per rank) holds p, and where does p sit inside it? Return both with the answer. Step 2: "
+    "which segment of I positions is that? The segments are dealt out to the ranks in turn, "
+    "round after round."
 )
 
 
@@ -112,6 +116,47 @@ def _as_bool(value: Any, call: str) -> bool:
     raise Wrong(f"{call} returned {value!r}, not True or False", "True or False", repr(value))
 
 
+def _as_int(value: Any, call: str, what: str) -> int:
+    if isinstance(value, Tensor) and value.numel() == 1:
+        value = value.item()
+    if type(value).__name__.startswith("int") and not isinstance(value, bool):
+        return int(value)  # int, or numpy's integers
+    raise Wrong(f"{call} returned {what} {value!r}, not an integer", "an integer", repr(value))
+
+
+def _is_local_answer(value: Any, call: str) -> tuple[int, int, bool]:
+    """The learner's (virtual_block, virtual_offset, stored), each checked for its type."""
+    if isinstance(value, list):
+        value = tuple(value)
+    if not (isinstance(value, tuple) and len(value) == 3):
+        raise Wrong(
+            f"{call} returned {value!r}, not (virtual_block, virtual_offset, stored)",
+            "(virtual_block, virtual_offset, True or False)",
+            repr(value),
+            "Return step 1's virtual block and virtual offset with the answer: under the "
+            "launchers' rule a shortcut gives the same owners, and the check reads step 1 "
+            "from them.",
+        )
+    block = _as_int(value[0], call, "a virtual block")
+    offset = _as_int(value[1], call, "a virtual offset")
+    return block, offset, _as_bool(value[2], call)
+
+
+def _check_step_one(p: int, r: int, got: tuple[int, int], case: CPConfig) -> None:
+    world, kv = case.world_size, case.kv_cache_block_size
+    s = five_steps(p, kv, kv, world, case.interleave)
+    if got != (s.virtual_block, s.virtual_offset):
+        raise Wrong(
+            f"position {p} sits in virtual block {s.virtual_block} at virtual offset "
+            f"{s.virtual_offset}, but is_local({p}, {r}, {world}, {case.interleave}, {kv}) "
+            f"gives virtual block {got[0]}, offset {got[1]}",
+            f"virtual block {s.virtual_block}, offset {s.virtual_offset} (V = {kv}·{world} = "
+            f"{s.virtual_block_size}: one physical block of {kv} per rank)",
+            f"virtual block {got[0]}, offset {got[1]}",
+            IS_LOCAL_HINT,
+        )
+
+
 def _pattern(owners: dict[int, int], world: int, interleave: int, kv: int) -> str:
     """A well-known wrong rule that explains every owner the candidate chose, in words."""
     rules = {
@@ -133,14 +178,13 @@ def judge_is_local(candidate: Callable[..., Any], case: CPConfig) -> None:
     world, interleave, kv = case.world_size, case.interleave, case.kv_cache_block_size
     owners: dict[int, int] = {}
     for p in range(_span(world, kv)):
-        claimed = [
-            r
-            for r in range(world)
-            if _as_bool(
-                candidate(p, r, world, interleave, kv),
-                f"is_local({p}, {r}, {world}, {interleave}, {kv})",
-            )
-        ]
+        claimed = []
+        for r in range(world):
+            call = f"is_local({p}, {r}, {world}, {interleave}, {kv})"
+            block, offset, stored = _is_local_answer(candidate(p, r, world, interleave, kv), call)
+            _check_step_one(p, r, (block, offset), case)
+            if stored:
+                claimed.append(r)
         owner = owner_of(p, world, interleave, kv)
         if not claimed:
             raise Wrong(
