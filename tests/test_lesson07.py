@@ -428,3 +428,126 @@ def test_cp_widget_redraws_on_a_change():
     assert "W = 3 ranks" in box.figure._suptitle.get_text()
     assert sum(box.figure.slotmap_run["local_lens"]) == 13
     print(f"cp widget update: {elapsed * 1000:.0f} ms")
+
+
+# ---------------------------------------------------------------------------------------------
+# 07.paged_read: the block walk, with the known mistakes behind a constexpr switch
+# ---------------------------------------------------------------------------------------------
+READ_RIGHT, UNMASKED_LAST_BLOCK, ROW_ZERO, SLOT_BLOCK_SWAPPED = range(4)
+
+
+@triton.jit
+def _read_variant_kernel(
+    out_ptr,
+    lse_ptr,
+    query_ptr,
+    key_cache_ptr,
+    value_cache_ptr,
+    block_table_ptr,
+    block_table_stride,
+    seq_lens_ptr,
+    scale,
+    block_size,
+    block_stride,
+    slot_stride,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_TILE: tl.constexpr,
+    BLOCK_SIZE_TILE: tl.constexpr,
+    MISTAKE: tl.constexpr = 0,
+):
+    req = tl.program_id(0)
+    head = tl.program_id(1)
+    num_heads = tl.num_programs(1)
+    seq_len = tl.load(seq_lens_ptr + req)
+    dims = tl.arange(0, HEAD_DIM_TILE)
+    dim_mask = dims < HEAD_DIM
+    query = tl.load(query_ptr + (req * num_heads + head) * HEAD_DIM + dims, mask=dim_mask)
+    lanes = tl.arange(0, BLOCK_SIZE_TILE)
+    running_max = -float("inf")
+    running_sum = 0.0
+    acc = tl.zeros([HEAD_DIM_TILE], dtype=tl.float32)
+    for logical_block in range(0, tl.cdiv(seq_len, block_size)):
+        if MISTAKE == 2:
+            physical_block = tl.load(block_table_ptr + logical_block)
+        else:
+            physical_block = tl.load(block_table_ptr + req * block_table_stride + logical_block)
+        positions = logical_block * block_size + lanes
+        if MISTAKE == 1:
+            valid = lanes < block_size
+        else:
+            valid = (lanes < block_size) & (positions < seq_len)
+        if MISTAKE == 3:
+            offsets = physical_block * slot_stride + lanes[:, None] * block_stride
+        else:
+            offsets = physical_block * block_stride + lanes[:, None] * slot_stride
+        offsets += head * HEAD_DIM + dims[None, :]
+        mask = valid[:, None] & dim_mask[None, :]
+        key = tl.load(key_cache_ptr + offsets, mask=mask, other=0.0)
+        scores = tl.sum(key * query[None, :], axis=1) * scale
+        scores = tl.where(valid, scores, -float("inf"))
+        new_max = tl.maximum(running_max, tl.max(scores, axis=0))
+        shift = tl.where(new_max == -float("inf"), 0.0, new_max)
+        rescale = tl.exp(running_max - shift)
+        weights = tl.exp(scores - shift)
+        value = tl.load(value_cache_ptr + offsets, mask=mask, other=0.0)
+        acc = acc * rescale + tl.sum(weights[:, None] * value, axis=0)
+        running_sum = running_sum * rescale + tl.sum(weights, axis=0)
+        running_max = new_max
+    denominator = tl.where(running_sum == 0, 1.0, running_sum)
+    tl.store(out_ptr + (req * num_heads + head) * HEAD_DIM + dims, acc / denominator,
+             mask=dim_mask)  # fmt: skip
+    tl.store(lse_ptr + req * num_heads + head, running_max + tl.log(denominator))
+
+
+def ReadVariant(mistake: int) -> KernelVariant:  # noqa: N802 - reads like the class it returns
+    return KernelVariant(_read_variant_kernel, MISTAKE=mistake)
+
+
+def test_paged_read_solution_passes(solution):
+    result = run_check(get_exercise("07.paged_read"), solution.paged_read_kernel)
+    assert result.passed, result.report()
+    assert result.named == 6 and result.random > 0
+
+
+def test_paged_read_variant_harness_is_right():
+    result = run_check(get_exercise("07.paged_read"), ReadVariant(READ_RIGHT))
+    assert result.passed, result.report()
+
+
+def test_paged_read_unmasked_last_block_is_named():
+    found = failure("07.paged_read", ReadVariant(UNMASKED_LAST_BLOCK))
+    assert "one request of 6 in blocks of 4" in found.case_name
+    assert found.invariant == (
+        "request 0, head 0: the output differs from attention over positions 0..5 "
+        "(6 positions in 2 blocks of 4): it read the whole last block, positions 6..7 past "
+        "seq_len (mask the lanes at or past seq_len)"
+    )
+
+
+def test_paged_read_through_the_wrong_row_is_named():
+    found = failure("07.paged_read", ReadVariant(ROW_ZERO))
+    assert "two requests in shuffled blocks" in found.case_name
+    assert found.invariant.startswith("request 1, head 0: the output differs")
+    assert found.invariant.endswith(
+        ": request 1 read its keys through row 0 of the block table, not row 1"
+    )
+
+
+def test_paged_read_slot_and_block_swapped_is_rejected():
+    found = failure("07.paged_read", ReadVariant(SLOT_BLOCK_SWAPPED))
+    # Lane i jumps a whole block per slot: past the cache, or into another request's slots.
+    assert "key_cache" in found.invariant or "the output differs" in found.invariant
+    assert found.hint.startswith("Logical block b of request req")
+
+
+def test_an_unfinished_paged_read_is_reported_as_not_done():
+    @triton.jit
+    def stub(out_ptr, lse_ptr, query_ptr, key_cache_ptr, value_cache_ptr, block_table_ptr,
+             block_table_stride, seq_lens_ptr, scale, block_size, block_stride, slot_stride,
+             HEAD_DIM: tl.constexpr, HEAD_DIM_TILE: tl.constexpr,
+             BLOCK_SIZE_TILE: tl.constexpr):  # fmt: skip
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    found = failure("07.paged_read", stub)
+    assert found.invariant.startswith("not done yet")

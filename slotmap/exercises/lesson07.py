@@ -11,6 +11,12 @@
   each rank owns, so the merged result must equal dense attention over the whole sequence;
   the judge names the usual mistakes (a plain average, unnormalised weights, NaN from an
   empty rank, exp overflow, a request with no keys anywhere whose lse is not -inf).
+* ``07.paged_read``: the read side of paged decode attention. The learner's kernel walks a
+  request's block-table row (which physical block, which slots, the mask of the last partial
+  block); the online softmax is given. Slots no request attends hold other random keys, so
+  a read past ``seq_len`` shows; every load is bounds-checked; the output and lse are compared with
+  ``paged_decode_attention_torch`` and a wrong one is explained (the whole last block read,
+  another request's row).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import triton
 from hypothesis import strategies as st
 from torch import Tensor
 
-from slotmap.attention import dense_attention
+from slotmap.attention import dense_attention, paged_decode_attention_torch
 from slotmap.backend import DEVICE
 from slotmap.cp_attention import owned_positions
 from slotmap.exercises.cases import checked_launch
@@ -521,5 +527,170 @@ register(
         judge=judge_lse_merge,
         hint=MERGE_HINT,
         max_examples=40,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 07.paged_read
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class ReadCase:
+    """A decode batch on a paged cache: request q attends to its positions 0..seq_lens[q]-1,
+    stored in distinct shuffled physical blocks; every other slot holds other random keys
+    and values (finite: an output that read them can be matched to the mistake)."""
+
+    seq_lens: list[int]
+    block_size: int
+    num_heads: int = 2
+    head_dim: int = 4
+    spare_blocks: int = 2  # physical blocks no request uses
+    seed: int = 0
+
+    def __str__(self) -> str:
+        return (
+            f"seq_lens={self.seq_lens}, block_size={self.block_size}, "
+            f"num_heads={self.num_heads}, head_dim={self.head_dim}"
+        )
+
+    def blocks_of(self, q: int) -> int:
+        return -(-self.seq_lens[q] // self.block_size)
+
+    def tensors(self, device: torch.device | str = DEVICE):
+        """(query, key_cache, value_cache, block_table int32, seq_lens int32) on ``device``."""
+        generator = torch.Generator().manual_seed(self.seed)
+        needed = [self.blocks_of(q) for q in range(len(self.seq_lens))]
+        num_blocks = sum(needed) + self.spare_blocks
+        pool = torch.randperm(num_blocks, generator=generator).tolist()
+        width = max(max(needed, default=1), 1)
+        rows, used = [], 0
+        for n in needed:
+            rows.append(pool[used : used + n] + [0] * (width - n))
+            used += n
+        shape = (num_blocks, self.block_size, self.num_heads, self.head_dim)
+        key_cache = torch.randn(shape, generator=generator) * 3  # unattended: other keys
+        value_cache = torch.randn(shape, generator=generator) * 3
+        for q, length in enumerate(self.seq_lens):
+            for j in range(length):
+                block, offset = rows[q][j // self.block_size], j % self.block_size
+                key_cache[block, offset] = torch.randn(shape[2:], generator=generator)
+                value_cache[block, offset] = torch.randn(shape[2:], generator=generator)
+        query = torch.randn(len(self.seq_lens), self.num_heads, self.head_dim, generator=generator)
+        block_table = torch.tensor(rows, dtype=torch.int32)
+        seq_lens = torch.tensor(self.seq_lens, dtype=torch.int32)
+        return tuple(t.to(device) for t in (query, key_cache, value_cache, block_table, seq_lens))
+
+
+def launch_paged_read_kernel(kernel: Any, query, key_cache, value_cache, block_table, seq_lens):
+    """The learner's kernel on grid ``(num_reqs, num_heads)``, every load bounds-checked, as
+    ``paged_decode_attention`` launches its own. Returns (out, lse)."""
+    num_reqs, num_heads, head_dim = query.shape
+    block_size = key_cache.shape[1]
+    out = torch.full((num_reqs, num_heads, head_dim), POISON, device=query.device)
+    lse = torch.full((num_reqs, num_heads), POISON, device=query.device)
+    checked_launch(
+        kernel, (num_reqs, num_heads),
+        out, lse, query, key_cache, value_cache, block_table, block_table.shape[1], seq_lens,
+        1.0 / head_dim**0.5, block_size, key_cache.stride(0), key_cache.stride(1),
+        HEAD_DIM=head_dim, HEAD_DIM_TILE=triton.next_power_of_2(head_dim),
+        BLOCK_SIZE_TILE=triton.next_power_of_2(block_size),
+    )  # fmt: skip
+    return out, lse
+
+
+READ_HINT = (
+    "Logical block b of request req is the entry b of row req of the block table (the row "
+    "starts block_table_stride entries after the previous one). Its lane i is position "
+    "b·block_size + i, in that physical block's slot i; a lane is valid only when it is a "
+    "slot of the block and its position is below seq_len (the last block may be partial). "
+    "An element's address: block · block_stride + slot · slot_stride + head · HEAD_DIM + dim."
+)
+
+
+def _matches(got: Tensor, want: Tensor) -> bool:
+    return bool(_close(got, want).all())
+
+
+def _explain_read(case: ReadCase, tensors, out: Tensor, lse: Tensor, r: int, h: int) -> str:
+    """Which well-known wrong read gives this output, in words ("" if none does)."""
+    query, key_cache, value_cache, table, lens = (t.cpu() for t in tensors)
+    whole = torch.tensor([case.blocks_of(q) * case.block_size for q in range(len(lens))])
+    if int(whole[r]) != int(lens[r]):
+        o, _ = paged_decode_attention_torch(query, key_cache, value_cache, table,
+                                            whole.to(torch.int32), validate=False)  # fmt: skip
+        if _matches(out[r, h], o[r, h]):
+            return (
+                f": it read the whole last block, positions {int(lens[r])}.."
+                f"{int(whole[r]) - 1} past seq_len (mask the lanes at or past seq_len)"
+            )
+    if r > 0:
+        first_row = table[:1].expand_as(table).contiguous()
+        o, _ = paged_decode_attention_torch(query, key_cache, value_cache, first_row, lens,
+                                            validate=False)  # fmt: skip
+        if _matches(out[r, h], o[r, h]):
+            return f": request {r} read its keys through row 0 of the block table, not row {r}"
+    return ""
+
+
+def judge_paged_read(kernel: Any, case: ReadCase) -> None:
+    if not hasattr(kernel, "__getitem__"):
+        raise Wrong(
+            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
+            hint="Pass the kernel itself: check('07.paged_read', your_kernel).",
+        )
+    tensors = case.tensors()
+    out, lse = launch_paged_read_kernel(kernel, *tensors)
+    want_out, want_lse = paged_decode_attention_torch(*tensors)
+    out, lse, want_out, want_lse = (t.cpu() for t in (out, lse, want_out, want_lse))
+    bad = ~(_close(out, want_out).all(dim=-1) & _close(lse, want_lse))
+    if not bad.any():
+        return
+    r, h = (int(i) for i in bad.nonzero()[0])
+    length = case.seq_lens[r]
+    why = _explain_read(case, tensors, out, lse, r, h)
+    blocks = case.blocks_of(r)
+    raise Wrong(
+        f"request {r}, head {h}: the output differs from attention over positions "
+        f"0..{length - 1} ({plural(length, 'position')} in {plural(blocks, 'block')} of "
+        f"{case.block_size}){why}",
+        f"out {[round(v, 4) for v in want_out[r, h].tolist()[:4]]}, lse "
+        f"{float(want_lse[r, h]):.4g}",
+        f"out {[round(v, 4) for v in out[r, h].tolist()[:4]]}, lse {float(lse[r, h]):.4g}",
+        READ_HINT,
+    )
+
+
+def _read_cases() -> list[tuple[str, ReadCase]]:
+    return [
+        ("one request of 6 in blocks of 4: a partial last block", ReadCase([6], 4)),
+        ("two requests in shuffled blocks", ReadCase([5, 9], 4, seed=1)),
+        ("blocks of 3: a tile of 4 lanes, one lane past the block", ReadCase([7, 3], 3, seed=2)),
+        ("full blocks only", ReadCase([8, 4], 4, seed=3)),
+        ("a request of length 0: out 0, lse -inf", ReadCase([0, 5], 2, seed=4)),
+        ("3 heads of 3 dims, one position", ReadCase([1, 6], 4, num_heads=3, head_dim=3, seed=5)),
+    ]
+
+
+@st.composite
+def read_cases(draw: st.DrawFn) -> ReadCase:
+    return ReadCase(
+        seq_lens=draw(st.lists(st.integers(0, 12), min_size=1, max_size=3)),
+        block_size=draw(st.sampled_from([1, 2, 3, 4, 5, 8])),
+        num_heads=draw(st.integers(1, 2)),
+        head_dim=draw(st.sampled_from([1, 2, 3, 4])),
+        spare_blocks=draw(st.integers(1, 2)),  # a cache of 0 blocks is not one
+        seed=draw(st.integers(0, 1000)),
+    )
+
+
+register(
+    Exercise(
+        id="07.paged_read",
+        title="paged decode attention: walk the block table",
+        cases=_read_cases,
+        strategy=read_cases,
+        judge=judge_paged_read,
+        hint=READ_HINT,
+        max_examples=15,
     )
 )
