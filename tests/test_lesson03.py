@@ -10,10 +10,18 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from lesson_helpers import KernelVariant, failure, solution_module
+from lesson_helpers import (
+    ROOT,
+    TRITON_IMPORTS,
+    KernelVariant,
+    code_cells,
+    failure,
+    import_source,
+    solution_module,
+)
 
 import slotmap
-from slotmap.exercises import get_exercise, run_check
+from slotmap.exercises import Wrong, get_exercise, lesson03, run_check
 from slotmap.exercises.cases import SlotCase
 from slotmap.layout import cdiv, next_power_of_2
 
@@ -354,3 +362,177 @@ def test_failure_widget_redraws_on_a_change():
     assert box.figure.slotmap_run.mode == "contiguous"
     assert box.figure.slotmap_run.wrong_tokens == []
     print(f"failure widget update: {elapsed * 1000:.0f} ms")
+
+
+# ---------------------------------------------------------------------------------------------
+# 03.float_gather: one kernel with the known mistakes as constexpr switches
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _float_variant(
+    window_ptr,
+    window_length,
+    relative_ptr,
+    num_lanes,
+    out_ptr,
+    WINDOW: tl.constexpr,
+    LANES: tl.constexpr,
+    SPLIT: tl.constexpr = 16,  # the high half is window >> SPLIT
+    LOW_BITS: tl.constexpr = 16,  # the low half keeps this many bits
+    RECOMBINE: tl.constexpr = 16,  # the high half goes back << RECOMBINE
+    PLUS: tl.constexpr = False,  # recombine with + instead of |
+    SINGLE_CAST: tl.constexpr = False,  # one float32 gather of the whole entry
+    INT_GATHER: tl.constexpr = False,  # gather the int32 window as it is
+    DIVMOD: tl.constexpr = False,  # halves by // and % (C's, rounding toward zero)
+    WINDOW_MASK: tl.constexpr = True,  # mask the window load at window_length
+):
+    lanes = tl.arange(0, LANES)
+    lane_mask = lanes < num_lanes
+    relative = tl.load(relative_ptr + lanes, mask=lane_mask, other=0)
+    window_indices = tl.arange(0, WINDOW)
+    if WINDOW_MASK:
+        window = tl.load(window_ptr + window_indices, mask=window_indices < window_length)
+    else:
+        window = tl.load(window_ptr + window_indices)
+    if SINGLE_CAST:
+        block_numbers = tl.gather(window.to(tl.float32), relative, 0).to(tl.int32)
+    elif INT_GATHER:
+        block_numbers = tl.gather(window, relative, 0)
+    else:
+        if DIVMOD:
+            high = window // 65536
+            low = window % 65536
+        else:
+            high = window >> SPLIT
+            low = window & ((1 << LOW_BITS) - 1)
+        high = tl.gather(high.to(tl.float32), relative, 0).to(tl.int32)
+        low = tl.gather(low.to(tl.float32), relative, 0).to(tl.int32)
+        if PLUS:
+            block_numbers = (high << RECOMBINE) + low
+        else:
+            block_numbers = (high << RECOMBINE) | low
+    tl.store(out_ptr + lanes, block_numbers, mask=lane_mask)
+
+
+def FloatVariant(**constants) -> KernelVariant:  # noqa: N802 - reads like the class it returns
+    return KernelVariant(_float_variant, **constants)
+
+
+def test_float_gather_solution_passes(solution):
+    result = run_check(get_exercise("03.float_gather"), solution.float_gather_kernel)
+    assert result.passed, result.report()
+    assert result.report().startswith("PASS 03.float_gather: 6 named cases and 30 random ones")
+
+
+def test_float_gather_variant_harness_is_right():
+    assert run_check(get_exercise("03.float_gather"), FloatVariant()).passed
+
+
+@pytest.mark.parametrize(
+    "constants",
+    [
+        # Disjoint halves: the low half's bits are 0 in (high << 16), so + and | agree.
+        {"PLUS": True},
+        # Overlapping halves (the low half keeps bit 16 too): | ORs a bit with itself.
+        {"LOW_BITS": 17},
+        # Any split exact in float32 works: both halves stay within 2**24 from bit 7 to 24.
+        {"SPLIT": 24, "LOW_BITS": 24, "RECOMBINE": 24},
+        {"SPLIT": 8, "LOW_BITS": 8, "RECOMBINE": 8},
+        # C's // and % round toward zero: high and low share the sign, and + undoes that.
+        {"DIVMOD": True, "PLUS": True},
+    ],
+    ids=["plus-disjoint", "or-overlapping", "split-24", "split-8", "divmod-plus"],
+)
+def test_other_exact_gathers_are_accepted(constants):
+    result = run_check(get_exercise("03.float_gather"), FloatVariant(**constants))
+    assert result.passed, result.report()
+
+
+def test_single_float32_cast_is_rejected_at_two_to_the_24_plus_one():
+    found = failure("03.float_gather", FloatVariant(SINGLE_CAST=True))
+    assert found.case_name == (
+        "named case '2**24 + 1 = 16777217, the first integer a float32 cannot hold'"
+    )
+    assert found.invariant.startswith(
+        "entry 16777217 came back as 16777216: a float32 holds integers exactly only up to "
+        "2**24 (lane 0 gathers window[0])"
+    )
+    assert (found.expected, found.got) == ("16777217", "16777216")
+
+
+def test_halves_split_at_the_wrong_bit_are_rejected():
+    # Split at bit 28, the low half keeps 28 bits: past 2**24, float32 rounds it.
+    wrong_bit = FloatVariant(SPLIT=28, LOW_BITS=28, RECOMBINE=28)
+    found = failure("03.float_gather", wrong_bit)
+    assert "2**24 + 1" in found.case_name
+    assert found.invariant.startswith("entry 16777217 came back as 16777216: a float32 holds")
+    # Where the rounded half is not the whole entry, the report names the half.
+    with pytest.raises(Wrong) as raised:
+        lesson03.judge_float_gather(wrong_bit, lesson03.GatherCase([2**31 - 1], [0]))
+    assert str(raised.value.invariant).startswith(
+        # The low half rounds up to 2**28, whose bit | merges into the high half's.
+        "entry 2147483647 came back as 1879048192: split at bit 28, its low half is "
+        "268435455, above 2**24"
+    )
+
+
+def test_a_single_cast_of_the_largest_int32_is_not_called_a_split():
+    with pytest.raises(Wrong) as raised:
+        single = FloatVariant(SINGLE_CAST=True)
+        lesson03.judge_float_gather(single, lesson03.GatherCase([2**31 - 1], [0]))
+    assert raised.value.invariant.startswith(
+        "entry 2147483647 came back as -2147483648: a float32 holds integers exactly only"
+    )
+
+
+def test_halves_put_back_at_another_bit_are_rejected():
+    found = failure("03.float_gather", FloatVariant(RECOMBINE=15))
+    assert "2**24 + 1" in found.case_name
+    assert found.invariant.startswith("entry 16777217 came back as 8388609 ")
+    assert "same bit" in found.hint
+
+
+def test_overlapping_halves_added_are_rejected():
+    found = failure("03.float_gather", FloatVariant(LOW_BITS=17, PLUS=True))
+    # 16777219 has bit 16 clear; 65535 too: the first entry with bit 16 set is 2**31 - 1.
+    assert found.case_name.startswith("named case 'the largest int32")
+    assert found.invariant.startswith("entry 2147483647 came back as ")
+
+
+def test_halves_of_a_negative_entry_by_c_division_are_rejected():
+    # // and % keep a negative entry's sign in both halves: | then sets the high bits twice.
+    found = failure("03.float_gather", FloatVariant(DIVMOD=True))
+    assert found.case_name.startswith("named case 'negative entries")
+    assert "a negative entry, whose sign sits in its high bits" in found.invariant
+    assert "arithmetic shift" in found.hint
+
+
+def test_int32_gather_is_rejected_by_type():
+    if not slotmap.BACKEND.interpreted:
+        pytest.skip("only the interpreter shows the type of each gather")
+    found = failure("03.float_gather", FloatVariant(INT_GATHER=True))
+    assert found.case_name == "named case 'small block numbers, one entry a lane'"
+    assert found.invariant.startswith("tl.gather took a window of int32: released triton-ascend")
+    assert (found.expected, found.got) == ("fp32", "int32")
+
+
+def test_unmasked_float_window_load_is_rejected_naming_lane_and_tensor():
+    if not slotmap.BACKEND.interpreted:
+        pytest.skip("only the interpreter checks each load's lanes")
+    found = failure("03.float_gather", FloatVariant(WINDOW_MASK=False))
+    # A window of 3 entries loaded 4 wide: lane 3 reads past it.
+    assert found.case_name.startswith("named case 'a window of 3 entries in a load of 4")
+    assert found.invariant.startswith("lane 3 of the load at line ")
+    assert "window_ptr[3], outside window_ptr's 3 int32 entries [0, 3)" in found.invariant
+
+
+def test_float_gather_wants_a_kernel():
+    found = failure("03.float_gather", lambda *args: None)
+    assert "expected a @triton.jit kernel" in found.invariant
+
+
+def test_the_float_gather_stub_is_reported_not_done(tmp_path):
+    notebook = ROOT / "exercises" / "03_window_gather.ipynb"
+    (source,) = [c for c in code_cells(notebook) if "def float_gather_kernel(" in c]
+    module = import_source(tmp_path / "float_stub.py", TRITON_IMPORTS + source)
+    result = run_check(get_exercise("03.float_gather"), module.float_gather_kernel)
+    assert not result.passed and "not done yet" in result.failure.invariant, result.report()

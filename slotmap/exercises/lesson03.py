@@ -7,6 +7,9 @@
   contiguous window load, ``tl.gather``. The judge launches the learner's kernel itself.
 * ``03.break_window``: an input that is valid in every way but the window precondition; the
   judge checks that the launcher rejects it and that the unvalidated kernel gets a slot wrong.
+* ``03.float_gather``: gather int32 block numbers by relative index through float32 only
+  (released triton-ascend's ``tl.gather`` takes floats), exact for every int32. Under the
+  interpreter the judge sees each ``tl.gather``'s dtype; on a GPU it checks the values only.
 
 The exercises use a tile of ``TILE = 8`` tokens (production: 1024) so that tiny batches already
 have tiles that start in the middle of a block.
@@ -14,7 +17,9 @@ have tiles that start in the middle of a block.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -22,9 +27,12 @@ import torch
 from hypothesis import strategies as st
 from torch import Tensor
 
-from slotmap.backend import DEVICE
+from slotmap.backend import BACKEND, DEVICE
 from slotmap.exercises.cases import (
+    GUARD,
+    POISON,
     SlotCase,
+    checked_launch,
     explain_slot_mapping,
     guarded_output,
     judge_slot_mapping,
@@ -34,7 +42,7 @@ from slotmap.exercises.cases import (
 from slotmap.exercises.core import Exercise, Wrong, plural, register
 from slotmap.kernels.common import slot_mapping_args, slot_mapping_constants
 from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel, compute_slot_mapping
-from slotmap.layout import cdiv, window_size
+from slotmap.layout import cdiv, next_power_of_2, window_size
 from slotmap.reference import slot_mapping_oracle
 
 TILE = 8  # tokens per tile in this lesson's exercises and figures
@@ -356,5 +364,221 @@ register(
         judge=judge_break_window,
         hint=f"Tiles hold {plural(TILE, 'token')}: make one tile need two logical blocks at least "
         "BLOCK_TABLE_WINDOW_SIZE apart.",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 03.float_gather
+# ---------------------------------------------------------------------------------------------
+LANES = TILE  # lanes of the float-gather kernel
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+FLOAT32_EXACT = 2**24  # a float32 holds every integer of at most this size exactly
+
+
+@dataclass(frozen=True)
+class GatherCase:
+    """A window of int32 entries (a block-table row's stretch) and each lane's index into it;
+    lanes past ``len(relative)``, up to ``LANES``, are masked."""
+
+    window: list[int]
+    relative: list[int]
+
+    def __str__(self) -> str:
+        lanes = plural(len(self.relative), "lane")
+        return f"window={self.window}, relative={self.relative} ({lanes} of {LANES})"
+
+
+def _int32(value: int) -> int:
+    return (value - INT32_MIN) % 2**32 + INT32_MIN
+
+
+def _as_float32(value: int) -> int:
+    """``value`` after a round trip through float32."""
+    return int(torch.tensor(value, dtype=torch.float64).to(torch.float32).item())
+
+
+def _inexact_half(entry: int, got: int) -> str:
+    """Which half of ``entry`` float32 rounded, if ``got`` is ``entry`` split at some bit with
+    one half rounded through float32; else ''."""
+    for bit in range(1, 32):
+        high, low = entry >> bit, entry & ((1 << bit) - 1)
+        for name, half, high_back, low_back in (
+            ("low", low, high << bit, _as_float32(low)),
+            ("high", high, _as_float32(high) << bit, low),
+        ):
+            # Put back with + or with |: a rounded half can carry into the other's bits.
+            put_back = {_int32(high_back + low_back), _int32(high_back | low_back)}
+            if abs(half) > FLOAT32_EXACT and got in put_back:
+                return (
+                    f": split at bit {bit}, its {name} half is {half}, above 2**24, and a "
+                    "float32 holds integers exactly only up to 2**24"
+                )
+    return ""
+
+
+def _float_gather_cases() -> list[tuple[str, GatherCase]]:
+    return [
+        ("small block numbers, one entry a lane", GatherCase([5, 2, 9, 7], [0, 1, 2, 3])),
+        (
+            "2**24 + 1 = 16777217, the first integer a float32 cannot hold",
+            GatherCase([16777217, 16777216, 16777219, 5], [0, 1, 2, 3, 0]),
+        ),
+        (
+            "the largest int32, 2**31 - 1, and entries on either side of 2**16",
+            GatherCase([2147483647, 65535, 65536, 131071], [0, 1, 2, 3]),
+        ),
+        (
+            "a window of 3 entries in a load of 4, lanes that share an entry, 3 lanes masked",
+            GatherCase([33554433, 7, 16777217], [2, 2, 0, 1, 0]),
+        ),
+        (
+            "negative entries: -1, -2**31 and -(2**24 + 1) (the sign sits in the high bits)",
+            GatherCase([-1, -2147483648, -16777217, 3], [3, 2, 1, 0]),
+        ),
+        ("one entry, one lane", GatherCase([16777217], [0])),
+    ]
+
+
+_INTERESTING = [0, 1, 65535, 65536, 2**24 - 1, 2**24, 2**24 + 1, 2**24 + 3, 2**28 + 5,
+                INT32_MAX, -1, INT32_MIN, -(2**24) - 1]  # fmt: skip
+
+
+@st.composite
+def _gather_case(draw: st.DrawFn) -> GatherCase:
+    entry = st.one_of(st.integers(INT32_MIN, INT32_MAX), st.sampled_from(_INTERESTING))
+    window = draw(st.lists(entry, min_size=1, max_size=16))
+    index = st.integers(0, len(window) - 1)
+    return GatherCase(window, draw(st.lists(index, min_size=1, max_size=LANES)))
+
+
+def _float_gather_strategy() -> st.SearchStrategy:
+    return _gather_case()
+
+
+@contextmanager
+def _watched_gathers() -> Iterator[list[Any] | None]:
+    """The element type of each ``tl.gather``'s source while a kernel runs (None off the
+    interpreter, where a compiled kernel cannot be watched)."""
+    if not BACKEND.interpreted:
+        yield None
+        return
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    original = builder.create_gather
+    seen: list[Any] = []
+
+    def gather(src: Any, indices: Any, axis: int) -> Any:
+        seen.append(src.dtype.scalar)
+        return original(src, indices, axis)
+
+    builder.create_gather = gather
+    try:
+        yield seen
+    finally:
+        del builder.create_gather
+
+
+def _check_gather_types(seen: list[Any] | None) -> None:
+    if seen is None:
+        return
+    if not seen:
+        raise Wrong(
+            "your kernel called no tl.gather: each lane must pick its entry from the loaded "
+            "window on chip",
+            "float32 tl.gather calls",
+            "none",
+            "Load the window once, then gather from it by relative index (lesson 03).",
+        )
+    for dtype in seen:
+        if str(dtype) != "fp32":
+            raise Wrong(
+                f"tl.gather took a window of {dtype}: released triton-ascend's tl.gather takes "
+                "only floats, and this exercise gathers float32 only",
+                "fp32",
+                str(dtype),
+                "Gather values converted with .to(tl.float32), each small enough to stay "
+                "exact in float32, and turn them back into int32 after the gather.",
+            )
+
+
+def _explain_gather(case: GatherCase, buffer: list[int]) -> None:
+    lanes = len(case.relative)
+    outside = [i for i, v in enumerate(buffer) if not GUARD <= i < GUARD + lanes and v != POISON]
+    if outside:
+        where = outside[0] - GUARD
+        raise Wrong(
+            f"your kernel wrote out[{where}], outside the {plural(lanes, 'valid lane')}",
+            POISON,
+            buffer[outside[0]],
+            "Store only the lanes of lane_mask.",
+        )
+    got = buffer[GUARD : GUARD + lanes]
+    for lane, (index, value) in enumerate(zip(case.relative, got, strict=True)):
+        entry = case.window[index]
+        if value == entry:
+            continue
+        rounded = _as_float32(entry)
+        # Out of int32's range, the cast back wraps (the interpreter) or saturates (a GPU).
+        if value in (_int32(rounded), max(INT32_MIN, min(INT32_MAX, rounded))):
+            reason = ": a float32 holds integers exactly only up to 2**24"
+            hint = "Gather halves that are each exact in float32, and put them back together."
+        else:
+            reason = _inexact_half(entry, value)
+            hint = "Split at one bit and put the halves back at that same bit; both halves "
+            hint += "must stay within 2**24 in size."
+        if not reason and entry < 0:
+            reason = ": a negative entry, whose sign sits in its high bits"
+            hint = ("On an int32, >> keeps the sign (an arithmetic shift) and & 0xFFFF keeps "
+                    "the low 16 bits without it; // and % round toward zero instead.")  # fmt: skip
+        raise Wrong(
+            f"entry {entry} came back as {value}{reason} (lane {lane} gathers window[{index}])",
+            entry,
+            value,
+            hint,
+        )
+
+
+def judge_float_gather(kernel: Any, case: GatherCase) -> None:
+    if not hasattr(kernel, "__getitem__"):
+        raise Wrong(
+            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
+            hint="Pass the kernel itself: check('03.float_gather', float_gather_kernel).",
+        )
+    length, lanes = len(case.window), len(case.relative)
+    # The window sits in front of poison that no tensor argument covers: an unmasked window
+    # load reads it, and checked_launch names that read.
+    source = torch.full((length + GUARD,), POISON, dtype=torch.int32, device=DEVICE)
+    source[:length] = torch.tensor(case.window, dtype=torch.int32)
+    relative = torch.tensor(case.relative, dtype=torch.int32, device=DEVICE)
+    buffer = torch.full((GUARD + lanes + GUARD,), POISON, dtype=torch.int32, device=DEVICE)
+    window = next_power_of_2(length)
+    try:
+        with _watched_gathers() as seen:
+            checked_launch(kernel, (1,), source[:length], length, relative, lanes,
+                           buffer[GUARD : GUARD + lanes], WINDOW=window, LANES=LANES)  # fmt: skip
+    except Wrong:
+        raise
+    except Exception as error:
+        if "out of bounds" not in str(error):
+            raise
+        raise Wrong(
+            f"a lane gathered outside the window of {plural(window, 'entry')}",
+            hint="Gather with each lane's relative index, as loaded: masked lanes hold 0.",
+        ) from None
+    _check_gather_types(seen)
+    _explain_gather(case, buffer.tolist())
+
+
+register(
+    Exercise(
+        id="03.float_gather",
+        title="an exact int32 gather through float32",
+        cases=_float_gather_cases,
+        strategy=_float_gather_strategy,
+        judge=judge_float_gather,
+        hint="Each value you gather as float32 must be an integer of at most 2**24 in size.",
+        max_examples=30,
     )
 )
