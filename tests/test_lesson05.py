@@ -5,13 +5,15 @@ collisions of a rejected configuration, and reports a failing rank."""
 
 from __future__ import annotations
 
+import importlib
+import sys
 import time
 
 import pytest
 import torch
 import triton
 import triton.language as tl
-from lesson_helpers import KernelVariant, failure, solution_module
+from lesson_helpers import ROOT, KernelVariant, code_cells, failure, import_source
 
 import slotmap
 from slotmap import cp, reference
@@ -28,7 +30,20 @@ PAD = slotmap.PAD_SLOT_ID
 
 @pytest.fixture(scope="module")
 def solution(tmp_path_factory):
-    return solution_module(tmp_path_factory.mktemp("solution05"), "05_context_parallel.ipynb")
+    """The solution's code cells as a module; a ``%%writefile NAME`` cell is written to NAME
+    next to it (importable by spawned ranks: the folder joins sys.path while the module runs)."""
+    folder = tmp_path_factory.mktemp("solution05")
+    notebook = ROOT / "solutions" / "05_context_parallel.ipynb"
+    python = []
+    for source in code_cells(notebook):
+        first, _, body = source.partition("\n")
+        if first.startswith("%%writefile "):
+            (folder / first.split()[1]).write_text(body + "\n", encoding="utf-8")
+        else:
+            python.append(source)
+    sys.path.insert(0, str(folder))
+    yield import_source(folder / "solution05.py", "\n\n".join(python))
+    sys.path.remove(str(folder))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,6 +381,72 @@ def test_kernel_missing_store_mask_is_rejected():
 def test_an_unfinished_kernel_is_reported_as_not_done():
     found = failure("05.cp_kernel", _stub_kernel)
     assert found.invariant.startswith("not done yet")
+
+
+# ---------------------------------------------------------------------------------------------
+# 05.rank_fn: real ranks (each spawn imports torch: few cases)
+# ---------------------------------------------------------------------------------------------
+RANK_FN_MODULE = """
+import slotmap
+
+
+def rank_fn(ctx, batch):
+    query_start_loc, positions, block_table = batch.tensors(ctx.rank, ctx.device)
+    slots = slotmap.compute_slot_mapping(
+        query_start_loc, positions, block_table, batch.block_size,
+        kv_cache_block_size=batch.kv_cache_block_size, cp_world_size=ctx.world_size,
+        cp_rank={cp_rank}, cp_interleave=batch.interleave, max_num_tokens=batch.max_num_tokens,
+    )
+    return slots.cpu().tolist()
+
+
+def stub(ctx, batch):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+"""
+
+
+@pytest.fixture(scope="module")
+def rank_fns(tmp_path_factory):
+    """Modules a spawned rank can import: the right rank_fn, and one where every rank passes
+    cp_rank 0."""
+    folder = tmp_path_factory.mktemp("rank_fns")
+    for name, cp_rank in (("rank_fn_right", "ctx.rank"), ("rank_fn_rank_zero", "0")):
+        (folder / f"{name}.py").write_text(RANK_FN_MODULE.format(cp_rank=cp_rank))
+    sys.path.insert(0, str(folder))
+    yield {n: importlib.import_module(n) for n in ("rank_fn_right", "rank_fn_rank_zero")}
+    sys.path.remove(str(folder))
+
+
+def test_rank_fn_solution_passes(solution):
+    import my_rank_fn  # written by the solution's %%writefile cell
+
+    result = run_check(get_exercise("05.rank_fn"), my_rank_fn.rank_fn)
+    assert result.passed, result.report()
+    assert (result.named, result.random) == (2, 0)  # named cases only: every one spawns ranks
+
+
+def test_rank_fn_where_every_rank_is_rank_zero_is_rejected(rank_fns):
+    found = failure("05.rank_fn", rank_fns["rank_fn_rank_zero"].rank_fn)
+    assert "two ranks, interleave 2" in found.case_name
+    assert found.invariant == (
+        "token 0 (position 0) is stored by ranks [0, 1]: exactly one rank may store it "
+        "(does every rank pass its own cp_rank?)"
+    )
+
+
+def test_an_unfinished_rank_fn_is_reported_as_not_done(rank_fns):
+    found = failure("05.rank_fn", rank_fns["rank_fn_right"].stub)
+    assert found.invariant.startswith("not done yet")
+
+
+def test_a_rank_fn_defined_in_the_notebook_is_sent_to_a_module():
+    def rank_fn(ctx, batch):
+        return []
+
+    found = failure("05.rank_fn", rank_fn)
+    assert found.invariant.startswith("run_ranks cannot start 'rank_fn'")
+    assert "%%writefile" in found.hint
 
 
 # ---------------------------------------------------------------------------------------------

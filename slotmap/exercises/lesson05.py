@@ -8,6 +8,10 @@
   of a position on the rank that stores it (the rank's segments packed one after another).
 * ``05.cp_kernel``: all of it inside a teaching kernel (lesson 02's kernel, one block-table
   load per lane), run once per rank; the judge checks the ranks together.
+* ``05.rank_fn``: a function ``rank_fn(ctx, batch)`` that each process of
+  ``slotmap.distributed.run_ranks`` runs (so it lives in a module): this rank's slot mapping
+  with ``cp_rank=ctx.rank``. The judge starts two real ranks per case (named cases only: a
+  spawn costs seconds) and proves the partition from what they return.
 
 The judges speak in the partition invariant's words: a position with no owner, a position two
 ranks claim, two positions that land in the same place on one rank, a rank whose positions are
@@ -23,7 +27,7 @@ from typing import Any
 from hypothesis import strategies as st
 from torch import Tensor
 
-from slotmap.cp import five_steps, local_position, owner_of
+from slotmap.cp import CPBatch, expected_slots, five_steps, local_position, owner_of
 from slotmap.exercises.cases import (
     GUARD,
     SlotCase,
@@ -514,5 +518,120 @@ register(
         judge=judge_cp_kernel,
         hint=KERNEL_HINT,
         max_examples=25,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 05.rank_fn
+# ---------------------------------------------------------------------------------------------
+RANK_FN_HINT = (
+    "Each process runs rank_fn(ctx, batch) and sees only itself: build this rank's tensors "
+    "with batch.tensors(ctx.rank, ctx.device) (its own block table), then call "
+    "slotmap.compute_slot_mapping with the batch's kv_cache_block_size, interleave and "
+    "max_num_tokens, cp_world_size=ctx.world_size and cp_rank=ctx.rank; return the slots as "
+    "a list of ints."
+)
+
+
+def _rank_fn_cases() -> list[tuple[str, CPBatch]]:
+    return [
+        (
+            "two ranks, interleave 2, two requests, a padding tail",
+            CPBatch(lengths=(11, 1), starts=(0, 9), block_size=2, kv_cache_block_size=4,
+                    world_size=2, interleave=2, max_num_tokens=14, seed=3),
+        ),
+        (
+            "two ranks, interleave 1, hybrid: a kv block of 8 holds 2 blocks of 4",
+            CPBatch(lengths=(13,), block_size=4, kv_cache_block_size=8, world_size=2,
+                    interleave=1, seed=4),
+        ),
+    ]  # fmt: skip
+
+
+def _rank_slots(value: Any, rank: int, length: int) -> list[int]:
+    if isinstance(value, Tensor):
+        value = value.tolist()
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise Wrong(
+            f"rank {rank}'s rank_fn returned {type(value).__name__}, not a list of slots",
+            f"a list of {plural(length, 'int')}",
+            repr(value)[:80],
+            RANK_FN_HINT,
+        )
+    if len(value) != length:
+        raise Wrong(
+            f"rank {rank}'s rank_fn returned {plural(len(value), 'slot')}, the batch has "
+            f"max_num_tokens {length}",
+            plural(length, "slot"),
+            plural(len(value), "slot"),
+            RANK_FN_HINT,
+        )
+    return list(value)
+
+
+def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
+    from slotmap.distributed import RankFailed, run_ranks
+
+    world, length = batch.world_size, batch.max_num_tokens or batch.num_tokens
+    try:
+        returned = run_ranks(fn, world, batch, timeout_s=120)
+    except ValueError as error:
+        if "Put it in a module" not in str(error):
+            raise
+        raise Wrong(
+            f"run_ranks cannot start {getattr(fn, '__name__', fn)!r}: {error}",
+            hint="Write the function into my_rank_fn.py with the %%writefile cell, and pass "
+            "my_rank_fn.rank_fn: a spawned process imports it by its module's name.",
+        ) from None
+    except RankFailed as error:
+        if "raise NotImplementedError" in str(error):
+            raise NotImplementedError(str(error)) from None
+        raise
+    slots = [_rank_slots(value, rank, length) for rank, value in enumerate(returned)]
+    positions, config = batch.positions, (world, batch.interleave, batch.kv_cache_block_size)
+    for token, p in enumerate(positions):
+        claimed = [r for r in range(world) if slots[r][token] != PAD_SLOT_ID]
+        owner = owner_of(p, *config)
+        why = why_owner(p, *config)
+        if not claimed:
+            raise Wrong(
+                f"token {token} (position {p}) has no owner: every rank's slot mapping has "
+                "PAD_ID there",
+                f"a slot on rank {owner} ({why})",
+                "PAD_ID on every rank",
+                RANK_FN_HINT,
+            )
+        if len(claimed) > 1:
+            raise Wrong(
+                f"token {token} (position {p}) is stored by ranks {claimed}: exactly one rank "
+                "may store it (does every rank pass its own cp_rank?)",
+                f"only rank {owner} ({why})",
+                f"slots {[slots[r][token] for r in claimed]} on ranks {claimed}",
+                RANK_FN_HINT,
+            )
+    for rank in range(world):
+        expected = expected_slots(batch, rank)
+        if slots[rank] != expected:
+            token = next(t for t in range(length) if slots[rank][t] != expected[t])
+            raise Wrong(
+                f"rank {rank}'s slot mapping differs from the reference at token {token}: "
+                "each rank uses its own block table, batch.tensors(ctx.rank, ctx.device)",
+                f"slot {expected[token]}",
+                f"slot {slots[rank][token]}",
+                RANK_FN_HINT,
+            )
+
+
+register(
+    Exercise(
+        id="05.rank_fn",
+        title="a rank function for run_ranks: each rank's own slot mapping",
+        cases=_rank_fn_cases,
+        strategy=None,  # every case spawns processes: named cases only
+        judge=judge_rank_fn,
+        hint=RANK_FN_HINT,
     )
 )
