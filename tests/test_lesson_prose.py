@@ -6,6 +6,7 @@ benchmark results."""
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import io
 import json
@@ -64,8 +65,13 @@ def _markdown_regions(source: str) -> list[str]:
 
 
 def _enclosing_function(source: str) -> str:
-    """The name of the function a solution cell defines (the one the learner completes)."""
-    stubbed = "\n".join(line for line in source.split("\n") if line.strip() not in (BEGIN, END))
+    """The name of the function a solution cell defines (the one the learner completes); an
+    IPython magic line (``%%writefile``) is not Python and is left out."""
+    stubbed = "\n".join(
+        line
+        for line in source.split("\n")
+        if line.strip() not in (BEGIN, END) and not line.startswith(("%", "!"))
+    )
     names = [n.name for n in ast.walk(ast.parse(stubbed)) if isinstance(n, ast.FunctionDef)]
     return names[0] if names else ""
 
@@ -477,15 +483,16 @@ def _operators(shape) -> int:
     return 1 + sum(_operators(part) for part in shape[1:])
 
 
-def _fits(pattern, shape) -> bool:
-    """Whether ``shape`` is ``pattern`` with each wildcard of the pattern filled in."""
+def _fits(pattern, shape, loose: bool) -> bool:
+    """Whether ``shape`` is ``pattern`` with each wildcard of the pattern filled in: by a name
+    or a number, or, when ``loose``, by any subexpression."""
     if pattern is None:
-        return True
+        return loose or shape is None or shape[0] == "const"
     if shape is None or len(pattern) != len(shape) or pattern[0] != shape[0]:
         return False
     if pattern[0] == "const":
         return pattern[1] == shape[1]
-    return all(_fits(p, s) for p, s in zip(pattern[1:], shape[1:], strict=True))
+    return all(_fits(p, s, loose) for p, s in zip(pattern[1:], shape[1:], strict=True))
 
 
 def _subshapes(shape):
@@ -497,9 +504,12 @@ def _subshapes(shape):
             yield from _subshapes(part)
 
 
-def _inlined(region: str) -> list[ast.AST]:
-    """The region's expressions, each local name assigned once replaced by its value, so that
-    `b = x / y; return max(f, b)` is also `max(f, x / y)`."""
+def answer_shapes(region: str) -> list[tuple[object, bool]]:
+    """(shape, loose) for the region's expressions. The whole value of a statement (what it
+    assigns, returns or tests) is loose, with each local name assigned before it replaced by
+    its value, so that `b = x / y; return max(f, b)` is `max(f, x / y)` too: a formula that
+    names `b` for `x / y` restates it. Its parts match name for name only, or a formula as
+    common as `a * b + c` would find itself in any sum of products."""
     tree = ast.parse(textwrap.dedent(region))
     values: dict[str, ast.AST] = {}
 
@@ -507,16 +517,20 @@ def _inlined(region: str) -> list[ast.AST]:
         def visit_Name(self, node):  # noqa: N802 - ast's visitor protocol
             return values.get(node.id, node)
 
-    expressions = []
-    for statement in tree.body:
-        for node in ast.walk(statement):
-            if isinstance(node, ast.expr):
-                expressions.append(Inline().visit(ast.parse(ast.unparse(node), mode="eval")).body)
+    found: list[tuple[object, bool]] = []
+    statements = sorted(
+        (n for n in ast.walk(tree) if isinstance(n, ast.stmt)), key=lambda n: n.lineno
+    )
+    for statement in statements:
+        whole = getattr(statement, "value", None) or getattr(statement, "test", None)
+        if isinstance(whole, ast.expr):
+            found.append((_shape(Inline().visit(copy.deepcopy(whole))), True))
+            found += [(part, False) for part in _subshapes(_shape(whole))]
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
             target = statement.targets[0]
             if isinstance(target, ast.Name):
-                values[target.id] = Inline().visit(statement.value)
-    return expressions
+                values[target.id] = Inline().visit(copy.deepcopy(statement.value))
+    return found
 
 
 def prose_formulas(notebook: dict) -> list[tuple[int, str]]:
@@ -554,8 +568,8 @@ def restated_answers(notebook: dict, lesson: str) -> list[str]:
     for index, formula in prose_formulas(notebook):
         for pattern in _formula_shapes(formula):
             for answer in regions:
-                shapes = [s for e in _inlined(answer.text) for s in _subshapes(_shape(e))]
-                if any(_fits(pattern, shape) for shape in shapes):
+                shapes = answer_shapes(answer.text)
+                if any(_fits(pattern, shape, loose) for shape, loose in shapes):
                     leaks.append(f"cell {index}: {formula!r} is the answer of {answer.where}")
                     break
     return sorted(set(leaks))
@@ -583,15 +597,19 @@ def test_the_formula_finder_sees_a_formula_in_other_words():
         assert bool(found) == leaked, (said, found)
 
 
-# Formulas that exercises 02 and 09 still state (lesson 01's slot formula and the padding
-# program's test in 02, the capstone's row pointers in 09): their owners decide whether they
-# are context or answer; the test holds them to exactly these until then.
+# Formulas that exercises 02, 07 and 09 still state (lesson 01's slot formula and the padding
+# program's test in 02, a lane's position in 07's block walk, the capstone's row pointers in
+# 09): their owners decide whether they are context or answer; the test holds them to exactly
+# these until then.
 STATED_ELSEWHERE = {
     "02": [
         "cell 1: 'tl.program_id(0) == tl.num_programs(0) - 1' is the answer of "
         "02_first_kernel.ipynb, cell 2",
         "cell 3: 'slot = block_table[q, pos // block_size] * block_size + pos % block_size' "
         "is the answer of 02_first_kernel.ipynb, cell 2",
+    ],
+    "07": [
+        "cell 9: 'logical_block * block_size + i' is the answer of 07_end_to_end.ipynb, cell 9",
     ],
     "09": [
         "cell 3: 'block_tables_ptr + g * block_tables_group_stride + q * block_table_stride' "
