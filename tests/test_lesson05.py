@@ -426,6 +426,19 @@ def test_rank_fn_solution_passes(solution):
     assert (result.named, result.random) == (2, 0)  # named cases only: every one spawns ranks
 
 
+def test_rank_fn_runs_after_a_notebook_kernel_ran_under_the_interpreter(rank_fns, monkeypatch):
+    # Triton's interpreter copies its globals, __file__ included, into a notebook kernel's
+    # (__main__'s): spawned ranks then ran interpreter.py as __main__ and died on import.
+    from triton.runtime import interpreter
+
+    main = sys.modules["__main__"]
+    monkeypatch.setattr(main, "__spec__", None)  # a kernel's __main__ is no module run by name
+    monkeypatch.setattr(main, "__file__", interpreter.__file__, raising=False)
+    result = run_check(get_exercise("05.rank_fn"), rank_fns["rank_fn_right"].rank_fn)
+    assert result.passed, result.report()
+    assert main.__file__ == interpreter.__file__  # put back as it was
+
+
 def test_rank_fn_where_every_rank_is_rank_zero_is_rejected(rank_fns):
     found = failure("05.rank_fn", rank_fns["rank_fn_rank_zero"].rank_fn)
     assert "two ranks, interleave 2" in found.case_name
