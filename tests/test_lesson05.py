@@ -6,6 +6,7 @@ collisions of a rejected configuration, and reports a failing rank."""
 from __future__ import annotations
 
 import importlib
+import shutil
 import sys
 import time
 
@@ -437,6 +438,20 @@ def test_rank_fn_runs_after_a_notebook_kernel_ran_under_the_interpreter(rank_fns
     result = run_check(get_exercise("05.rank_fn"), rank_fns["rank_fn_right"].rank_fn)
     assert result.passed, result.report()
     assert main.__file__ == interpreter.__file__  # put back as it was
+
+
+def test_the_solution_grades_pass_under_slotmap_grade(tmp_path):
+    # The grader's kernel writes my_rank_fn.py in its own folder, and its ranks start: under
+    # root, as a user of its own, its interpreter must start again (the sandbox's probe).
+    from slotmap.exercises.grade import GradeOptions, grade_folder
+
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    shutil.copy(ROOT / "solutions" / "05_context_parallel.ipynb", folder)
+    (graded,) = grade_folder(folder, options=GradeOptions(timeout=120))
+    assert graded.results == dict.fromkeys(
+        ("05.is_local", "05.local_block_and_offset", "05.cp_kernel", "05.rank_fn"), "PASS"
+    ), graded
 
 
 def test_rank_fn_where_every_rank_is_rank_zero_is_rejected(rank_fns):

@@ -101,8 +101,11 @@ def kernel_argv(uid: int | None, python: str = sys.executable) -> list[str]:
     argv = [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     if uid is None:
         return argv
+    # The kernel must start its interpreter again (run_ranks, multiprocessing): setpriv's own
+    # exec still holds root's capabilities, so only a second exec shows a folder it cannot enter.
+    again = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'], check=True)"
     probe = subprocess.run(
-        [*_setpriv(uid, False), python, "-c", "pass"], capture_output=True, timeout=60
+        [*_setpriv(uid, False), python, "-c", again], capture_output=True, timeout=60
     )
     return [*_setpriv(uid, probe.returncode != 0), *argv]
 
