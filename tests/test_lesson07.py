@@ -448,11 +448,10 @@ def _read_variant_kernel(
     seq_lens_ptr,
     scale,
     block_size,
-    block_stride,
     slot_stride,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_TILE: tl.constexpr,
-    BLOCK_SIZE_TILE: tl.constexpr,
+    TILE: tl.constexpr,
     MISTAKE: tl.constexpr = 0,
 ):
     req = tl.program_id(0)
@@ -462,25 +461,24 @@ def _read_variant_kernel(
     dims = tl.arange(0, HEAD_DIM_TILE)
     dim_mask = dims < HEAD_DIM
     query = tl.load(query_ptr + (req * num_heads + head) * HEAD_DIM + dims, mask=dim_mask)
-    lanes = tl.arange(0, BLOCK_SIZE_TILE)
     running_max = -float("inf")
     running_sum = 0.0
     acc = tl.zeros([HEAD_DIM_TILE], dtype=tl.float32)
-    for logical_block in range(0, tl.cdiv(seq_len, block_size)):
-        if MISTAKE == 2:
-            physical_block = tl.load(block_table_ptr + logical_block)
-        else:
-            physical_block = tl.load(block_table_ptr + req * block_table_stride + logical_block)
-        positions = logical_block * block_size + lanes
+    for tile_start in range(0, seq_len, TILE):
+        positions = tile_start + tl.arange(0, TILE)
         if MISTAKE == 1:
-            valid = lanes < block_size
+            valid = positions >= 0  # every lane: the last tile unmasked
         else:
-            valid = (lanes < block_size) & (positions < seq_len)
+            valid = positions < seq_len
+        row = block_table_ptr + req * block_table_stride
+        if MISTAKE == 2:
+            row = block_table_ptr
+        physical_block = tl.load(row + positions // block_size, mask=valid, other=0)
         if MISTAKE == 3:
-            offsets = physical_block * slot_stride + lanes[:, None] * block_stride
+            slots = (positions % block_size) * block_size + physical_block
         else:
-            offsets = physical_block * block_stride + lanes[:, None] * slot_stride
-        offsets += head * HEAD_DIM + dims[None, :]
+            slots = physical_block * block_size + positions % block_size
+        offsets = slots[:, None] * slot_stride + head * HEAD_DIM + dims[None, :]
         mask = valid[:, None] & dim_mask[None, :]
         key = tl.load(key_cache_ptr + offsets, mask=mask, other=0.0)
         scores = tl.sum(key * query[None, :], axis=1) * scale
@@ -519,8 +517,9 @@ def test_paged_read_unmasked_last_block_is_named():
     assert "one request of 6 in blocks of 4" in found.case_name
     assert found.invariant == (
         "request 0, head 0: the output differs from attention over positions 0..5 "
-        "(6 positions in 2 blocks of 4): it read the whole last block, positions 6..7 past "
-        "seq_len (mask the lanes at or past seq_len)"
+        "(6 positions in 2 blocks of 4): it reads slots that hold none of the request's "
+        "positions 0..5 (its output moves when only those slots change): a lane at or past "
+        "seq_len left unmasked, or a lane's slot computed wrong"
     )
 
 
@@ -537,15 +536,14 @@ def test_paged_read_slot_and_block_swapped_is_rejected():
     found = failure("07.paged_read", ReadVariant(SLOT_BLOCK_SWAPPED))
     # Lane i jumps a whole block per slot: past the cache, or into another request's slots.
     assert "key_cache" in found.invariant or "the output differs" in found.invariant
-    assert found.hint.startswith("Logical block b of request req")
+    assert found.hint.startswith("Lane i of a tile is position tile_start + i")
 
 
 def test_an_unfinished_paged_read_is_reported_as_not_done():
     @triton.jit
     def stub(out_ptr, lse_ptr, query_ptr, key_cache_ptr, value_cache_ptr, block_table_ptr,
-             block_table_stride, seq_lens_ptr, scale, block_size, block_stride, slot_stride,
-             HEAD_DIM: tl.constexpr, HEAD_DIM_TILE: tl.constexpr,
-             BLOCK_SIZE_TILE: tl.constexpr):  # fmt: skip
+             block_table_stride, seq_lens_ptr, scale, block_size, slot_stride,
+             HEAD_DIM: tl.constexpr, HEAD_DIM_TILE: tl.constexpr, TILE: tl.constexpr):  # fmt: skip
         # YOUR CODE HERE
         raise NotImplementedError()
 

@@ -12,11 +12,11 @@
   the judge names the usual mistakes (a plain average, unnormalised weights, NaN from an
   empty rank, exp overflow, a request with no keys anywhere whose lse is not -inf).
 * ``07.paged_read``: the read side of paged decode attention. The learner's kernel walks a
-  request's block-table row (which physical block, which slots, the mask of the last partial
-  block); the online softmax is given. Slots no request attends hold other random keys, so
-  a read past ``seq_len`` shows; every load is bounds-checked; the output and lse are compared with
-  ``paged_decode_attention_torch`` and a wrong one is explained (the whole last block read,
-  another request's row).
+  request's positions a tile at a time (which physical block, which slot, the mask of the
+  last partial block); the loads and the online softmax are given. Slots no request attends
+  hold other random keys and every load is bounds-checked; the output and lse are compared
+  with ``paged_decode_attention_torch`` and a wrong one is explained (a read of slots that
+  hold none of the request's positions, another request's row).
 """
 
 from __future__ import annotations
@@ -581,54 +581,58 @@ class ReadCase:
         return tuple(t.to(device) for t in (query, key_cache, value_cache, block_table, seq_lens))
 
 
+READ_TILE = 8  # positions per tile in the learner's kernel
+
+
 def launch_paged_read_kernel(kernel: Any, query, key_cache, value_cache, block_table, seq_lens):
     """The learner's kernel on grid ``(num_reqs, num_heads)``, every load bounds-checked, as
     ``paged_decode_attention`` launches its own. Returns (out, lse)."""
     num_reqs, num_heads, head_dim = query.shape
-    block_size = key_cache.shape[1]
     out = torch.full((num_reqs, num_heads, head_dim), POISON, device=query.device)
     lse = torch.full((num_reqs, num_heads), POISON, device=query.device)
     checked_launch(
         kernel, (num_reqs, num_heads),
         out, lse, query, key_cache, value_cache, block_table, block_table.shape[1], seq_lens,
-        1.0 / head_dim**0.5, block_size, key_cache.stride(0), key_cache.stride(1),
-        HEAD_DIM=head_dim, HEAD_DIM_TILE=triton.next_power_of_2(head_dim),
-        BLOCK_SIZE_TILE=triton.next_power_of_2(block_size),
+        1.0 / head_dim**0.5, key_cache.shape[1], key_cache.stride(1),
+        HEAD_DIM=head_dim, HEAD_DIM_TILE=triton.next_power_of_2(head_dim), TILE=READ_TILE,
     )  # fmt: skip
     return out, lse
 
 
 READ_HINT = (
-    "Logical block b of request req is the entry b of row req of the block table (the row "
-    "starts block_table_stride entries after the previous one). Its lane i is position "
-    "b·block_size + i, in that physical block's slot i; a lane is valid only when it is a "
-    "slot of the block and its position is below seq_len (the last block may be partial). "
-    "An element's address: block · block_stride + slot · slot_stride + head · HEAD_DIM + dim."
+    "Lane i of a tile is position tile_start + i of request req: valid only below seq_len. "
+    "Its logical block (the position's block number) picks an entry of row req of the block "
+    "table (rows are block_table_stride entries apart); the slot is that physical block's "
+    "first slot plus the position's offset inside its block, as the slot mapping wrote it."
 )
 
 
-def _matches(got: Tensor, want: Tensor) -> bool:
-    return bool(_close(got, want).all())
-
-
-def _explain_read(case: ReadCase, tensors, out: Tensor, lse: Tensor, r: int, h: int) -> str:
+def _explain_read(case: ReadCase, tensors, out: Tensor, r: int, h: int, kernel: Any) -> str:
     """Which well-known wrong read gives this output, in words ("" if none does)."""
-    query, key_cache, value_cache, table, lens = (t.cpu() for t in tensors)
-    whole = torch.tensor([case.blocks_of(q) * case.block_size for q in range(len(lens))])
-    if int(whole[r]) != int(lens[r]):
-        o, _ = paged_decode_attention_torch(query, key_cache, value_cache, table,
-                                            whole.to(torch.int32), validate=False)  # fmt: skip
-        if _matches(out[r, h], o[r, h]):
-            return (
-                f": it read the whole last block, positions {int(lens[r])}.."
-                f"{int(whole[r]) - 1} past seq_len (mask the lanes at or past seq_len)"
-            )
+    query, key_cache, value_cache, table, lens = tensors
     if r > 0:
         first_row = table[:1].expand_as(table).contiguous()
         o, _ = paged_decode_attention_torch(query, key_cache, value_cache, first_row, lens,
                                             validate=False)  # fmt: skip
-        if _matches(out[r, h], o[r, h]):
+        if bool(_close(out[r, h], o[r, h].cpu()).all()):
             return f": request {r} read its keys through row 0 of the block table, not row {r}"
+    # Redraw the slots no request attends: an output that moves read one of them.
+    attended = torch.zeros(key_cache.shape[:2], dtype=torch.bool)
+    for q, length in enumerate(case.seq_lens):
+        for j in range(length):
+            attended[int(table[q, j // case.block_size]), j % case.block_size] = True
+    generator = torch.Generator().manual_seed(case.seed + 1)
+    redrawn = []
+    for cache in (key_cache, value_cache):
+        other = torch.randn(cache.shape, generator=generator).to(cache.device) * 3
+        redrawn.append(torch.where(attended[..., None, None].to(cache.device), cache, other))
+    moved, _ = launch_paged_read_kernel(kernel, query, *redrawn, table, lens)
+    if not bool(_close(moved[r, h].cpu(), out[r, h]).all()):
+        return (
+            f": it reads slots that hold none of the request's positions 0.."
+            f"{case.seq_lens[r] - 1} (its output moves when only those slots change): a lane "
+            "at or past seq_len left unmasked, or a lane's slot computed wrong"
+        )
     return ""
 
 
@@ -647,7 +651,7 @@ def judge_paged_read(kernel: Any, case: ReadCase) -> None:
         return
     r, h = (int(i) for i in bad.nonzero()[0])
     length = case.seq_lens[r]
-    why = _explain_read(case, tensors, out, lse, r, h)
+    why = _explain_read(case, tensors, out, r, h, kernel)
     blocks = case.blocks_of(r)
     raise Wrong(
         f"request {r}, head {h}: the output differs from attention over positions "
@@ -664,7 +668,7 @@ def _read_cases() -> list[tuple[str, ReadCase]]:
     return [
         ("one request of 6 in blocks of 4: a partial last block", ReadCase([6], 4)),
         ("two requests in shuffled blocks", ReadCase([5, 9], 4, seed=1)),
-        ("blocks of 3: a tile of 4 lanes, one lane past the block", ReadCase([7, 3], 3, seed=2)),
+        ("blocks of 3: a tile of 8 spans three blocks", ReadCase([7, 3], 3, seed=2)),
         ("full blocks only", ReadCase([8, 4], 4, seed=3)),
         ("a request of length 0: out 0, lse -inf", ReadCase([0, 5], 2, seed=4)),
         ("3 heads of 3 dims, one position", ReadCase([1, 6], 4, num_heads=3, head_dim=3, seed=5)),
