@@ -372,7 +372,8 @@ def test_each_lesson_header_states_its_run_time_and_its_exercises_time():
     for lesson, (seconds, minutes) in header_times().items():
         assert seconds > 0, f"lesson {lesson}'s header does not say how long it runs"
         if lesson in exercised:
-            assert minutes is not None and 3 <= minutes <= 12, f"lesson {lesson}: {minutes}"
+            # An estimate (nobody was timed doing them): 3 to 20 minutes a lesson's exercises.
+            assert minutes is not None and 3 <= minutes <= 20, f"lesson {lesson}: {minutes}"
         else:
             assert minutes is None
 
@@ -597,19 +598,15 @@ def test_the_formula_finder_sees_a_formula_in_other_words():
         assert bool(found) == leaked, (said, found)
 
 
-# Formulas that exercises 02, 07 and 09 still state (lesson 01's slot formula and the padding
-# program's test in 02, a lane's position in 07's block walk, the capstone's row pointers in
-# 09): their owners decide whether they are context or answer; the test holds them to exactly
-# these until then.
+# Formulas that exercises 02 and 09 still state (lesson 01's slot formula and the padding
+# program's test in 02, the capstone's row pointers in 09): context the exercise builds on
+# or part of its answer, still to be decided; the test holds them to exactly these.
 STATED_ELSEWHERE = {
     "02": [
         "cell 1: 'tl.program_id(0) == tl.num_programs(0) - 1' is the answer of "
         "02_first_kernel.ipynb, cell 2",
         "cell 3: 'slot = block_table[q, pos // block_size] * block_size + pos % block_size' "
         "is the answer of 02_first_kernel.ipynb, cell 2",
-    ],
-    "07": [
-        "cell 9: 'logical_block * block_size + i' is the answer of 07_end_to_end.ipynb, cell 9",
     ],
     "09": [
         "cell 3: 'block_tables_ptr + g * block_tables_group_stride + q * block_table_stride' "
