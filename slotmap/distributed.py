@@ -190,6 +190,25 @@ def _failure_message(failures: dict[int, str], stuck: Sequence[int] = ()) -> str
 
 
 @contextlib.contextmanager
+def _main_file_not_borrowed() -> Iterator[None]:
+    """While ranks are spawned, hide a ``__main__.__file__`` that Triton's interpreter put
+    there: it copies its own module globals into a kernel's, and a kernel defined in a
+    notebook has ``__main__``'s, so each rank would run the interpreter as its main script."""
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    main = sys.modules.get("__main__")
+    borrowed = interpreter is not None and getattr(main, "__file__", None) == getattr(
+        interpreter, "__file__", ""
+    )
+    if borrowed:
+        del main.__file__
+    try:
+        yield
+    finally:
+        if borrowed:
+            main.__file__ = interpreter.__file__
+
+
+@contextlib.contextmanager
 def _environment(values: dict[str, str]) -> Iterator[None]:
     """Set environment variables while children are spawned (they copy it), then restore."""
     saved = {name: os.environ.get(name) for name in values}
@@ -283,7 +302,7 @@ def run_ranks(
     # The ranks use the caller's backend and do not each announce it.
     environment = {ENV_VAR: BACKEND.name, QUIET_VAR: "1", **MULTICAST_OFF}
     try:
-        with _environment(environment):
+        with _environment(environment), _main_file_not_borrowed():
             for rank in range(world_size):
                 process = context.Process(
                     target=_rank_main,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -164,3 +165,18 @@ def test_a_rank_that_exits_without_reporting_is_reported():
     with pytest.raises(RankFailed, match="rank 0 exited without reporting a result"):
         run_ranks(rank_jobs.exit_on_rank_zero, 2, 0, timeout_s=60)
     assert time.monotonic() - start < 30
+
+
+def test_ranks_start_when_tritons_interpreter_lent_main_its_file(monkeypatch):
+    # A kernel defined in a notebook shares __main__'s globals, and Triton's interpreter
+    # copies its own into them, __file__ included: a spawned rank would then run the
+    # interpreter as its main script and die on import.
+    from triton.runtime import interpreter
+
+    main = sys.modules["__main__"]
+    # A notebook's __main__ has no module spec, so a spawned child re-runs its __file__.
+    monkeypatch.setattr(main, "__spec__", None, raising=False)
+    monkeypatch.setattr(main, "__file__", interpreter.__file__, raising=False)
+    results = run_ranks(rank_jobs.sum_of_ranks, 2, 1, timeout_s=120)
+    assert [r["sum"] for r in results] == [1, 1]
+    assert main.__file__ == interpreter.__file__  # put back for the caller

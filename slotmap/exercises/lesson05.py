@@ -20,9 +20,7 @@ not packed.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -574,31 +572,12 @@ def _rank_slots(value: Any, rank: int, length: int) -> list[int]:
     return list(value)
 
 
-@contextmanager
-def _main_without_triton_file() -> Iterator[None]:
-    """Hide a ``__main__.__file__`` that Triton's interpreter put there: it copies its own
-    globals into a kernel's, and a kernel defined in a notebook has ``__main__``'s, so each
-    spawned rank would run the interpreter's file as its ``__main__`` and die on import."""
-    from triton.runtime import interpreter
-
-    main = sys.modules.get("__main__")
-    borrowed = getattr(main, "__file__", None) == interpreter.__file__
-    if borrowed:
-        del main.__file__
-    try:
-        yield
-    finally:
-        if borrowed:
-            main.__file__ = interpreter.__file__
-
-
 def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
     from slotmap.distributed import RankFailed, run_ranks
 
     world, length = batch.world_size, batch.max_num_tokens or batch.num_tokens
     try:
-        with _main_without_triton_file():
-            returned = run_ranks(fn, world, batch, timeout_s=120)
+        returned = run_ranks(fn, world, batch, timeout_s=120)
     except ValueError as error:
         if "Put it in a module" not in str(error):
             raise
