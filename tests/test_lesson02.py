@@ -11,7 +11,7 @@ import pytest
 import torch
 from lesson_helpers import ROOT, TRITON_IMPORTS, by_gid, import_source
 
-import slotmap  # noqa: F401 - chooses the backend before any kernel below is decorated
+import slotmap  # chooses the backend before any kernel below is decorated
 from slotmap.exercises import get_exercise, run_check
 
 matplotlib.use("Agg")
@@ -83,7 +83,21 @@ MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+# An unmasked load is only caught where the check can see it: under Triton's interpreter,
+# whose loads the check bounds (slotmap.exercises.cases.checked_launch).
+INTERPRETED_ONLY = {"missing-positions-load-mask"}
+interpreted_only = pytest.mark.skipif(
+    not slotmap.BACKEND.interpreted, reason="the bounds check wraps the interpreter's loads"
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=interpreted_only) if n in INTERPRETED_ONLY else n
+        for n in sorted(MUTANTS)
+    ],
+)
 def test_rejects_known_wrong_kernel(tmp_path, name):
     old, new, words = MUTANTS[name]
     kernel = load_kernel(tmp_path, mutate(solution_kernel_source(), old, new))
@@ -99,6 +113,7 @@ def test_missing_mask_is_caught_by_the_partial_tile_case(tmp_path):
     assert "ends in a partial tile, no padding tail" in result.failure.case_name
 
 
+@interpreted_only
 def test_an_unmasked_positions_load_is_named_with_lane_tensor_and_address(tmp_path):
     old, new, _ = MUTANTS["missing-positions-load-mask"]
     kernel = load_kernel(tmp_path, mutate(solution_kernel_source(), old, new))

@@ -174,6 +174,9 @@ def test_missing_store_mask_is_rejected():
     assert "past the request's end" in found.invariant or "padding entry" in found.invariant
 
 
+@pytest.mark.skipif(
+    not slotmap.BACKEND.interpreted, reason="the bounds check wraps the interpreter's loads"
+)
 def test_unmasked_window_load_is_rejected_naming_lane_and_address():
     found = failure("03.window_kernel", Variant(WINDOW_MASK=False))
     # Row [5, 2] holds 2 entries; a window of 4 from block 0 reads entries 2 and 3 past it.
@@ -475,6 +478,10 @@ def test_halves_split_at_the_wrong_bit_are_rejected():
     )
 
 
+@pytest.mark.skipif(
+    not slotmap.BACKEND.interpreted,
+    reason="2**31 - 1 through float32 overflows int32: numpy wraps it, a GPU saturates it back",
+)
 def test_a_single_cast_of_the_largest_int32_is_not_called_a_split():
     with pytest.raises(Wrong) as raised:
         single = FloatVariant(SINGLE_CAST=True)

@@ -21,6 +21,9 @@ from slotmap import cp, reference
 from slotmap.distributed import RankContext, RankFailed, run_ranks
 from slotmap.exercises import get_exercise, run_check
 
+# One rank per device on an accelerator: a rank function's check spawns two.
+needs_two_ranks = pytest.mark.skipif(cp.max_ranks() < 2, reason="two ranks need two devices")
+
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 
@@ -419,6 +422,7 @@ def rank_fns(tmp_path_factory):
     sys.path.remove(str(folder))
 
 
+@needs_two_ranks
 def test_rank_fn_solution_passes(solution):
     import my_rank_fn  # written by the solution's %%writefile cell
 
@@ -427,6 +431,7 @@ def test_rank_fn_solution_passes(solution):
     assert (result.named, result.random) == (2, 0)  # named cases only: every one spawns ranks
 
 
+@needs_two_ranks
 def test_rank_fn_runs_after_a_notebook_kernel_ran_under_the_interpreter(rank_fns, monkeypatch):
     # Triton's interpreter copies its globals, __file__ included, into a notebook kernel's
     # (__main__'s): spawned ranks then ran interpreter.py as __main__ and died on import.
@@ -440,6 +445,7 @@ def test_rank_fn_runs_after_a_notebook_kernel_ran_under_the_interpreter(rank_fns
     assert main.__file__ == interpreter.__file__  # put back as it was
 
 
+@needs_two_ranks
 def test_the_solution_grades_pass_under_slotmap_grade(tmp_path):
     # The grader's kernel writes my_rank_fn.py in its own folder, and its ranks start: under
     # root, as a user of its own, its interpreter must start again (the sandbox's probe).
@@ -454,6 +460,7 @@ def test_the_solution_grades_pass_under_slotmap_grade(tmp_path):
     ), graded
 
 
+@needs_two_ranks
 def test_rank_fn_where_every_rank_is_rank_zero_is_rejected(rank_fns):
     found = failure("05.rank_fn", rank_fns["rank_fn_rank_zero"].rank_fn)
     assert "two ranks, interleave 2" in found.case_name
@@ -463,11 +470,13 @@ def test_rank_fn_where_every_rank_is_rank_zero_is_rejected(rank_fns):
     )
 
 
+@needs_two_ranks
 def test_an_unfinished_rank_fn_is_reported_as_not_done(rank_fns):
     found = failure("05.rank_fn", rank_fns["rank_fn_right"].stub)
     assert found.invariant.startswith("not done yet")
 
 
+@needs_two_ranks
 def test_a_rank_fn_defined_in_the_notebook_is_sent_to_a_module():
     def rank_fn(ctx, batch):
         return []
