@@ -68,6 +68,9 @@ def exit_on_rank_zero(ctx: RankContext, code: int) -> int:
 def quiet_exit_then_knock_on(ctx: RankContext) -> int:
     """Rank 0 leaves quietly; rank 1 then fails as a rank does whose peer went away (CI saw
     this race: the knock-on error arrived before rank 0 could be named)."""
+    # Both ranks past the rendezvous first: a rank 0 gone during rank 1's connection setup
+    # fails rank 1 there, with gloo's own words instead of this job's.
+    dist.barrier()
     if ctx.rank == 0:
         os._exit(0)
     time.sleep(0.3)
