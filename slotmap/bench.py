@@ -1,8 +1,9 @@
 """``slotmap bench``: time every slot-mapping kernel against the floor, on the active backend.
 
-For each shape of PERF.md (and each block size) it times, eagerly and as replays of a captured
-graph of ``--graph-calls`` calls (CUDA graphs on a GPU; on an NPU, torch_npu's ACL graphs,
-written against their documented API and not yet run on hardware: ``GRAPH_CAPTURES``):
+For each reference shape (``SHAPES``, docs/performance.md) and block size it times, eagerly
+and as replays of a captured graph of ``--graph-calls`` calls (CUDA graphs on a GPU; on an
+NPU, torch_npu's ACL graphs, written against their documented API and not yet run on
+hardware: ``GRAPH_CAPTURES``):
 
 * ``window``: the production bounded-window kernel (``compute_slot_mapping``);
 * ``direct``: one block-table load per token (``compute_slot_mapping_direct``);
@@ -17,7 +18,8 @@ Each is checked exactly against the reference before timing (output poisoned fir
 after timing (the output the timed calls left, poisoned before they ran). The launchers'
 own Python cost is measured against a raw ``kernel[grid](...)`` launch, with validation on
 and off. Results: a JSON file (``{"hardware": ..., "records": [...], "launcher": [...]}``),
-a markdown table with the PERF.md targets, and a plot. Speed is reported, never asserted.
+a markdown table with the project's performance targets (docs/performance.md), and a plot.
+Speed is reported, never asserted.
 """
 
 from __future__ import annotations
@@ -78,12 +80,13 @@ TINY_SHAPES = {
     ]
 }
 DEFAULT_BLOCK_SIZES = (128, 16)
-# PERF.md's targets (graph mode, µs per call) for the latency-bound shapes.
+# The project's targets (docs/performance.md), graph mode, µs per call, latency-bound shapes.
 LATENCY_TARGETS = {"decode256": 1.5, "decode1024": 2.0, "mixed": 2.0, "prefill8192": 4.0}
 BANDWIDTH_TARGET_GBPS = 2000.0
 BANDWIDTH_TARGET_OF_COPY = 2 / 3
 FUSED_TARGET = 1.3
 LAUNCHER_TARGET = 1.15
+TARGETS_HEADING = "## Performance targets (docs/performance.md)"
 
 
 @triton.jit
@@ -314,9 +317,7 @@ def bench_modes(requested: list[str], backend: str) -> tuple[list[str], list[str
     return runs, [m for m in requested if m not in runs]
 
 
-def time_graph(
-    run: Callable[[], object], calls: int, quick: bool, capture: GraphCapture
-) -> float:
+def time_graph(run: Callable[[], object], calls: int, quick: bool, capture: GraphCapture) -> float:
     """Median µs per call inside a captured graph of ``calls`` calls (device cost)."""
     from triton.testing import do_bench
 
@@ -519,7 +520,8 @@ def blocks_of(records: list[dict], shape: str) -> list[int]:
 
 
 def targets(records: list[dict], launcher: list[dict]) -> list[dict]:
-    """Every PERF.md target with the number reached and its ratio to the same run's floor."""
+    """Every performance target (docs/performance.md) with the number reached and its ratio to
+    the same run's floor."""
     rows = []
     for shape, goal in LATENCY_TARGETS.items():
         for block in blocks_of(records, shape):
@@ -664,7 +666,7 @@ def markdown(result: dict) -> str:
                 f"| {r['ratio_to_raw']:.3f} |"
             )
         lines.append("")
-    lines += ["## PERF.md targets", "", "| target | reached | floor (same run) | met |"]
+    lines += [TARGETS_HEADING, "", "| target | reached | floor (same run) | met |"]
     lines.append("| --- | --- | --- | --- |")
     for row in result["targets"]:
         met = "yes" if row["met"] else "**no**"
@@ -723,7 +725,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shapes = list(SHAPES) + list(TINY_SHAPES)
     parser.add_argument(
         "--shapes", nargs="+", choices=shapes, default=None,
-        help="default: PERF.md's shapes on an accelerator, tiny ones on the CPU interpreter",
+        help="default: the reference shapes on an accelerator, tiny ones on the CPU interpreter",
     )  # fmt: skip
     parser.add_argument("--block-sizes", nargs="+", type=int, default=list(DEFAULT_BLOCK_SIZES))
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))

@@ -1,7 +1,7 @@
 """Context parallelism (lesson 05): who owns a position, where it goes on its owner, and a real
 multi-process run in which the ranks prove the partition invariant together.
 
-Under context parallelism (SPEC.md section 2) ``W`` ranks share one request's KV cache. A
+Under context parallelism (docs/semantics.md §2) ``W`` ranks share one request's KV cache. A
 *virtual block* of ``V = kv_cache_block_size * W`` positions is made of one physical block on
 each rank; it is cut into segments of ``interleave`` positions dealt out round robin, so
 segment ``s`` lives on rank ``s % W``. Each rank packs its segments one after another: the
@@ -12,11 +12,11 @@ Pure helpers (they answer with ``slotmap.reference.token_block_and_offset``, the
 
 * ``owner_of(position, W, I, kv)``: the rank that stores a position;
 * ``local_position(position, W, I, kv)``: where it goes in its owner's packed local sequence
-  (SPEC's step-3 *local offset* is ``local_position % kv`` for a valid configuration);
+  (step 3's *local offset* ``lo`` is ``local_position % kv`` for a valid configuration);
 * ``local_length(seq_len, W, rank, I, kv)``: how many of positions ``0..seq_len-1`` rank
   ``rank`` holds. Its local positions are exactly ``0..local_length - 1``.
-* ``five_steps(position, block_size, kv, W, I)``: every intermediate value of SPEC §2's five
-  steps, for the lesson's tables and the checks' messages.
+* ``five_steps(position, block_size, kv, W, I)``: every intermediate value of the five
+  context-parallel steps (docs/semantics.md §2), for the lesson's tables and the checks' messages.
 
 The rank side (for ``slotmap.distributed.run_ranks``):
 
@@ -86,7 +86,8 @@ def owner_of(position: int, world_size: int, interleave: int, kv_cache_block_siz
     for rank in range(world_size):
         if _located(position, world_size, rank, interleave, kv_cache_block_size) is not None:
             return rank
-    raise AssertionError(f"the reference gives position {position} no owner")  # never: SPEC §2
+    # Unreachable: every position has exactly one owner (docs/semantics.md §2).
+    raise AssertionError(f"the reference gives position {position} no owner")
 
 
 def local_position(
@@ -94,7 +95,7 @@ def local_position(
 ) -> int:
     """Where ``position`` goes in its owner's packed local sequence.
 
-    ``(position // V) * kv + lo``, with SPEC's step-3 local offset
+    ``(position // V) * kv + lo``, with the local offset of step 3 (docs/semantics.md §2)
     ``lo = (vo // (W * I)) * I + vo % I`` and ``vo = position % V``. On its owner, position
     ``p`` is at logical block ``local_position // block_size``, block offset
     ``local_position % block_size`` (also with hybrid blocks).
@@ -133,7 +134,7 @@ def local_length(
     return whole * count(virtual_block_size) + count(rest)
 
 
-Steps = CPSteps  # every intermediate value of SPEC §2's steps, named
+Steps = CPSteps  # every intermediate value of the steps of docs/semantics.md §2, named
 
 
 def five_steps(

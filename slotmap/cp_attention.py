@@ -1,8 +1,8 @@
 """Context-parallel decode attention, end to end, on real processes or simulated in one.
 
-Each of ``W`` ranks holds only the positions it owns (SPEC.md section 2: position ``p`` lives on
-rank ``(p mod (W * block_size)) // I mod W`` for interleave ``I``), packed contiguously in its own
-paged cache. One decode step on every rank:
+Each of ``W`` ranks holds only the positions it owns (docs/semantics.md §2: position ``p`` lives
+on rank ``(p mod (W * block_size)) // I mod W`` for interleave ``I``), packed contiguously in its
+own paged cache. One decode step on every rank:
 
 1. the slot mapping of the new tokens, with the production kernel and this rank's CP
    arguments (``compute_slot_mapping(..., cp_world_size=W, cp_rank=r, cp_interleave=I)``):

@@ -1,4 +1,4 @@
-"""Bad inputs (SPEC.md section 5): every launcher and reference raises a ValueError that names
+"""Bad inputs (docs/semantics.md §5): every launcher and reference raises a ValueError that names
 the offender (request, token, value), and with validation off never writes outside ``out``.
 
 Each single-group case runs through the references, the window and direct launchers and the

@@ -1,4 +1,4 @@
-"""The context-parallel partition invariant (SPEC.md section 2).
+"""The context-parallel partition invariant (docs/semantics.md §2).
 
 For any position exactly one rank of ``0..W-1`` stores it, and on that rank distinct positions
 of one request get distinct slots. It holds only when ``kv_cache_block_size % cp_interleave

@@ -94,7 +94,8 @@ def test_local_position_gives_the_reference_block_and_offset(config, p, per):
 
 
 def test_the_rejected_configuration_puts_two_positions_in_one_place():
-    # SPEC §2: kv 4, W 2, I 8: positions 4 and 8 both land on rank 0 at local position 4.
+    # docs/semantics.md §2: kv 4, W 2, I 8: positions 4 and 8 both land on rank 0 at local
+    # position 4.
     assert owner_of(4, 2, 8, 4) == owner_of(8, 2, 8, 4) == 0
     assert local_position(4, 2, 8, 4) == local_position(8, 2, 8, 4) == 4
     assert local_length(16, 2, 1, 8, 4) == 0  # rank 1 stores nothing at all

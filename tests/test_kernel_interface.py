@@ -1,4 +1,4 @@
-"""The production kernel keeps production's interface (SPEC.md section 3), so that a learner
+"""The production kernel keeps production's interface (docs/semantics.md §3), so that a learner
 recognises every parameter when reading vLLM's or vllm-ascend's kernel afterwards; and the
 launchers share one signature with the reference, so either can stand in for the other."""
 

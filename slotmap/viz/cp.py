@@ -8,8 +8,8 @@
   A configuration the launcher rejects (``kv_cache_block_size % interleave != 0``) is run
   through the production kernel launched past the launcher's checks, and its collisions are
   drawn in red.
-* ``draw_five_steps``: SPEC §2's five steps as a table, one column per position; the last
-  row is the slot the kernel gave on the owner rank.
+* ``draw_five_steps``: the five context-parallel steps (docs/semantics.md §2) as a table, one
+  column per position; the last row is the slot the kernel gave on the owner rank.
 * ``draw_rank_run``: the evidence of a real multi-process run (``slotmap.cp``): who stored
   each token (all-gathered), the slots, and the all-reduced count that must be 1.
 
@@ -339,8 +339,8 @@ def draw_five_steps(
     block_size: int = 2,
     num_positions: int = 20,
 ):
-    """SPEC §2's five steps for positions 0..num_positions-1, one row per step; the slot row
-    is the production kernel's output on the owner rank. Returns a Figure."""
+    """The five steps of docs/semantics.md §2 for positions 0..num_positions-1, one row per
+    step; the slot row is the production kernel's output on the owner rank. Returns a Figure."""
     from slotmap.viz.style import figure
 
     run = run_ownership(world_size, interleave, kv_cache_block_size, num_positions, block_size)
