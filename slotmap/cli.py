@@ -402,12 +402,19 @@ def exercises(args: argparse.Namespace) -> int:
     from slotmap.exercises import build
 
     if args.action == "copy":
+        workspace = Path(args.workspace) if args.workspace else None
         try:
-            messages = build.copy_to_workspace()
+            # No --workspace: copy_to_workspace's own default decides (learner_workspace).
+            messages = (
+                build.copy_to_workspace(workspace=workspace)
+                if workspace
+                else build.copy_to_workspace()
+            )
         except build.WorkspaceError as error:
             print(f"slotmap exercises: {error}", file=sys.stderr)
             return 2
-        print("\n".join(messages) or f"{build.WORKSPACE}: nothing new to copy")
+        where = workspace or build.learner_workspace()
+        print("\n".join(messages) or f"{where}: nothing new to copy")
         return 0
     if args.check:
         problems = build.stale_exercises()
@@ -500,6 +507,12 @@ def main(argv: list[str] | None = None) -> int:
     exercises_parser.add_argument(
         "--check", action="store_true", help="build: only report drift (exit 1 if any)"
     )
+    exercises_parser.add_argument(
+        "--workspace",
+        default=None,
+        help="copy: the learner's my_work/ (default: $SLOTMAP_WORKSPACE, else my_work/ of the "
+        "course copy you are in, else ~/slotmap-course/my_work)",
+    )
     grade_parser = sub.add_parser("grade", help="grade a folder of learner notebooks")
     grade_parser.add_argument("folder")
     grade_parser.add_argument("--timeout", type=int, default=300, help="seconds per cell")
@@ -519,6 +532,14 @@ def main(argv: list[str] | None = None) -> int:
         default=str(course_root() / "solutions"),
         help="where the solution of each notebook (same file name) says what it must check",
     )
+    workshop_parser = sub.add_parser("workshop", help="the course on JupyterHub (workshop/)")
+    workshop_parser.add_argument(
+        "action",
+        choices=("dashboard", "learner-server", "preflight"),
+        help="dashboard: the instructor's live view (a hub service); learner-server: what the "
+        "hub starts per learner; preflight: check this machine before the room arrives",
+    )
+    workshop_parser.add_argument("--learners", type=int, default=30, help="preflight: how many")
     bench_parser = sub.add_parser("bench", help="time the kernels against the floor")
     ascend_parser = sub.add_parser(
         "ascend", help="compile every recorded NPU launch with triton-ascend (no NPU needed)"
@@ -535,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
 
         bench.add_arguments(bench_parser)
     args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command != "lab":
+    if unknown and args.command not in ("lab", "workshop"):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "lab":
         # Options slotmap does not know go to JupyterLab (after an optional "--").
@@ -543,6 +564,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         return bench.run(args)
     commands = {"doctor": doctor, "lab": lab, "exercises": exercises, "grade": grade}
+    if args.command == "workshop":  # lazy: the hub's and tornado's imports
+        from slotmap.workshop import run
+
+        return run(args, unknown)
     if args.command == "ascend":  # lazy: slotmap.ascend imports the kernels
         from slotmap import ascend
 

@@ -7,17 +7,40 @@
   and every output removed; ``stale_exercises`` lists the ones that drifted (a test).
 * ``copy_to_workspace`` gives a learner ``my_work/NN_topic.ipynb`` for each exercise they do
   not have yet and never touches one that exists, so no rebuild or update overwrites work.
+* ``learner_workspace`` says where the learner's ``my_work/`` is: ``$SLOTMAP_WORKSPACE``, else the
+  ``my_work/`` of the course copy the current folder is in, else ``~/slotmap-course/my_work``;
+  never a folder that depends on where the package is installed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+from slotmap.cli import COURSE_MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
-WORKSPACE = ROOT / "my_work"
+WORKSPACE_VARIABLE = "SLOTMAP_WORKSPACE"
+# Where a learner's course copy goes when nothing else says (the workshop's hub puts it there).
+HOME_COURSE = "slotmap-course"
+
+
+def learner_workspace() -> Path:
+    """The learner's ``my_work/``: ``$SLOTMAP_WORKSPACE`` if set, else ``my_work/`` in the
+    nearest folder at or above the current one that holds the course's marker file, else
+    ``~/slotmap-course/my_work``. It may not exist yet."""
+    configured = os.environ.get(WORKSPACE_VARIABLE)
+    if configured:
+        return Path(configured).expanduser().resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / COURSE_MARKER).is_file():
+            return folder / "my_work"
+    return Path.home() / HOME_COURSE / "my_work"
+
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 MD_BEGIN, MD_END = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"
@@ -164,10 +187,13 @@ def _cannot_write(workspace: Path, error: OSError) -> WorkspaceError:
     )
 
 
-def copy_to_workspace(exercises: Path = EXERCISES, workspace: Path = WORKSPACE) -> list[str]:
+def copy_to_workspace(exercises: Path = EXERCISES, workspace: Path | None = None) -> list[str]:
     """Give the learner a copy of each exercise they do not have; never overwrite one.
+    ``workspace`` defaults to ``learner_workspace()``.
 
     Raises ``WorkspaceError`` when ``workspace`` is a file or cannot be written to."""
+    if workspace is None:
+        workspace = learner_workspace()
     if workspace.exists() and not workspace.is_dir():
         raise WorkspaceError(
             f"{workspace} is a file, not a folder: your copies of the exercises go in a folder "

@@ -1,0 +1,108 @@
+"""The learner's progress records: one line per check that ran, in their own ``my_work/``.
+
+``check`` calls ``record`` after a check has run: it appends ``{"exercise", "state"
+("pass", "fail" or "skip"), "message" (the invariant a failure broke), "time"}`` as one JSON
+line to ``my_work/.slotmap-progress.jsonl``. It records only checks that run in a notebook
+inside the learner's workspace (the kernel's current folder is in ``learner_workspace()``):
+the lessons, the solutions and the test suite, which run elsewhere, leave nothing. A record
+is never a reason for a check to fail: a workspace that cannot be written to is skipped.
+
+The records are the learner's own file: the workshop dashboard shows them as a progress view,
+and ``slotmap grade`` (which re-runs the checks itself) is what an instructor can trust.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+PROGRESS_FILE = ".slotmap-progress.jsonl"
+STATES = ("pass", "fail", "skip")
+
+
+def _inside(folder: Path, path: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def state_of(result: Any) -> str:
+    """ "pass", "fail" or "skip" for a ``CheckResult`` (a skipped check says so itself)."""
+    if getattr(result, "skipped", False):
+        return "skip"
+    return "pass" if result.passed else "fail"
+
+
+def entry(result: Any, now: float | None = None) -> dict[str, Any]:
+    """The record of one check's result."""
+    failure = getattr(result, "failure", None)
+    state = state_of(result)
+    message = failure.invariant if failure is not None and state == "fail" else ""
+    if state == "skip":
+        message = str(getattr(result, "reason", "") or getattr(result, "skipped", "") or "")
+    return {
+        "exercise": result.exercise,
+        "state": state,
+        "message": message,
+        "time": time.time() if now is None else now,
+    }
+
+
+def record(result: Any, workspace: Path | None = None, cwd: Path | None = None) -> Path | None:
+    """Append ``result`` to the learner's progress file when the check ran in a notebook
+    inside their workspace; returns the file written, or None. Never raises for a file it
+    cannot write."""
+    from slotmap.exercises.build import learner_workspace
+
+    workspace = learner_workspace() if workspace is None else workspace
+    if not workspace.is_dir() or not _inside(workspace, cwd or Path.cwd()):
+        return None
+    path = workspace / PROGRESS_FILE
+    line = json.dumps(entry(result), sort_keys=True) + "\n"
+    try:
+        # One write of one line in append mode: concurrent checks never interleave within it.
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(descriptor, line.encode())
+        finally:
+            os.close(descriptor)
+    except OSError:
+        return None
+    return path
+
+
+def read_records(workspace: Path) -> list[dict[str, Any]]:
+    """Every well-formed record in a workspace's progress file, in the order written (a
+    missing file is no records; a line that is not a record is skipped)."""
+    try:
+        text = (workspace / PROGRESS_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    records = []
+    for line in text.splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            isinstance(item, dict)
+            and isinstance(item.get("exercise"), str)
+            and item.get("state") in STATES
+            and isinstance(item.get("time"), int | float)
+        ):
+            item["message"] = str(item.get("message") or "")
+            records.append(item)
+    return records
+
+
+def latest(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Exercise -> its most recent record."""
+    last: dict[str, dict[str, Any]] = {}
+    for item in sorted(records, key=lambda r: r["time"]):
+        last[item["exercise"]] = item
+    return last

@@ -1,0 +1,146 @@
+"""The course as a workshop on JupyterHub (``workshop/jupyterhub_config.py`` runs it).
+
+* ``sync_course`` gives a learner their own course copy (``~/slotmap-course``): every course
+  file they do not have is copied, a file they never changed is brought up to date, a file
+  they changed is kept; then ``copy_to_workspace`` gives them ``my_work/`` by ``slotmap lab``'s
+  rule (a copy once, never overwritten).
+* ``learner_server`` is what the hub starts for each learner: it syncs their copy as that
+  learner, then becomes ``jupyterhub-singleuser`` with the options ``slotmap lab`` uses, on
+  the course copy, with ``$SLOTMAP_WORKSPACE`` pointing at their ``my_work/``.
+* ``slotmap.workshop.dashboard`` is the instructor's live view; ``slotmap.workshop.preflight``
+  the check an instructor runs before the room arrives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from slotmap.exercises.build import (
+    COURSE_MARKER,
+    HOME_COURSE,
+    WORKSPACE_VARIABLE,
+    copy_to_workspace,
+)
+
+# What a learner's copy holds of the course: the lessons, the exercises, the solutions.
+COURSE_FOLDERS = ("notebooks", "exercises", "solutions")
+# In a learner's copy: the digest of each course file as last copied, to tell their edits apart.
+MANIFEST = ".slotmap-sync.json"
+SOURCE_VARIABLE = "SLOTMAP_COURSE_SOURCE"
+# Not the course: caches, and what running a notebook in place leaves next to it.
+SKIPPED_NAMES = {"__pycache__", "my_rank_fn.py"}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def course_files(source: Path) -> list[Path]:
+    """The course's files under ``source``, relative to it: the marker and every file of
+    ``notebooks/``, ``exercises/`` and ``solutions/`` (no hidden files, no caches)."""
+    found = [Path(COURSE_MARKER)]
+    for folder in COURSE_FOLDERS:
+        for path in sorted((source / folder).rglob("*")):
+            relative = path.relative_to(source)
+            hidden = any(part.startswith(".") for part in relative.parts)
+            if path.is_file() and not hidden and not SKIPPED_NAMES.intersection(relative.parts):
+                found.append(relative)
+    return found
+
+
+def sync_course(source: Path, target: Path) -> list[str]:
+    """Bring the learner's course copy ``target`` up to date with the course at ``source``,
+    never overwriting what the learner changed, then give them ``my_work/``.
+
+    A course file missing from ``target`` is copied; one whose bytes are still those last
+    copied is replaced by a newer version; one the learner edited is kept (and said so).
+    Returns one line per file copied, updated or kept."""
+    target.mkdir(parents=True, exist_ok=True)
+    manifest_path = target / MANIFEST
+    try:
+        copied = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        copied = {}
+    messages = []
+    for relative in course_files(source):
+        origin, mine, key = source / relative, target / relative, relative.as_posix()
+        new = _digest(origin)
+        if mine.exists():
+            have = _digest(mine)
+            if have == new:
+                copied[key] = new
+                continue
+            if copied.get(key) != have:  # the learner edited it (or it predates the manifest)
+                messages.append(f"kept {mine} (yours): the course's {key} changed")
+                continue
+            messages.append(f"updated {mine}")
+        else:
+            messages.append(f"new  {mine}")
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(origin, mine)
+        copied[key] = new
+    manifest_path.write_text(json.dumps(copied, indent=1, sort_keys=True), encoding="utf-8")
+    messages += copy_to_workspace(target / "exercises", target / "my_work")
+    return messages
+
+
+def course_source() -> Path:
+    """The course the hub hands out: ``$SLOTMAP_COURSE_SOURCE``, else this checkout."""
+    from slotmap.cli import CHECKOUT
+
+    return Path(os.environ.get(SOURCE_VARIABLE) or CHECKOUT).resolve()
+
+
+def learner_course() -> Path:
+    """The learner's course copy: ``~/slotmap-course``."""
+    return Path.home() / HOME_COURSE
+
+
+def learner_server_command(course: Path, extra: list[str]) -> list[str]:
+    """``jupyterhub-singleuser`` on ``course`` with ``slotmap lab``'s server options."""
+    from slotmap.cli import lab_command
+
+    cwd = Path.cwd()
+    os.chdir(course)  # lab_command serves the course it is in
+    try:
+        lab = lab_command()
+    finally:
+        os.chdir(cwd)
+    # The hub says where to listen ($JUPYTERHUB_SERVICE_URL): drop the lab's own address.
+    options = [option for option in lab[3:] if not option.startswith("--ServerApp.ip=")]
+    return [sys.executable, "-m", "jupyterhub.singleuser", *options, *extra]
+
+
+def learner_server(extra: list[str]) -> int:
+    """Sync the learner's course copy, then exec their single-user server (the hub's
+    ``Spawner.cmd``; runs as the learner)."""
+    course = learner_course()
+    for message in sync_course(course_source(), course):
+        print(f"slotmap workshop: {message}", flush=True)
+    os.environ[WORKSPACE_VARIABLE] = str(course / "my_work")
+    command = learner_server_command(course, extra)
+    os.chdir(course)
+    os.execv(command[0], command)
+    return 0  # not reached
+
+
+def run(args: Any, extra: list[str]) -> int:
+    """``slotmap workshop ACTION``: the hub's two commands and the pre-flight check."""
+    if args.action == "learner-server":
+        return learner_server(extra)
+    if extra:
+        print(f"slotmap workshop: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
+        return 2
+    if args.action == "dashboard":
+        from slotmap.workshop.dashboard import serve
+
+        return serve()
+    from slotmap.workshop.preflight import preflight
+
+    return preflight(args.learners)

@@ -1,0 +1,193 @@
+"""The workshop's pieces without a hub: where a learner's work lives, the course copy each
+learner gets (two learners, an update), the progress records and the dashboard's table.
+tests/test_workshop_hub.py runs them together on a real JupyterHub."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _course(folder: Path, exercises: dict[str, str], lessons: dict[str, str]) -> Path:
+    """A small course: the marker, exercise notebooks and lessons with the given text."""
+    (folder / "exercises").mkdir(parents=True)
+    (folder / "notebooks").mkdir()
+    (folder / "solutions").mkdir()
+    (folder / ".slotmap-course").write_text("")
+    for name, text in exercises.items():
+        notebook = {"cells": [{"cell_type": "code", "id": "slotmap-banner", "source": text}]}
+        (folder / "exercises" / name).write_text(json.dumps(notebook))
+    for name, text in lessons.items():
+        (folder / "notebooks" / name).write_text(text)
+    return folder
+
+
+def test_exercises_copy_in_a_course_copy_fills_that_copys_my_work(tmp_path, monkeypatch):
+    # A learner's course copy outside the checkout (the hub's ~/slotmap-course): the copies
+    # go into its my_work/, not into the checkout the package runs from.
+    from slotmap.cli import main
+
+    monkeypatch.delenv("SLOTMAP_WORKSPACE", raising=False)
+    course = tmp_path / "slotmap-course"
+    (course / "notebooks").mkdir(parents=True)
+    (course / ".slotmap-course").write_text("")
+    monkeypatch.chdir(course / "notebooks")
+    assert main(["exercises", "copy"]) == 0
+    copied = sorted(p.name for p in (course / "my_work").glob("*.ipynb"))
+    assert "01_paged_kv_cache.ipynb" in copied
+    assert copied == sorted(p.name for p in (ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_learner_workspace_is_the_variable_else_the_course_copy_else_home(tmp_path, monkeypatch):
+    from slotmap.exercises.build import learner_workspace
+
+    course = tmp_path / "course"
+    (course / "my_work").mkdir(parents=True)
+    (course / ".slotmap-course").write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SLOTMAP_WORKSPACE", str(tmp_path / "elsewhere"))
+    monkeypatch.chdir(course / "my_work")
+    assert learner_workspace() == (tmp_path / "elsewhere").resolve()
+    monkeypatch.delenv("SLOTMAP_WORKSPACE")
+    assert learner_workspace() == course.resolve() / "my_work"
+    monkeypatch.chdir(tmp_path)
+    assert learner_workspace() == tmp_path / "home" / "slotmap-course" / "my_work"
+
+
+def test_two_learners_keep_their_own_work_through_an_update(tmp_path):
+    from slotmap.workshop import sync_course
+
+    source = _course(
+        tmp_path / "source",
+        {"01_a.ipynb": "exercise 1, first version"},
+        {"01_a.ipynb": "lesson 1, first version", "02_b.ipynb": "lesson 2, first version"},
+    )
+    ada, bob = tmp_path / "ada" / "slotmap-course", tmp_path / "bob" / "slotmap-course"
+    for learner in (ada, bob):
+        messages = sync_course(source, learner)
+        assert f"new  {learner / 'my_work' / '01_a.ipynb'}" in messages
+    # Each edits their own copy of exercise 1; Ada also edits lesson 1.
+    (ada / "my_work" / "01_a.ipynb").write_text("ada's answer")
+    (bob / "my_work" / "01_a.ipynb").write_text("bob's answer")
+    (ada / "notebooks" / "01_a.ipynb").write_text("ada's notes in lesson 1")
+    # The course is updated: both lessons, exercise 1, and a new exercise 2.
+    for name in ("01_a.ipynb", "02_b.ipynb"):
+        (source / "notebooks" / name).write_text(f"{name}, second version")
+    (source / "exercises" / "01_a.ipynb").write_text("exercise 1, second version")
+    (source / "exercises" / "02_b.ipynb").write_text(json.dumps({"cells": []}))
+    os.utime(source / "exercises" / "01_a.ipynb", (2e9, 2e9))  # newer than the learners' copies
+    for learner, name in ((ada, "ada"), (bob, "bob")):
+        sync_course(source, learner)
+        assert (learner / "my_work" / "01_a.ipynb").read_text() == f"{name}'s answer"
+        assert (learner / "my_work" / "02_b.ipynb").exists()  # the new exercise arrives
+        assert (learner / "exercises" / "01_a.ipynb").read_text() == "exercise 1, second version"
+        assert (learner / "notebooks" / "02_b.ipynb").read_text() == "02_b.ipynb, second version"
+    # A lesson Ada edited is hers; Bob's untouched copy is brought up to date.
+    assert (ada / "notebooks" / "01_a.ipynb").read_text() == "ada's notes in lesson 1"
+    assert (bob / "notebooks" / "01_a.ipynb").read_text() == "01_a.ipynb, second version"
+    texts = {p.read_text() for p in (bob / "my_work").rglob("*")}
+    assert not any("ada" in text for text in texts)
+
+
+def test_the_course_copy_leaves_hidden_files_and_run_leftovers_behind(tmp_path):
+    from slotmap.workshop import course_files
+
+    source = _course(tmp_path / "source", {"01_a.ipynb": "x"}, {"01_a.ipynb": "y"})
+    for junk in (".hypothesis/db", ".ipynb_checkpoints/01_a.ipynb", "__pycache__/m.pyc"):
+        (source / "notebooks" / junk).parent.mkdir(parents=True, exist_ok=True)
+        (source / "notebooks" / junk).write_text("junk")
+    (source / "solutions" / "my_rank_fn.py").write_text("an answer")
+    assert sorted(map(str, course_files(source))) == [
+        ".slotmap-course",
+        "exercises/01_a.ipynb",
+        "notebooks/01_a.ipynb",
+    ]
+
+
+def _result(exercise: str, passed: bool, invariant: str = "", skipped: bool = False):
+    failure = None if passed else SimpleNamespace(invariant=invariant)
+    return SimpleNamespace(exercise=exercise, passed=passed, failure=failure, skipped=skipped)
+
+
+def test_progress_is_recorded_only_for_checks_run_inside_the_workspace(tmp_path):
+    from slotmap.exercises import progress
+
+    workspace = tmp_path / "my_work"
+    workspace.mkdir()
+    elsewhere = tmp_path / "notebooks"
+    elsewhere.mkdir()
+    assert progress.record(_result("01.a", True), workspace, cwd=elsewhere) is None
+    assert progress.record(_result("01.a", True), tmp_path / "none", cwd=tmp_path) is None
+    progress.record(_result("01.a", False, "tokens 5 and 21 collide"), workspace, cwd=workspace)
+    progress.record(_result("01.a", True), workspace, cwd=workspace)
+    progress.record(_result("01.b", False, "ignored", skipped=True), workspace, cwd=workspace)
+    with open(workspace / progress.PROGRESS_FILE, "a") as file:
+        file.write("not json\n" + json.dumps({"exercise": "01.c", "state": "won"}) + "\n")
+    records = progress.read_records(workspace)
+    assert [(r["exercise"], r["state"], r["message"]) for r in records] == [
+        ("01.a", "fail", "tokens 5 and 21 collide"),
+        ("01.a", "pass", ""),
+        ("01.b", "skip", "True"),
+    ]
+    assert {e: r["state"] for e, r in progress.latest(records).items()} == {
+        "01.a": "pass",
+        "01.b": "skip",
+    }
+
+
+def test_a_progress_file_that_cannot_be_written_is_no_error(tmp_path):
+    from slotmap.exercises import progress
+
+    workspace = tmp_path / "my_work"
+    (workspace / progress.PROGRESS_FILE).mkdir(parents=True)  # a folder where the file goes
+    assert progress.record(_result("01.a", True), workspace, cwd=workspace) is None
+
+
+def test_the_dashboard_table_shows_pass_fail_with_its_message_and_not_tried(tmp_path):
+    from slotmap.exercises import progress
+    from slotmap.workshop.dashboard import exercise_ids, render, room
+
+    assert exercise_ids(ROOT)[:2] == ["01.slot_of", "01.slot_mapping"]
+    homes = {name: tmp_path / name for name in ("ada", "bob", "cy")}
+    for home in homes.values():
+        home.mkdir()
+    progress.record(_result("01.slot_of", True), homes["ada"], cwd=homes["ada"])
+    progress.record(_result("01.slot_of", False, "slot 37 twice"), homes["bob"], cwd=homes["bob"])
+    users = [
+        {"name": "bob", "admin": False, "last_activity": None},
+        {"name": "ada", "admin": False, "last_activity": "2026-01-01T00:00:00.000000Z"},
+        {"name": "cy", "admin": False, "last_activity": None},
+        {"name": "instructor", "admin": True, "last_activity": None},
+    ]
+    table = room(users, homes.__getitem__, ["01.slot_of", "01.slot_mapping"])
+    assert [row["learner"] for row in table["learners"]] == ["ada", "bob", "cy"]
+    cells = {row["learner"]: row["cells"] for row in table["learners"]}
+    assert cells["ada"]["01.slot_of"] == {"state": "pass", "message": ""}
+    assert cells["bob"]["01.slot_of"] == {"state": "fail", "message": "slot 37 twice"}
+    assert (
+        cells["ada"]["01.slot_mapping"]
+        == cells["cy"]["01.slot_of"]
+        == {
+            "state": "none",
+            "message": "",
+        }
+    )
+    idle = {row["learner"]: row["idle_seconds"] for row in table["learners"]}
+    assert idle["cy"] is None and idle["bob"] is not None
+    page = render(table)
+    assert "slot 37 twice" in page and "<th>cy</th><td>never</td>" in page
+
+
+def test_the_workshop_command_line(capsys):
+    from slotmap.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["workshop", "nonsense"])
+    assert main(["workshop", "dashboard", "--unknown"]) == 2
+    assert "unrecognized arguments: --unknown" in capsys.readouterr().err
