@@ -486,7 +486,7 @@ def hardware() -> dict:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.processor() or platform.machine(),
     }
     if slotmap.BACKEND.name == "cuda":
