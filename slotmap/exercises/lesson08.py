@@ -43,13 +43,10 @@ SHAPE_TOKENS = {
     "prefill8192": (8192, 8192),
     "huge": (64 * 65536, 64 * 65536),
 }
-# The latency floor of the direct kernel on the decode shapes on the H200. Its token grid
-# (programs of 32 tokens, a checked guess of each token's request) leaves the chain position
-# -> block-table entry -> store, which benchmarks/sweep.py's ladder measures by itself: "2
-# dependent loads + store", 8 programs of 32 lanes, graph of 20 (benchmarks/NOTES.md; the
-# decode1024 grid's 32 programs cost about the same: its empty kernel 1.08 against 1.07 us,
-# results/h200-runs/token-sweep3-guess-off-chain.log). Elsewhere the floor is the empty
-# kernel on the same grid, measured in the same run as the record.
+# The latency floor of the direct kernel on the decode shapes on the H200: its token grid
+# leaves the chain position -> block-table entry -> store, whose cost benchmarks/sweep.py's
+# ladder measures ("2 dependent loads + store"; docs/performance.md, "The floors").
+# Elsewhere the floor is the empty kernel on the same grid, measured in the same run.
 H200_CHAIN_FLOOR_US = {"decode256": 1.61, "decode1024": 1.61}
 
 # measured / predicted must lie in this band: a floor is not beaten by more than the run's
