@@ -4,6 +4,7 @@ promises (version, license, typing, the Pythons and extras it declares)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -166,3 +167,67 @@ def test_the_version_is_written_once(metadata):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "version" not in project and "version" in project["dynamic"]
     assert metadata["Version"] == slotmap.__version__
+
+
+def test_hypothesis_comes_only_with_the_lab_and_test_extras(metadata):
+    hypothesis = [r for r in requirements(metadata) if r.name == "hypothesis"]
+    assert hypothesis
+    for python in PYTHONS:
+        assert not any(installs(r, python) for r in hypothesis), python
+        for extra in ("lab", "test"):
+            assert any(installs(r, python, extra) for r in hypothesis), (extra, python)
+
+
+# Run in a fresh interpreter where hypothesis cannot be imported: the library, a launcher,
+# then the course's exercise package.
+WITHOUT_HYPOTHESIS = """
+import json, sys
+
+class NoHypothesis:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "hypothesis":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, NoHypothesis())
+import torch
+import slotmap
+
+d = slotmap.DEVICE
+slots = slotmap.compute_slot_mapping(
+    torch.tensor([0, 3, 8], dtype=torch.int32, device=d),
+    torch.tensor([0, 1, 2, 2, 3, 4, 5, 6], dtype=torch.int64, device=d),
+    torch.tensor([[7, 2], [5, 9]], dtype=torch.int32, device=d),
+    block_size=4,
+    max_num_tokens=10,
+)
+result = {"slots": slots.tolist(), "loaded": [m for m in sys.modules if "hypothesis" in m]}
+try:
+    import slotmap.exercises
+except ImportError as error:
+    result["error"] = [type(error).__name__, error.name, str(error)]
+print(json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def without_hypothesis() -> dict:
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_HYPOTHESIS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def test_the_library_imports_and_launches_without_hypothesis(without_hypothesis):
+    assert without_hypothesis["slots"] == [28, 29, 30, 22, 23, 36, 37, 38, -1, -1]
+    assert without_hypothesis["loaded"] == []
+
+
+def test_the_exercises_name_the_extra_that_brings_hypothesis_in_one_line(without_hypothesis):
+    kind, name, message = without_hypothesis["error"]
+    assert (kind, name) == ("ModuleNotFoundError", "hypothesis")
+    assert "\n" not in message and "pip install 'slotmap[lab]'" in message

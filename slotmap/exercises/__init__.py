@@ -5,6 +5,18 @@ A notebook calls ``check("01.slot_of", slot_of)``; the exercise itself is define
 lesson's module, ``slotmap/exercises/lessonNN.py``, loaded on first use.
 """
 
+try:
+    import hypothesis  # noqa: F401 - the checks draw their random cases with it
+except ModuleNotFoundError as missing:
+    if missing.name != "hypothesis":
+        raise
+    # The library runs without it; the course's extra brings it. One line, not a traceback.
+    raise ModuleNotFoundError(
+        "slotmap.exercises (the course's checks) needs hypothesis, which the lab extra "
+        "installs: pip install 'slotmap[lab]'",
+        name="hypothesis",
+    ) from None
+
 from slotmap.exercises.core import (
     CHECK_MIME,
     EXERCISES,
