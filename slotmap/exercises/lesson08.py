@@ -49,8 +49,8 @@ SHAPE_TOKENS = {
 # Elsewhere the floor is the empty kernel on the same grid, measured in the same run.
 H200_CHAIN_FLOOR_US = {"decode256": 1.61, "decode1024": 1.61}
 
-# measured / predicted must lie in this band: a floor is not beaten by more than the run's
-# noise (runs 2 and 3 agreed within 3%), and the direct kernel the check compares with sits
+# measured / predicted must lie in this band: a floor is not beaten by more than run-to-run
+# noise (about 3%, benchmarks/NOTES.md), and the direct kernel the check compares with sits
 # 2% to 13% above it (decode1024 is the farthest).
 BAND = (0.95, 1.25)
 RELATIVE = 1e-3  # against the model itself: float arithmetic only
