@@ -153,7 +153,7 @@ def sweep_fused(case, configs, results):
 def sweep_tokens(case, configs, results, groups_list=(0, 1, 4)):
     """The token grid (``token_parallel=True``): direct (groups 0) and fused over 1 and 4
     groups for each (tile, warps), next to an empty kernel on the same grid."""
-    from slotmap.kernels.common import token_launch_shape
+    from slotmap.kernels.token_grid import token_launch_shape
 
     m, n = case.shape.max_num_tokens, case.shape.num_tokens
     for tile, warps in configs:

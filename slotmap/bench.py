@@ -41,8 +41,13 @@ import triton
 from torch import Tensor
 
 import slotmap
-from slotmap.kernels.common import launch_shape, slot_mapping_args, slot_mapping_constants
-from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel
+from slotmap.kernels.launch import launch_shape
+from slotmap.kernels.slot_mapping import (
+    _compute_slot_mapping_kernel,
+    slot_mapping_args,
+    window_kernel_constants,
+)
+from slotmap.layout import SlotLayout
 
 POISON = -999  # fills every output before a run: never a slot, never pad_id
 VARIANTS = ["window", "direct", "fused-1", "fused-2", "fused-4", "torch", "empty", "copy"]
@@ -397,7 +402,7 @@ def raw_window_launch(case: Case, out: Tensor) -> Callable[[], object]:
         case.block_size, out,
     )  # fmt: skip
     constants = dict(
-        **slot_mapping_constants(case.block_size, tile, parallel_tiles=parallel),
+        **window_kernel_constants(SlotLayout.of(case.block_size), tile, parallel),
         window_trace_ptr=None,
         window_trace_width=0,
         TRACE_WINDOWS=False,

@@ -40,9 +40,16 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, cdiv, expand_block_table
+from slotmap.layout import (
+    PAD_SLOT_ID,
+    PRODUCTION_TILE,
+    SlotLayout,
+    as_int,
+    cdiv,
+    check_at_least_one,
+    expand_block_table,
+)
 from slotmap.reference import CPSteps, cp_steps, token_block_and_offset, token_slot
-from slotmap.validate import as_int, check_at_least_one
 
 if TYPE_CHECKING:
     from slotmap.distributed import RankContext
@@ -296,16 +303,20 @@ def launch_unchecked(
     the kernel anyway, to show what the rejection prevents. Grid ``(num_reqs + 1,)`` as
     production launches it. Returns [max_num_tokens] int32.
     """
-    from slotmap.kernels.common import slot_mapping_args, slot_mapping_constants
-    from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel
+    from slotmap.kernels.slot_mapping import (
+        _compute_slot_mapping_kernel,
+        slot_mapping_args,
+        window_kernel_constants,
+    )
 
     num_reqs = query_start_loc.numel() - 1
     num_tokens = int(query_start_loc[-1])
     out = torch.empty(max_num_tokens or num_tokens, dtype=torch.int32, device=positions.device)
-    constants = slot_mapping_constants(
-        block_size, tile_size, kv_cache_block_size=kv_cache_block_size,
-        cp_world_size=cp_world_size, cp_rank=cp_rank, cp_interleave=cp_interleave,
-    )  # fmt: skip
+    # Unchecked on purpose: the launchers reject this configuration.
+    layout = SlotLayout.unchecked(
+        block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave
+    )
+    constants = window_kernel_constants(layout, tile_size)
     args = slot_mapping_args(
         num_tokens, out.numel(), query_start_loc, positions, block_table, block_size, out
     )

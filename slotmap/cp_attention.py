@@ -36,8 +36,7 @@ from slotmap.attention import (
 )
 from slotmap.cp import local_length  # lesson 05: positions 0..n-1 a rank stores, counted
 from slotmap.kernels.slot_mapping import compute_slot_mapping
-from slotmap.layout import cdiv
-from slotmap.reference import block_and_offset_torch
+from slotmap.layout import SlotLayout, cdiv
 
 
 @dataclass(frozen=True)
@@ -102,10 +101,8 @@ def owned_positions(
 ) -> list[int]:
     """The positions ``0..seq_len-1`` that ``rank`` stores, in order (the reference's formula)."""
     positions = torch.arange(seq_len, dtype=torch.int64)
-    _, _, has_slot = block_and_offset_torch(
-        positions, block_size, kv_cache_block_size=block_size, cp_world_size=world_size,
-        cp_rank=rank, cp_interleave=interleave,
-    )  # fmt: skip
+    layout = SlotLayout(block_size, block_size, world_size, rank, interleave)
+    _, _, has_slot = layout.locate(positions)
     return positions[has_slot].tolist()
 
 

@@ -7,11 +7,22 @@ block*; the *slot* is ``physical_block * block_size + block_offset``. A *tile* i
 of tokens one Triton program handles at once; the *window* is the run of block-table entries
 a tile loads. Under context parallelism a *rank* owns the positions of every
 *interleave*-sized segment whose index is congruent to it modulo the world size.
+
+``SlotLayout`` is the one definition of a group's configuration (block sizes, context
+parallelism, circular, pad id): every launcher, reference, check and plan-cache key uses it.
+The torch form of the per-position formula lives here too, below the checks that need it; the
+tests hold it to the plain-Python oracle in ``slotmap.reference``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import operator
+from collections.abc import Sequence
+
 import torch
+from torch import Tensor
 
 PAD_SLOT_ID = -1  # "no slot": vLLM's PAD_SLOT_ID, passed to kernels as PAD_ID
 INT32_MAX = 2**31 - 1
@@ -67,3 +78,219 @@ def expand_block_table(block_table: torch.Tensor, blocks_per_kv_block: int) -> t
     expanded = block_table.unsqueeze(-1) * blocks_per_kv_block + j
     rows, entries = block_table.shape
     return expanded.reshape(rows, entries * blocks_per_kv_block).contiguous()
+
+
+def as_int(name: str, value: object, *, optional: bool = False) -> int | None:
+    """An integer argument as a Python int that fits int32 (the kernels compute in int32).
+
+    Anything ``operator.index`` takes is an int (numpy integers too); a bool, a float or a
+    tensor is not (a tensor would hide a device sync: pass ``int(t)``), and raises a
+    TypeError naming the argument; an int outside int32 a ValueError. ``optional``: None
+    passes through (the launcher chooses).
+    """
+    if value is None and optional:
+        return None
+    number = None
+    if not isinstance(value, (bool, Tensor)):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            pass
+    if number is None:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if not INT32_MIN <= number <= INT32_MAX:
+        raise ValueError(f"{name} {number} does not fit in int32")
+    return number
+
+
+def check_at_least_one(name: str, value: object) -> int:
+    """A count or size argument: an int32 (``as_int``) of at least 1."""
+    number = as_int(name, value)
+    if number < 1:
+        raise ValueError(f"{name} must be >= 1, got {number}")
+    return number
+
+
+def check_pad_id(pad_id: object) -> int:
+    """pad_id, an int32 that no slot can equal: slots are >= 0, so it must be negative."""
+    pad_id = as_int("pad_id", pad_id)
+    if pad_id >= 0:
+        raise ValueError(f"pad_id must be negative, got {pad_id}: a slot >= 0 could equal it")
+    return pad_id
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotLayout:
+    """How one KV-cache group lays positions out in slots, checked once on construction.
+
+    ``block_size``: tokens per attention block (the block table's unit);
+    ``kv_cache_block_size``: tokens per physical block (None: ``block_size``; a multiple of it
+    for hybrid blocks); ``cp_*``: context parallelism (world size, this rank, tokens per
+    segment); ``circular``: a ring buffer of one block per row; ``pad_id``: the slot of a
+    token that has none here.
+    """
+
+    block_size: int
+    kv_cache_block_size: int | None = None
+    cp_world_size: int = 1
+    cp_rank: int = 0
+    cp_interleave: int = 1
+    circular: bool = False
+    pad_id: int = PAD_SLOT_ID
+
+    def __post_init__(self) -> None:
+        block_size = check_at_least_one("block_size", self.block_size)
+        kv = self.kv_cache_block_size
+        kv = block_size if kv is None else as_int("kv_cache_block_size", kv)
+        cp_rank = as_int("cp_rank", self.cp_rank)
+        if kv < 1 or kv % block_size != 0:
+            raise ValueError(
+                f"kv_cache_block_size {kv} must be a positive multiple of block_size "
+                f"{block_size} (one physical block holds whole attention blocks)"
+            )
+        world = check_at_least_one("cp_world_size", self.cp_world_size)
+        if not 0 <= cp_rank < world:
+            raise ValueError(f"cp_rank {cp_rank} is not a rank of a world of {world}")
+        interleave = check_at_least_one("cp_interleave", self.cp_interleave)
+        if world > 1 and kv % interleave != 0:
+            raise ValueError(
+                f"kv_cache_block_size {kv} is not a multiple of cp_interleave {interleave}: "
+                "two positions of one rank would share a slot"
+            )
+        if self.circular and world > 1:
+            raise ValueError(
+                f"a circular cache cannot be split across {world} context-parallel ranks"
+            )
+        fields = dict(
+            block_size=block_size,
+            kv_cache_block_size=kv,
+            cp_world_size=world,
+            cp_rank=cp_rank,
+            cp_interleave=interleave,
+            circular=bool(self.circular),
+            pad_id=check_pad_id(self.pad_id),
+        )
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+
+    @staticmethod
+    def of(
+        block_size: int,
+        kv_cache_block_size: int | None = None,
+        cp_world_size: int = 1,
+        cp_rank: int = 0,
+        cp_interleave: int = 1,
+        circular: bool = False,
+        pad_id: int = PAD_SLOT_ID,
+    ) -> SlotLayout:
+        """``SlotLayout(...)``, remembered: a launcher's hot path builds it on every call."""
+        args = (block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave)
+        try:
+            return _layout_of(*args, circular, pad_id)
+        except TypeError as exc:
+            if "unhashable" not in str(exc):
+                raise
+            return SlotLayout(*args, circular, pad_id)  # names the bad argument
+
+    @staticmethod
+    def unchecked(block_size: int, kv_cache_block_size: int, *more: object) -> SlotLayout:
+        """A layout built without its checks, to run what they prevent (lesson 05's demo of
+        a rejected context-parallel configuration). Never for real work."""
+        layout = object.__new__(SlotLayout)
+        values = (block_size, kv_cache_block_size, *more)
+        defaults = (1, 0, 1, False, PAD_SLOT_ID)[len(more) :]
+        for field, value in zip(_FIELDS, (*values, *defaults), strict=True):
+            object.__setattr__(layout, field, value)
+        return layout
+
+    def fields(self) -> dict:
+        """The layout as keyword arguments of the public functions (``token_slot``...)."""
+        return {field: getattr(self, field) for field in _FIELDS}
+
+    @property
+    def blocks_per_kv_block(self) -> int:
+        return self.kv_cache_block_size // self.block_size
+
+    def constants(self) -> dict:
+        """The compile-time constants every single-group kernel takes from the layout."""
+        return dict(
+            KV_CACHE_BLOCK_SIZE=self.kv_cache_block_size,
+            BLOCKS_PER_KV_BLOCK=self.blocks_per_kv_block,
+            TOTAL_CP_WORLD_SIZE=self.cp_world_size,
+            TOTAL_CP_RANK=self.cp_rank,
+            CP_KV_CACHE_INTERLEAVE_SIZE=self.cp_interleave,
+            PAD_ID=self.pad_id,
+            IS_CIRCULAR=self.circular,
+        )
+
+    def locate(self, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(logical block, offset, has_slot) of every position, int64/bool, on whole tensors.
+
+        Positions that have no slot (negative in circular mode, another rank's under CP) get
+        block 0 and offset 0, so the result can always index a block table.
+        """
+        pos = positions.to(torch.int64)
+        if self.circular:
+            has_slot = pos >= 0
+            # Guard before the arithmetic: torch's % floors, C's truncates; neither may see p < 0.
+            safe = torch.where(has_slot, pos, 0)
+            return torch.zeros_like(pos), safe % self.block_size, has_slot
+        if self.cp_world_size == 1:
+            block = pos // self.block_size
+            return block, pos % self.block_size, torch.ones_like(pos, dtype=torch.bool)
+        world, interleave = self.cp_world_size, self.cp_interleave
+        virtual_block_size = self.kv_cache_block_size * world
+        virtual_block, virtual_offset = pos // virtual_block_size, pos % virtual_block_size
+        has_slot = (virtual_offset // interleave) % world == self.cp_rank
+        local = virtual_offset // (world * interleave) * interleave + virtual_offset % interleave
+        block = virtual_block * self.blocks_per_kv_block + local // self.block_size
+        offset = local % self.block_size
+        return torch.where(has_slot, block, 0), torch.where(has_slot, offset, 0), has_slot
+
+
+_FIELDS = tuple(field.name for field in dataclasses.fields(SlotLayout))
+
+
+@functools.lru_cache(maxsize=1024, typed=True)
+def _layout_of(*args: object) -> SlotLayout:
+    return SlotLayout(*args)
+
+
+def group_layouts(
+    num_groups: int,
+    block_sizes: Sequence[int],
+    circular: Sequence[bool] | None,
+    *,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    pad_id: int,
+) -> tuple[SlotLayout, ...]:
+    """One ``SlotLayout`` a KV-cache group: its own block size (also its physical block) and
+    circular flag, the batch's context parallelism and pad id. Errors name the group."""
+    circular = [False] * num_groups if circular is None else list(circular)
+    pad_id = check_pad_id(pad_id)
+    if num_groups < 1:
+        raise ValueError("at least one KV-cache group is needed")
+    if len(block_sizes) != num_groups or len(circular) != num_groups:
+        raise ValueError(
+            f"{num_groups} block tables but {len(block_sizes)} block sizes and "
+            f"{len(circular)} circular flags"
+        )
+    layouts = []
+    for g, (size, ring) in enumerate(zip(block_sizes, circular, strict=True)):
+        size = as_int(f"block_sizes[{g}]", size)
+        try:
+            layouts.append(
+                SlotLayout.of(size, size, cp_world_size, cp_rank, cp_interleave, ring, pad_id)
+            )
+        except ValueError as exc:
+            raise ValueError(f"group {g}: {exc}") from None
+    return tuple(layouts)
+
+
+def request_of_tokens(query_start_loc: Tensor, num_tokens: int) -> Tensor:
+    """[num_tokens] int64: the request each batch token belongs to."""
+    lengths = (query_start_loc[1:] - query_start_loc[:-1]).to(torch.int64)
+    requests = torch.arange(lengths.numel(), device=query_start_loc.device)
+    return torch.repeat_interleave(requests, lengths, output_size=num_tokens)

@@ -1,11 +1,12 @@
 """The reference: what every kernel, test, exercise check and figure compares against.
 
-Two versions of the same semantics (SPEC.md section 2):
+Two versions of the same semantics (docs/semantics.md §2):
 
 * the *oracle* (``token_slot`` and the ``*_oracle`` functions): plain Python, one token at a
   time, written to be read in one sitting. It is the definition.
-* the *torch* version (``*_torch``): the same formula on whole tensors, fast enough for big
-  tests and benchmarks. The tests check it against the oracle.
+* the *torch* version (``*_torch``): the same formula on whole tensors
+  (``SlotLayout.locate``), fast enough for big tests and benchmarks. The tests check it
+  against the oracle.
 
 Every public function here takes the same arguments as the launcher of the same job in
 ``slotmap.kernels`` and returns the same thing, so a test or a notebook swaps one for another.
@@ -19,17 +20,19 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from slotmap.layout import PAD_SLOT_ID
+from slotmap.layout import PAD_SLOT_ID, SlotLayout, group_layouts, request_of_tokens
 from slotmap.validate import (
     check_replay_inputs,
     check_slot_mapping_inputs,
     check_slot_mappings_inputs,
+    resolve_counts,
 )
 
 
 @dataclass(frozen=True)
 class CPSteps:
-    """SPEC §2's context-parallel steps for one position, every intermediate value named."""
+    """The context-parallel steps for one position (docs/semantics.md §2), every
+    intermediate value named."""
 
     position: int
     virtual_block_size: int  # 1. V = kv_cache_block_size * W: one physical block per rank
@@ -55,11 +58,16 @@ def cp_steps(
         virtual_offset // (world_size * interleave) * interleave + virtual_offset % interleave
     )
     return CPSteps(
-        position, virtual_block_size, virtual_block, virtual_offset, segment,
-        segment % world_size, local_offset,
-        virtual_block * blocks_per_kv_block + local_offset // block_size,
-        local_offset % block_size,
-    )  # fmt: skip
+        position=position,
+        virtual_block_size=virtual_block_size,
+        virtual_block=virtual_block,
+        virtual_offset=virtual_offset,
+        segment=segment,
+        owner=segment % world_size,
+        local_offset=local_offset,
+        block=virtual_block * blocks_per_kv_block + local_offset // block_size,
+        offset=local_offset % block_size,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,26 +156,41 @@ def slot_mapping_oracle(
     Returns [max_num_tokens] int32 (or ``out``): slots of tokens ``[0, num_tokens)``, then
     ``pad_id`` up to ``max_num_tokens``.
     """
-    if kv_cache_block_size is None:
-        kv_cache_block_size = block_size
-    num_tokens, max_num_tokens = check_slot_mapping_inputs(
-        query_start_loc, positions, block_table, block_size,
-        num_tokens=num_tokens, max_num_tokens=max_num_tokens,
-        kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, circular=circular, out=out, full=validate, pad_id=pad_id,
-    )  # fmt: skip
+    layout = SlotLayout.of(
+        block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id
+    )
+    num_tokens, max_num_tokens = resolve_counts(
+        query_start_loc, positions, num_tokens, max_num_tokens, validate
+    )
+    check_slot_mapping_inputs(
+        layout,
+        query_start_loc,
+        positions,
+        block_table,
+        num_tokens,
+        max_num_tokens,
+        out=out,
+        full=validate,
+    )
+    slots = _oracle_slots(layout, query_start_loc, positions, block_table.tolist(), max_num_tokens)
+    return _emit(slots, out, positions.device)
+
+
+def _oracle_slots(
+    layout: SlotLayout,
+    query_start_loc: Tensor,
+    positions: Tensor,
+    table: list[list[int]],
+    max_num_tokens: int,
+) -> list[int]:
+    # Request q's tokens read row q of ``table``; the padding tail keeps pad_id.
     starts = query_start_loc.tolist()
     pos = positions.tolist()
-    table = block_table.tolist()
-    result = [pad_id] * max_num_tokens  # the padding tail keeps pad_id
+    result = [layout.pad_id] * max_num_tokens
     for request in range(len(starts) - 1):
         for token in range(starts[request], starts[request + 1]):
-            result[token] = token_slot(
-                pos[token], table[request], block_size,
-                kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size,
-                cp_rank=cp_rank, cp_interleave=cp_interleave, circular=circular, pad_id=pad_id,
-            )  # fmt: skip
-    return _emit(result, out, positions.device)
+            result[token] = token_slot(pos[token], table[request], **layout.fields())
+    return result
 
 
 def window_bases_oracle(
@@ -188,8 +211,11 @@ def window_bases_oracle(
     the smallest logical block among the tile's tokens that have a slot here, or at 0 when no
     token has one. This is what ``compute_slot_mapping(..., window_trace=...)`` records.
     """
-    if kv_cache_block_size is None:
-        kv_cache_block_size = block_size
+    layout = SlotLayout.of(
+        block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular
+    )
+    where = layout.fields()
+    del where["pad_id"]
     starts = query_start_loc.tolist()
     pos = positions.tolist()
     bases = []
@@ -197,19 +223,10 @@ def window_bases_oracle(
         request_bases = []
         for tile_start in range(starts[request], starts[request + 1], tile_size):
             tile_end = min(tile_start + tile_size, starts[request + 1])
-            blocks = [
-                located[0]
-                for token in range(tile_start, tile_end)
-                if (
-                    located := token_block_and_offset(
-                        pos[token], block_size, kv_cache_block_size=kv_cache_block_size,
-                        cp_world_size=cp_world_size, cp_rank=cp_rank,
-                        cp_interleave=cp_interleave, circular=circular,
-                    )
-                )
-                is not None
-            ]  # fmt: skip
-            request_bases.append(min(blocks, default=0))
+            located = [
+                token_block_and_offset(pos[t], **where) for t in range(tile_start, tile_end)
+            ]
+            request_bases.append(min((b[0] for b in located if b is not None), default=0))
         bases.append(request_bases)
     return bases
 
@@ -237,32 +254,33 @@ def slot_mappings_oracle(
     circular flag. Request ``q`` reads row ``idx_mapping[q]`` of every block table (row ``q``
     when ``idx_mapping`` is None). Returns [num_groups, max_num_tokens] int32 (or ``out``).
     """
-    circular = list(circular) if circular is not None else [False] * len(block_tables)
-    num_tokens, max_num_tokens = check_slot_mappings_inputs(
-        query_start_loc, positions, block_tables, block_sizes,
-        circular=circular, idx_mapping=idx_mapping, num_tokens=num_tokens,
-        max_num_tokens=max_num_tokens, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, out=out, full=validate, pad_id=pad_id,
-    )  # fmt: skip
+    layouts, num_tokens, max_num_tokens = _check_groups(
+        query_start_loc,
+        positions,
+        block_tables,
+        block_sizes,
+        circular,
+        idx_mapping,
+        num_tokens,
+        max_num_tokens,
+        cp_world_size,
+        cp_rank,
+        cp_interleave,
+        pad_id,
+        out,
+        validate,
+    )
     rows = _rows(query_start_loc, idx_mapping)
-    groups = []
-    for g, (table, size) in enumerate(zip(block_tables, block_sizes, strict=True)):
-        groups.append(
-            slot_mapping_oracle(
-                query_start_loc,
-                positions,
-                table[rows],
-                size,
-                num_tokens=num_tokens,
-                max_num_tokens=max_num_tokens,
-                cp_world_size=cp_world_size,
-                cp_rank=cp_rank,
-                cp_interleave=cp_interleave,
-                circular=circular[g],
-                pad_id=pad_id,
-                validate=False,
-            )  # fmt: skip
+    groups = [
+        _emit(
+            _oracle_slots(
+                layout, query_start_loc, positions, table[rows].tolist(), max_num_tokens
+            ),
+            None,
+            positions.device,
         )
+        for layout, table in zip(layouts, block_tables, strict=True)
+    ]
     return _emit_groups(groups, out, positions.device)
 
 
@@ -288,9 +306,16 @@ def replay_padding_oracle(
     and returns it.
     """
     num_tokens = check_replay_inputs(
-        slot_mappings, query_start_loc, positions, replay_start, window, prefix_cacheable,
-        num_tokens=num_tokens, full=validate, pad_id=pad_id,
-    )  # fmt: skip
+        slot_mappings,
+        query_start_loc,
+        positions,
+        replay_start,
+        window,
+        prefix_cacheable,
+        num_tokens=num_tokens,
+        full=validate,
+        pad_id=pad_id,
+    )
     starts = query_start_loc.tolist()
     pos = positions.tolist()
     replay = replay_start.tolist()
@@ -309,49 +334,6 @@ def replay_padding_oracle(
 # ---------------------------------------------------------------------------------------------
 # The torch version: the same formula on whole tensors.
 # ---------------------------------------------------------------------------------------------
-def block_and_offset_torch(
-    positions: Tensor,
-    block_size: int,
-    *,
-    kv_cache_block_size: int,
-    cp_world_size: int = 1,
-    cp_rank: int = 0,
-    cp_interleave: int = 1,
-    circular: bool = False,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Vectorised ``token_block_and_offset``: (logical block, offset, has_slot), int64/bool.
-
-    Positions that have no slot (negative in circular mode, another rank's under CP) get
-    block 0 and offset 0, so the result can always index a block table.
-    """
-    pos = positions.to(torch.int64)
-    if circular:
-        has_slot = pos >= 0
-        # Guard before the arithmetic: torch's % floors, C's truncates; neither may see p < 0.
-        safe = torch.where(has_slot, pos, 0)
-        return torch.zeros_like(pos), safe % block_size, has_slot
-    if cp_world_size == 1:
-        return pos // block_size, pos % block_size, torch.ones_like(pos, dtype=torch.bool)
-    blocks_per_kv_block = kv_cache_block_size // block_size
-    virtual_block_size = kv_cache_block_size * cp_world_size
-    virtual_block, virtual_offset = pos // virtual_block_size, pos % virtual_block_size
-    has_slot = (virtual_offset // cp_interleave) % cp_world_size == cp_rank
-    local_offset = (
-        virtual_offset // (cp_world_size * cp_interleave) * cp_interleave
-        + virtual_offset % cp_interleave
-    )
-    block = virtual_block * blocks_per_kv_block + local_offset // block_size
-    offset = local_offset % block_size
-    return torch.where(has_slot, block, 0), torch.where(has_slot, offset, 0), has_slot
-
-
-def request_of_tokens(query_start_loc: Tensor, num_tokens: int) -> Tensor:
-    """[num_tokens] int64: the request each batch token belongs to."""
-    lengths = (query_start_loc[1:] - query_start_loc[:-1]).to(torch.int64)
-    requests = torch.arange(lengths.numel(), device=query_start_loc.device)
-    return torch.repeat_interleave(requests, lengths, output_size=num_tokens)
-
-
 def slot_mapping_torch(
     query_start_loc: Tensor,
     positions: Tensor,
@@ -370,27 +352,42 @@ def slot_mapping_torch(
     validate: bool = True,
 ) -> Tensor:
     """Vectorised ``slot_mapping_oracle``: same arguments, same result."""
-    if kv_cache_block_size is None:
-        kv_cache_block_size = block_size
-    num_tokens, max_num_tokens = check_slot_mapping_inputs(
-        query_start_loc, positions, block_table, block_size,
-        num_tokens=num_tokens, max_num_tokens=max_num_tokens,
-        kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, circular=circular, out=out, full=validate, pad_id=pad_id,
-    )  # fmt: skip
-    device = positions.device
+    layout = SlotLayout.of(
+        block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id
+    )
+    num_tokens, max_num_tokens = resolve_counts(
+        query_start_loc, positions, num_tokens, max_num_tokens, validate
+    )
+    check_slot_mapping_inputs(
+        layout,
+        query_start_loc,
+        positions,
+        block_table,
+        num_tokens,
+        max_num_tokens,
+        out=out,
+        full=validate,
+    )
     if out is None:
-        out = torch.empty(max_num_tokens, dtype=torch.int32, device=device)
-    request = request_of_tokens(query_start_loc, num_tokens)
-    block, offset, has_slot = block_and_offset_torch(
-        positions[:num_tokens], block_size,
-        kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, circular=circular,
-    )  # fmt: skip
-    physical = block_table[request, block].to(torch.int64)
-    slots = torch.where(has_slot, physical * block_size + offset, pad_id)
+        out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
+    rows = request_of_tokens(query_start_loc, num_tokens)
+    return _torch_slots(layout, positions, block_table, rows, num_tokens, out)
+
+
+def _torch_slots(
+    layout: SlotLayout,
+    positions: Tensor,
+    table: Tensor,
+    rows: Tensor,
+    num_tokens: int,
+    out: Tensor,
+) -> Tensor:
+    # Token t reads row rows[t] of ``table``; the tail of ``out`` gets pad_id.
+    block, offset, has_slot = layout.locate(positions[:num_tokens])
+    physical = table[rows, block].to(torch.int64)
+    slots = torch.where(has_slot, physical * layout.block_size + offset, layout.pad_id)
     out[:num_tokens] = slots.to(out.dtype)
-    out[num_tokens:max_num_tokens] = pad_id
+    out[num_tokens:] = layout.pad_id
     return out
 
 
@@ -412,32 +409,28 @@ def slot_mappings_torch(
     validate: bool = True,
 ) -> Tensor:
     """Vectorised ``slot_mappings_oracle``: same arguments, same result."""
-    circular = list(circular) if circular is not None else [False] * len(block_tables)
-    num_tokens, max_num_tokens = check_slot_mappings_inputs(
-        query_start_loc, positions, block_tables, block_sizes,
-        circular=circular, idx_mapping=idx_mapping, num_tokens=num_tokens,
-        max_num_tokens=max_num_tokens, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, out=out, full=validate, pad_id=pad_id,
-    )  # fmt: skip
-    rows = _rows(query_start_loc, idx_mapping)
-    groups = [
-        slot_mapping_torch(
-            query_start_loc,
-            positions,
-            table[rows],
-            size,
-            num_tokens=num_tokens,
-            max_num_tokens=max_num_tokens,
-            cp_world_size=cp_world_size,
-            cp_rank=cp_rank,
-            cp_interleave=cp_interleave,
-            circular=circular[g],
-            pad_id=pad_id,
-            validate=False,
-        )  # fmt: skip
-        for g, (table, size) in enumerate(zip(block_tables, block_sizes, strict=True))
-    ]
-    return _emit_groups(groups, out, positions.device)
+    layouts, num_tokens, max_num_tokens = _check_groups(
+        query_start_loc,
+        positions,
+        block_tables,
+        block_sizes,
+        circular,
+        idx_mapping,
+        num_tokens,
+        max_num_tokens,
+        cp_world_size,
+        cp_rank,
+        cp_interleave,
+        pad_id,
+        out,
+        validate,
+    )
+    rows = _rows(query_start_loc, idx_mapping)[request_of_tokens(query_start_loc, num_tokens)]
+    if out is None:
+        out = torch.empty(len(layouts), max_num_tokens, dtype=torch.int32, device=positions.device)
+    for g, (layout, table) in enumerate(zip(layouts, block_tables, strict=True)):
+        _torch_slots(layout, positions, table, rows, num_tokens, out[g])
+    return out
 
 
 def replay_padding_torch(
@@ -454,9 +447,16 @@ def replay_padding_torch(
 ) -> Tensor:
     """Vectorised ``replay_padding_oracle``: same arguments, same result (in place)."""
     num_tokens = check_replay_inputs(
-        slot_mappings, query_start_loc, positions, replay_start, window, prefix_cacheable,
-        num_tokens=num_tokens, full=validate, pad_id=pad_id,
-    )  # fmt: skip
+        slot_mappings,
+        query_start_loc,
+        positions,
+        replay_start,
+        window,
+        prefix_cacheable,
+        num_tokens=num_tokens,
+        full=validate,
+        pad_id=pad_id,
+    )
     start = replay_start.to(torch.int64)[request_of_tokens(query_start_loc, num_tokens)]
     pos = positions[:num_tokens].to(torch.int64)
     replayed = (start > 0) & (pos >= start) & (pos < start + window)
@@ -467,6 +467,49 @@ def replay_padding_torch(
 
 
 # ---------------------------------------------------------------------------------------------
+def _check_groups(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_tables: Sequence[Tensor],
+    block_sizes: Sequence[int],
+    circular: Sequence[bool] | None,
+    idx_mapping: Tensor | None,
+    num_tokens: int | None,
+    max_num_tokens: int | None,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    pad_id: int,
+    out: Tensor | None,
+    validate: bool,
+) -> tuple[tuple[SlotLayout, ...], int, int]:
+    # The multi-group references' checks, as the fused launcher makes them.
+    layouts = group_layouts(
+        len(block_tables),
+        block_sizes,
+        circular,
+        cp_world_size=cp_world_size,
+        cp_rank=cp_rank,
+        cp_interleave=cp_interleave,
+        pad_id=pad_id,
+    )
+    num_tokens, max_num_tokens = resolve_counts(
+        query_start_loc, positions, num_tokens, max_num_tokens, validate
+    )
+    check_slot_mappings_inputs(
+        layouts,
+        query_start_loc,
+        positions,
+        block_tables,
+        num_tokens,
+        max_num_tokens,
+        idx_mapping=idx_mapping,
+        out=out,
+        full=validate,
+    )
+    return layouts, num_tokens, max_num_tokens
+
+
 def _rows(query_start_loc: Tensor, idx_mapping: Tensor | None) -> Tensor:
     num_reqs = query_start_loc.numel() - 1
     if idx_mapping is None:

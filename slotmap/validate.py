@@ -1,66 +1,35 @@
-"""Input validation shared by every launcher and reference (SPEC.md section 5).
+"""Input validation shared by every launcher and reference (docs/semantics.md §5).
 
 Each check raises ``ValueError`` naming the offending request, token and value. The checks
 that read tensor contents cost a device synchronisation, so launchers run them only with
 ``validate=True`` (the default); ``validate=False`` keeps just the shape checks that the
-kernels rely on never to write outside their output.
+kernels rely on never to write outside their output. The integer configuration is checked
+where it is built, in ``slotmap.layout.SlotLayout``.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from slotmap.layout import INT32_MAX, INT32_MIN, PAD_SLOT_ID, window_size
+from slotmap.layout import (
+    INT32_MAX,
+    INT32_MIN,
+    PAD_SLOT_ID,
+    SlotLayout,
+    as_int,
+    check_pad_id,
+    request_of_tokens,
+    window_size,
+)
 
 OUT_DTYPES = (torch.int32, torch.int64)
 
 
 def _fail(message: str) -> None:
     raise ValueError(message)
-
-
-def as_int(name: str, value: object, *, optional: bool = False) -> int | None:
-    """An integer argument as a Python int that fits int32 (the kernels compute in int32).
-
-    Anything ``operator.index`` takes is an int (numpy integers too); a bool, a float or a
-    tensor is not (a tensor would hide a device sync: pass ``int(t)``), and raises a
-    TypeError naming the argument; an int outside int32 a ValueError. ``optional``: None
-    passes through (the launcher chooses).
-    """
-    if value is None and optional:
-        return None
-    if isinstance(value, (bool, Tensor)):
-        number = None
-    else:
-        try:
-            number = operator.index(value)
-        except TypeError:
-            number = None
-    if number is None:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if not INT32_MIN <= number <= INT32_MAX:
-        _fail(f"{name} {number} does not fit in int32")
-    return number
-
-
-def check_at_least_one(name: str, value: object) -> int:
-    """A count or size argument: an int32 (``as_int``) of at least 1."""
-    number = as_int(name, value)
-    if number < 1:
-        _fail(f"{name} must be >= 1, got {number}")
-    return number
-
-
-def check_pad_id(pad_id: object) -> int:
-    """pad_id, an int32 that no slot can equal: slots are >= 0, so it must be negative."""
-    pad_id = as_int("pad_id", pad_id)
-    if pad_id >= 0:
-        _fail(f"pad_id must be negative, got {pad_id}: a slot >= 0 could equal it")
-    return pad_id
 
 
 def check_is_tensor(name: str, value: object) -> None:
@@ -89,36 +58,6 @@ def check_tensor(
         _fail(f"{name} is on {tensor.device} but {anchor} on {device}: use one device")
     if not tensor.is_contiguous():
         _fail(f"{name} must be contiguous (stride {tuple(tensor.stride())}): call .contiguous()")
-
-
-def check_config(
-    block_size: int,
-    kv_cache_block_size: int,
-    cp_world_size: int,
-    cp_rank: int,
-    cp_interleave: int,
-    circular: bool,
-) -> None:
-    """The integer configuration of one KV-cache group."""
-    block_size = check_at_least_one("block_size", block_size)
-    kv_cache_block_size = as_int("kv_cache_block_size", kv_cache_block_size)
-    cp_rank = as_int("cp_rank", cp_rank)
-    if kv_cache_block_size < 1 or kv_cache_block_size % block_size != 0:
-        _fail(
-            f"kv_cache_block_size {kv_cache_block_size} must be a positive multiple of "
-            f"block_size {block_size} (one physical block holds whole attention blocks)"
-        )
-    cp_world_size = check_at_least_one("cp_world_size", cp_world_size)
-    if not 0 <= cp_rank < cp_world_size:
-        _fail(f"cp_rank {cp_rank} is not a rank of a world of {cp_world_size}")
-    cp_interleave = check_at_least_one("cp_interleave", cp_interleave)
-    if cp_world_size > 1 and kv_cache_block_size % cp_interleave != 0:
-        _fail(
-            f"kv_cache_block_size {kv_cache_block_size} is not a multiple of cp_interleave "
-            f"{cp_interleave}: two positions of one rank would share a slot"
-        )
-    if circular and cp_world_size > 1:
-        _fail(f"a circular cache cannot be split across {cp_world_size} context-parallel ranks")
 
 
 def resolve_counts(
@@ -182,17 +121,12 @@ def check_out(out: Tensor | None, shape: tuple[int, ...], device: torch.device) 
 
 
 def check_tokens(
+    layout: SlotLayout,
     query_start_loc: Tensor,
     positions: Tensor,
     block_table: Tensor,
-    block_size: int,
     num_tokens: int,
     *,
-    kv_cache_block_size: int,
-    cp_world_size: int,
-    cp_rank: int,
-    cp_interleave: int,
-    circular: bool,
     tile_size: int | None,
     rows: Tensor | None = None,
     group: int | None = None,
@@ -202,8 +136,6 @@ def check_tokens(
     ``rows`` maps request -> block-table row (``idx_mapping``); ``group`` only names the group
     in messages. ``tile_size`` None skips the window precondition (kernels without a window).
     """
-    from slotmap.reference import block_and_offset_torch, request_of_tokens
-
     where = f"group {group}, " if group is not None else ""
     request = request_of_tokens(query_start_loc, num_tokens)
     pos = positions[:num_tokens]
@@ -217,16 +149,13 @@ def check_tokens(
 
     if (t := first((pos > INT32_MAX) | (pos < INT32_MIN))) is not None:
         _fail(f"{name(t)}: position {int(pos[t])} does not fit in int32")
-    if not circular and (t := first(pos < 0)) is not None:
+    if not layout.circular and (t := first(pos < 0)) is not None:
         _fail(
             f"{name(t)}: position {int(pos[t])} is negative "
             "(only a circular cache pads negative positions)"
         )
     check_distinct_positions(request, pos, where)
-    block, offset, has_slot = block_and_offset_torch(
-        pos, block_size, kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size,
-        cp_rank=cp_rank, cp_interleave=cp_interleave, circular=circular,
-    )  # fmt: skip
+    block, offset, has_slot = layout.locate(pos)
     row_length = block_table.shape[1]
     if (t := first(has_slot & (block >= row_length))) is not None:
         _fail(
@@ -240,14 +169,16 @@ def check_tokens(
             f"{name(t)}: block table entry [{int(table_row[t])}, {int(block[t])}] holds "
             f"physical block {int(physical[t])}, which is negative"
         )
-    slots = physical * block_size + offset
+    slots = physical * layout.block_size + offset
     if (t := first(has_slot & (slots > INT32_MAX))) is not None:
         _fail(
             f"{name(t)}: slot {int(slots[t])} (physical block {int(physical[t])} * block_size "
-            f"{block_size} + {int(offset[t])}) overflows int32"
+            f"{layout.block_size} + {int(offset[t])}) overflows int32"
         )
     if tile_size is not None:
-        check_window(query_start_loc, request, block, has_slot, block_size, tile_size, where)
+        check_window(
+            query_start_loc, request, block, has_slot, layout.block_size, tile_size, where
+        )
 
 
 def check_distinct_positions(request: Tensor, pos: Tensor, where: str = "") -> None:
@@ -316,29 +247,18 @@ def check_window(
 
 
 def check_slot_mapping_inputs(
+    layout: SlotLayout,
     query_start_loc: Tensor,
     positions: Tensor,
     block_table: Tensor,
-    block_size: int,
+    num_tokens: int,
+    max_num_tokens: int,
     *,
-    num_tokens: int | None,
-    max_num_tokens: int | None,
-    kv_cache_block_size: int,
-    cp_world_size: int,
-    cp_rank: int,
-    cp_interleave: int,
-    circular: bool,
     out: Tensor | None,
     full: bool,
     tile_size: int | None = None,
-    pad_id: int = PAD_SLOT_ID,
-) -> tuple[int, int]:
-    """All checks of one group's slot mapping; returns (num_tokens, max_num_tokens)."""
-    check_pad_id(pad_id)
-    check_config(block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular)
-    num_tokens, max_num_tokens = resolve_counts(
-        query_start_loc, positions, num_tokens, max_num_tokens, full
-    )
+) -> None:
+    """The checks of one group's slot mapping after ``resolve_counts``."""
     check_tensor("block_table", block_table, (torch.int32,), 2, positions.device)
     num_reqs = query_start_loc.numel() - 1
     if num_reqs > block_table.shape[0]:
@@ -348,52 +268,25 @@ def check_slot_mapping_inputs(
     check_out(out, (max_num_tokens,), positions.device)
     if full:
         check_tokens(
-            query_start_loc, positions, block_table, block_size, num_tokens,
-            kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size,
-            cp_rank=cp_rank, cp_interleave=cp_interleave, circular=circular, tile_size=tile_size,
-        )  # fmt: skip
-    return num_tokens, max_num_tokens
+            layout, query_start_loc, positions, block_table, num_tokens, tile_size=tile_size
+        )
 
 
 def check_slot_mappings_inputs(
+    layouts: Sequence[SlotLayout],
     query_start_loc: Tensor,
     positions: Tensor,
     block_tables: Sequence[Tensor],
-    block_sizes: Sequence[int],
+    num_tokens: int,
+    max_num_tokens: int,
     *,
-    circular: Sequence[bool],
     idx_mapping: Tensor | None,
-    num_tokens: int | None,
-    max_num_tokens: int | None,
-    cp_world_size: int,
-    cp_rank: int,
-    cp_interleave: int,
     out: Tensor | None,
     full: bool,
     tile_size: int | None = None,
-    pad_id: int = PAD_SLOT_ID,
-) -> tuple[int, int]:
-    """All checks of a multi-group slot mapping; returns (num_tokens, max_num_tokens)."""
-    check_pad_id(pad_id)
-    groups = len(block_tables)
-    if groups < 1:
-        _fail("at least one KV-cache group is needed")
-    if len(block_sizes) != groups or len(circular) != groups:
-        _fail(
-            f"{groups} block tables but {len(block_sizes)} block sizes and "
-            f"{len(circular)} circular flags"
-        )
-    for g in range(groups):
-        as_int(f"block_sizes[{g}]", block_sizes[g])
-        try:
-            check_config(
-                block_sizes[g], block_sizes[g], cp_world_size, cp_rank, cp_interleave, circular[g]
-            )
-        except ValueError as exc:
-            raise ValueError(f"group {g}: {exc}") from None
-    num_tokens, max_num_tokens = resolve_counts(
-        query_start_loc, positions, num_tokens, max_num_tokens, full
-    )
+) -> None:
+    """The checks of a multi-group slot mapping after ``resolve_counts``; ``layouts`` from
+    ``slotmap.layout.group_layouts``, one a block table."""
     num_reqs = query_start_loc.numel() - 1
     for g, table in enumerate(block_tables):
         check_tensor(f"block_tables[{g}]", table, (torch.int32,), 2, positions.device)
@@ -418,16 +311,19 @@ def check_slot_mappings_inputs(
                 )
     elif num_reqs > min_rows:
         _fail(f"{num_reqs} requests but a block table has only {min_rows} rows")
-    check_out(out, (groups, max_num_tokens), positions.device)
+    check_out(out, (len(block_tables), max_num_tokens), positions.device)
     if full:
-        for g in range(groups):
+        for g, (layout, table) in enumerate(zip(layouts, block_tables, strict=True)):
             check_tokens(
-                query_start_loc, positions, block_tables[g], block_sizes[g], num_tokens,
-                kv_cache_block_size=block_sizes[g], cp_world_size=cp_world_size,
-                cp_rank=cp_rank, cp_interleave=cp_interleave, circular=circular[g],
-                tile_size=tile_size, rows=rows, group=g,
-            )  # fmt: skip
-    return num_tokens, max_num_tokens
+                layout,
+                query_start_loc,
+                positions,
+                table,
+                num_tokens,
+                tile_size=tile_size,
+                rows=rows,
+                group=g,
+            )
 
 
 def check_replay_inputs(

@@ -111,21 +111,21 @@ MUTANTS = {
     # (e) The token grid's guess checked by the guessed requests' ends alone: an empty
     # request whose start lies past the tile's first token looks right (qsl 0 2 3 3 4 5).
     "token-guess-without-start-check": Mutant(
-        "kernels/common.py",
+        "kernels/token_grid.py",
         "likely = (start == tile_start) & (stop == tile_start + n)",
         "likely = stop == tile_start + n",
         (f"{TOKEN_HAND}[direct-empty-request-under-a-right-looking-guess]",),
     ),
     # (f) One request for the tile when a request ends at its last token (< for <=).
     "token-tile-one-request-off-by-one": Mutant(
-        "kernels/common.py",
+        "kernels/token_grid.py",
         "packed = tl.where(ends <= tile_start, 1, tl.where(ends <= last, 1 << 16, 0))",
         "packed = tl.where(ends <= tile_start, 1, tl.where(ends < last, 1 << 16, 0))",
         (f"{TOKEN_HAND}[direct-end-at-tiles-last-token]",),
     ),
     # (g) The histogram's last bin keeps the ends past the tile: the last lane counts them.
     "token-histogram-keeps-ends-past-the-tile": Mutant(
-        "kernels/common.py",
+        "kernels/token_grid.py",
         "return req_idx - tl.where(lane == TILE_BLOCK_SIZE - 1, past_count, 0)",
         "return req_idx",
         (f"{TOKEN_HAND}[fused-ends-past-the-tile]",),
@@ -133,14 +133,14 @@ MUTANTS = {
     # (h) Padding programs that start at num_tokens, not after the last token tile: they
     # stop short of max_num_tokens by the last token tile's masked lanes.
     "token-padding-starts-at-num-tokens": Mutant(
-        "kernels/common.py",
+        "kernels/token_grid.py",
         "first = token_tiles * TILE_BLOCK_SIZE + (tile_idx - token_tiles) * PAD_TILE_SIZE",
         "first = num_tokens + (tile_idx - token_tiles) * PAD_TILE_SIZE",
         (f"{TOKEN_HAND}[direct-padding-programs-end-at-the-output]",),
     ),
     # (i) The likely decode run trusted on its two scalar checks, its lanes' ends unchecked.
     "token-likely-guess-trusted-unchecked": Mutant(
-        "kernels/common.py",
+        "kernels/token_grid.py",
         "return likely & tl.min(lane_ok.to(tl.int32), 0)  # 1: right",
         "return likely  # 1: right",
         (f"{TOKEN_HAND}[fused-likely-run-hiding-a-two-token-request-early-ends]",),
@@ -148,7 +148,7 @@ MUTANTS = {
     # (j) The sampled request trusted for a tile in the batch's middle, whose request's end
     # the sample lacks: the count misses the middle ends.
     "token-sample-trusted-in-the-middle": Mutant(
-        "kernels/common.py",
+        "kernels/token_grid.py",
         "settled = sampled_end & (req < num_reqs) & ((counts >> 16) == 0)",
         "settled = (req < num_reqs) & ((counts >> 16) == 0)",
         (f"{TOKEN_HAND}[direct-decode-both-ends]",),
@@ -157,7 +157,7 @@ MUTANTS = {
     # (< for <=): exact still (the histogram takes over), but the last requests' tiles lose
     # their fast path, which only the sampled answer's own test sees.
     "token-sample-back-half-off-by-one": Mutant(
-        "kernels/common.py",
+        "kernels/token_grid.py",
         "req = (counts & 0xFFFF) + tl.where(back_first <= tile_start, middle, 0)",
         "req = (counts & 0xFFFF) + tl.where(back_first < tile_start, middle, 0)",
         ("tests/test_token_grid.py::test_sampled_request_is_exact_where_it_settles",),

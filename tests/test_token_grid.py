@@ -30,7 +30,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import slotmap
-from slotmap.kernels.common import (
+from slotmap.kernels.token_grid import (
     PAD_TILE,
     _sample_request_ends,
     _sampled_request,

@@ -410,7 +410,7 @@ def test_legal_repeats_stay_accepted(impl: str) -> None:
 
 def test_a_repeat_far_apart_in_a_long_request_is_found() -> None:
     # 2**16 tokens, one request, its last token repeating its first position.
-    from slotmap.reference import request_of_tokens
+    from slotmap.layout import request_of_tokens
     from slotmap.validate import check_distinct_positions
 
     n = 2**16

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from slotmap.backend import DEVICE
 from slotmap.exercises.core import Wrong, plural
-from slotmap.kernels.common import slot_mapping_args
+from slotmap.kernels.slot_mapping import slot_mapping_args
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
 

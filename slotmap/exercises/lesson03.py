@@ -40,9 +40,13 @@ from slotmap.exercises.cases import (
     slot_cases,
 )
 from slotmap.exercises.core import Exercise, Wrong, plural, register
-from slotmap.kernels.common import slot_mapping_args, slot_mapping_constants
-from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel, compute_slot_mapping
-from slotmap.layout import cdiv, next_power_of_2, window_size
+from slotmap.kernels.slot_mapping import (
+    _compute_slot_mapping_kernel,
+    compute_slot_mapping,
+    slot_mapping_args,
+    window_kernel_constants,
+)
+from slotmap.layout import SlotLayout, cdiv, next_power_of_2, window_size
 from slotmap.reference import slot_mapping_oracle
 
 TILE = 8  # tokens per tile in this lesson's exercises and figures
@@ -73,7 +77,7 @@ def launch_production_with_window(
     if out is None:
         out = torch.empty(num_tokens, dtype=torch.int32, device=positions.device)
     # Production's constants for this batch, but the window we were given.
-    constants = slot_mapping_constants(block_size, tile_size)
+    constants = window_kernel_constants(SlotLayout.of(block_size), tile_size)
     constants["BLOCK_TABLE_WINDOW_SIZE"] = window
     args = slot_mapping_args(
         num_tokens, out.numel(), query_start_loc, positions, block_table, block_size, out

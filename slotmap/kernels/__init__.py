@@ -1,4 +1,10 @@
-"""The Triton kernels and their launchers (one job per file)."""
+"""The Triton kernels and their launchers (one job per file).
+
+Taught (the lessons print them): ``common.py`` (the shared ``@triton.jit`` helpers),
+``slot_mapping.py`` (production's window kernel), ``direct.py``, ``fused_groups.py`` and
+``replay.py``. Not taught: ``token_grid.py`` (the direct kernels' GPU grid) and ``launch.py``
+(launch policy, checks and the plan cache).
+"""
 
 from slotmap.kernels.direct import _compute_slot_mapping_direct_kernel, compute_slot_mapping_direct
 from slotmap.kernels.fused_groups import (

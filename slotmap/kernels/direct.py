@@ -9,20 +9,32 @@ production NPU kernel loads a window instead. Same launcher arguments and result
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from slotmap.kernels.common import (
-    _block_and_offset,
-    _fill_pad,
+from slotmap.kernels.common import _block_and_offset, _fill_pad
+from slotmap.kernels.launch import (
+    LaunchKnobs,
+    Plan,
+    check_grid,
+    check_launch_device,
+    hot_plan,
+    launch_shape,
+    note_tensors,
+    remember_plan,
+)
+from slotmap.kernels.slot_mapping import slot_mapping_args
+from slotmap.kernels.token_grid import (
     _fill_token_grid_pad,
     _token_grid_entries,
     _token_grid_requests,
-    launch_cached_plan,
-    launch_slot_mapping,
+    token_launch_shape,
+    use_token_grid,
 )
-from slotmap.layout import PAD_SLOT_ID
+from slotmap.layout import PAD_SLOT_ID, SlotLayout
+from slotmap.validate import check_slot_mapping_inputs, resolve_counts
 
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens"])
@@ -186,25 +198,57 @@ def compute_slot_mapping_direct(
     interpreter for batches of short requests; the request grid on the NPU and for long
     requests or large batches).
     """
-    # The hot path (see slotmap.kernels.common): a cached plan and structural checks only.
-    num_reqs = query_start_loc.numel() - 1 if isinstance(query_start_loc, Tensor) else -1
-    key = (
-        "direct", num_reqs, num_tokens, max_num_tokens, block_size,
-        kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id, tile_size,
-        parallel_tiles, num_warps, token_parallel,
-    )  # fmt: skip
-    if not validate and launch_cached_plan(
-        key,
-        query_start_loc, positions, block_table, block_size, out, num_tokens, max_num_tokens,
-    ):  # fmt: skip
-        return out
-    return launch_slot_mapping(
-        _compute_slot_mapping_direct_kernel, key,
-        query_start_loc, positions, block_table, block_size,
-        num_tokens=num_tokens, max_num_tokens=max_num_tokens,
-        kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, circular=circular, pad_id=pad_id, out=out,
-        validate=validate, tile_size=tile_size, parallel_tiles=parallel_tiles,
-        num_warps=num_warps, window=False,
-        token_kernel=_compute_slot_mapping_direct_tokens_kernel, token_parallel=token_parallel,
-    )  # fmt: skip
+    layout = SlotLayout.of(
+        block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id
+    )
+    knobs = LaunchKnobs.of(tile_size, parallel_tiles, num_warps, None, token_parallel)
+    key = ("direct", layout, knobs, num_tokens, max_num_tokens)
+    tables = (block_table,)
+    plan = None
+    if not validate:  # the hot path: a cached plan (launch.py)
+        plan = hot_plan(
+            key, num_tokens, max_num_tokens, query_start_loc, positions, tables, None, out
+        )
+        max_num_tokens = num_tokens if max_num_tokens is None else max_num_tokens
+    if plan is None:
+        num_tokens, max_num_tokens = resolve_counts(
+            query_start_loc, positions, num_tokens, max_num_tokens, validate
+        )
+        num_reqs = query_start_loc.numel() - 1
+        check_slot_mapping_inputs(
+            layout,
+            query_start_loc,
+            positions,
+            block_table,
+            num_tokens,
+            max_num_tokens,
+            out=out,
+            full=validate,
+        )
+        check_launch_device(positions)
+        if use_token_grid(num_tokens, num_reqs, knobs.token_parallel, knobs.parallel_tiles):
+            # The token grid: program i maps batch tokens [i * tile, (i + 1) * tile), then
+            # padding programs write the tail.
+            kernel = _compute_slot_mapping_direct_tokens_kernel
+            tile, grid, options = token_launch_shape(
+                num_tokens, max_num_tokens, num_reqs, knobs.tile_size, knobs.num_warps
+            )
+        else:
+            # Production's request grid, as the window kernel's.
+            kernel = _compute_slot_mapping_direct_kernel
+            tile, parallel, options = launch_shape(
+                num_tokens, num_reqs, knobs.tile_size, knobs.parallel_tiles, knobs.num_warps
+            )
+            grid = (num_reqs + 1, parallel)
+            options["PARALLEL_TILES"] = parallel
+        check_grid(grid)
+        plan = Plan(kernel, grid, layout.constants() | options | {"TILE_BLOCK_SIZE": tile})
+        if out is None:
+            out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
+        remember_plan(key, num_reqs, plan)
+        note_tensors(plan, query_start_loc, positions, tables, None, out)
+    args = slot_mapping_args(
+        num_tokens, max_num_tokens, query_start_loc, positions, block_table, layout.block_size, out
+    )
+    plan.kernel[plan.grid](*args, **plan.constants)
+    return out

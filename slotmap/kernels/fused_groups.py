@@ -22,31 +22,35 @@ import triton.language as tl
 from torch import Tensor
 
 from slotmap.backend import BACKEND
-from slotmap.kernels.common import (
-    DEFAULT_GATHER_AS_FLOAT,
+from slotmap.kernels.common import _block_and_offset, _fill_pad, _gather_from_window
+from slotmap.kernels.launch import (
     MAX_PARALLEL_PROGRAMS,
-    _block_and_offset,
-    _fill_pad,
-    _fill_token_grid_pad,
-    _gather_from_window,
-    _token_grid_entries,
-    _token_grid_requests,
+    LaunchKnobs,
+    Plan,
     check_grid,
     check_int32_extent,
     check_launch_device,
-    check_tile,
-    token_launch_shape,
-    use_token_grid,
+    hot_plan,
+    note_tensors,
+    remember_plan,
     warps_option,
 )
-from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, cdiv, window_size
-from slotmap.validate import (
-    as_int,
-    check_is_tensor,
-    check_pad_id,
-    check_slot_mappings_inputs,
-    resolve_counts,
+from slotmap.kernels.token_grid import (
+    _fill_token_grid_pad,
+    _token_grid_entries,
+    _token_grid_requests,
+    token_launch_shape,
+    use_token_grid,
 )
+from slotmap.layout import (
+    PAD_SLOT_ID,
+    PRODUCTION_TILE,
+    SlotLayout,
+    cdiv,
+    group_layouts,
+    window_size,
+)
+from slotmap.validate import check_slot_mappings_inputs, resolve_counts
 
 SMALL_TILE = 16  # the tile the adaptive choice gives a batch of short requests
 SHORT_REQUESTS = 2  # mean tokens a request at or under which a batch counts as short
@@ -246,9 +250,7 @@ def choose_tiling(num_tokens: int, num_reqs: int) -> tuple[int, int]:
     production 1024 tile, each request spread over ``cdiv(mean, 1024)`` programs, and over at
     least 2 once the batch holds more than one tile: in a skewed batch (a few long prefills
     among many decodes) the mean says nothing about the long requests, and a tile sized by
-    the mean made them walk dozens of tiles one after another (H200, 4 x 1536 + 256 x 1
-    tokens, graph-replayed: 18.1 µs before this rule, 2.9 µs after, benchmarks/NOTES.md
-    item 4; fused-1 2.90-2.97 µs in benchmarks/results/h200-final/bench.log).
+    the mean made them walk dozens of tiles one after another (docs/performance.md).
     """
     mean = cdiv(num_tokens, max(num_reqs, 1))
     if mean <= SHORT_REQUESTS:
@@ -279,9 +281,7 @@ _META_CACHE: OrderedDict[tuple, Tensor] = OrderedDict()
 _META_CACHE_SIZE = 32
 
 
-def group_metadata(
-    block_tables: Sequence[Tensor], block_sizes: Sequence[int], circular: Sequence[bool]
-) -> Tensor:
+def group_metadata(block_tables: Sequence[Tensor], layouts: Sequence[SlotLayout]) -> Tensor:
     """[num_groups, 4] int64 on the tables' device: address, row stride, block size, circular.
 
     Cached by the tables' addresses: serving engines keep persistent block tables, so after
@@ -291,14 +291,13 @@ def group_metadata(
     key = (
         block_tables[0].device,
         tuple((t.data_ptr(), t.stride(0)) for t in block_tables),
-        tuple(block_sizes),
-        tuple(bool(c) for c in circular),
+        tuple(layouts),
     )
     meta = _META_CACHE.get(key)
     if meta is None:
         rows = [
-            [t.data_ptr(), t.stride(0), size, int(bool(c))]
-            for t, size, c in zip(block_tables, block_sizes, circular, strict=True)
+            [t.data_ptr(), t.stride(0), layout.block_size, int(layout.circular)]
+            for t, layout in zip(block_tables, layouts, strict=True)
         ]
         meta = torch.tensor(rows, dtype=torch.int64, device=block_tables[0].device)
         _META_CACHE[key] = meta
@@ -348,90 +347,133 @@ def compute_slot_mappings(
     of gathering from the window (None: on the GPU, ``use_lane_loads``). The window's
     precondition is checked either way, so both accept the same batches.
     """
-    check_is_tensor("query_start_loc", query_start_loc)
-    block_sizes = [as_int(f"block_sizes[{g}]", size) for g, size in enumerate(block_sizes)]
-    num_tokens = as_int("num_tokens", num_tokens, optional=True)
-    max_num_tokens = as_int("max_num_tokens", max_num_tokens, optional=True)
-    cp_world_size = as_int("cp_world_size", cp_world_size)
-    cp_rank = as_int("cp_rank", cp_rank)
-    cp_interleave = as_int("cp_interleave", cp_interleave)
-    pad_id = check_pad_id(pad_id)
-    tile_size = as_int("tile_size", tile_size, optional=True)
-    parallel_tiles = as_int("parallel_tiles", parallel_tiles, optional=True)
-    num_warps = as_int("num_warps", num_warps, optional=True)
-    circular = list(circular) if circular is not None else [False] * len(block_tables)
-    # The adaptive tiling needs num_tokens: check query_start_loc before reading it.
+    if not isinstance(block_tables, (list, tuple)):
+        block_tables = list(block_tables)
+    layouts = group_layouts(
+        len(block_tables),
+        block_sizes,
+        circular,
+        cp_world_size=cp_world_size,
+        cp_rank=cp_rank,
+        cp_interleave=cp_interleave,
+        pad_id=pad_id,
+    )
+    knobs = LaunchKnobs.of(
+        tile_size, parallel_tiles, num_warps, gather_as_float, token_parallel, lane_loads
+    )
+    key = ("fused", layouts, knobs, num_tokens, max_num_tokens, idx_mapping is None)
+    tables = tuple(block_tables)
+    plan = None
+    if not validate:  # the hot path: a cached plan (launch.py)
+        plan = hot_plan(
+            key, num_tokens, max_num_tokens, query_start_loc, positions, tables, idx_mapping, out
+        )
+        max_num_tokens = num_tokens if max_num_tokens is None else max_num_tokens
+    if plan is None:
+        plan, num_tokens, max_num_tokens = _plan(
+            layouts,
+            knobs,
+            query_start_loc,
+            positions,
+            tables,
+            idx_mapping,
+            num_tokens,
+            max_num_tokens,
+            out,
+            validate,
+        )
+        if out is None:
+            out = torch.empty(
+                len(tables), max_num_tokens, dtype=torch.int32, device=positions.device
+            )
+        check_int32_extent("out", out)
+        remember_plan(key, query_start_loc.numel() - 1, plan)
+        note_tensors(plan, query_start_loc, positions, tables, idx_mapping, out)
+    plan.kernel[plan.grid](
+        num_tokens,
+        max_num_tokens,
+        query_start_loc.shape[0] - 1,  # num_reqs
+        query_start_loc,
+        positions,
+        idx_mapping if idx_mapping is not None else query_start_loc,
+        min(table.shape[0] for table in tables),  # num_rows
+        group_metadata(tables, layouts),
+        out,
+        out.stride(0),
+        **plan.constants,
+    )
+    return out
+
+
+def _plan(
+    layouts: tuple[SlotLayout, ...],
+    knobs: LaunchKnobs,
+    query_start_loc: Tensor,
+    positions: Tensor,
+    tables: tuple[Tensor, ...],
+    idx_mapping: Tensor | None,
+    num_tokens: int | None,
+    max_num_tokens: int | None,
+    out: Tensor | None,
+    validate: bool,
+) -> tuple[Plan, int, int]:
+    # The fused launcher's full way: the checks, the grid and the constants.
     num_tokens, max_num_tokens = resolve_counts(
         query_start_loc, positions, num_tokens, max_num_tokens, validate
     )
     num_reqs = query_start_loc.numel() - 1
-    tokens = use_token_grid(num_tokens, num_reqs, token_parallel, parallel_tiles)
-    lane_loads = use_lane_loads(lane_loads, gather_as_float)
-    if not tokens:
-        auto_tile, auto_parallel = choose_tiling(num_tokens, num_reqs)
-        tile_size = auto_tile if tile_size is None else tile_size
-        parallel_tiles = auto_parallel if parallel_tiles is None else parallel_tiles
-        check_tile(tile_size)
-        if parallel_tiles < 1:
-            raise ValueError(f"parallel_tiles must be >= 1, got {parallel_tiles}")
-    num_tokens, max_num_tokens = check_slot_mappings_inputs(
-        query_start_loc, positions, block_tables, block_sizes,
-        circular=circular, idx_mapping=idx_mapping, num_tokens=num_tokens,
-        max_num_tokens=max_num_tokens, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, out=out, full=validate, pad_id=pad_id,
-        tile_size=None if tokens else tile_size,  # the token grid has no window to check
-    )  # fmt: skip
+    tokens = use_token_grid(num_tokens, num_reqs, knobs.token_parallel, knobs.parallel_tiles)
+    lane_loads = use_lane_loads(knobs.lane_loads, knobs.gather_as_float)
+    tile, parallel = choose_tiling(num_tokens, num_reqs)
+    tile = tile if knobs.tile_size is None else knobs.tile_size
+    parallel = parallel if knobs.parallel_tiles is None else knobs.parallel_tiles
+    check_slot_mappings_inputs(
+        layouts,
+        query_start_loc,
+        positions,
+        tables,
+        num_tokens,
+        max_num_tokens,
+        idx_mapping=idx_mapping,
+        out=out,
+        full=validate,
+        tile_size=None if tokens else tile,  # the token grid has no window to check
+    )
     check_launch_device(positions)
-    for g, table in enumerate(block_tables):
+    for g, table in enumerate(tables):
         check_int32_extent(f"block_tables[{g}]", table)
-    num_groups = len(block_tables)
-    if out is None:
-        out = torch.empty(num_groups, max_num_tokens, dtype=torch.int32, device=positions.device)
-    check_int32_extent("out", out)
+    cp = layouts[0]
     constants = dict(
-        TOTAL_CP_WORLD_SIZE=cp_world_size,
-        TOTAL_CP_RANK=cp_rank,
-        CP_KV_CACHE_INTERLEAVE_SIZE=cp_interleave,
-        PAD_ID=pad_id,
+        TOTAL_CP_WORLD_SIZE=cp.cp_world_size,
+        TOTAL_CP_RANK=cp.cp_rank,
+        CP_KV_CACHE_INTERLEAVE_SIZE=cp.cp_interleave,
+        PAD_ID=cp.pad_id,
         HAS_IDX_MAPPING=idx_mapping is not None,
     )
     if tokens:
+        # The token grid, one row of programs a group: token tiles, then padding programs.
         kernel = _compute_slot_mappings_tokens_kernel
-        tile_size, (programs,), options = token_launch_shape(
-            num_tokens, max_num_tokens, num_reqs, tile_size, num_warps
+        tile, (programs,), options = token_launch_shape(
+            num_tokens, max_num_tokens, num_reqs, knobs.tile_size, knobs.num_warps
         )
-        options.pop("num_reqs")  # a positional argument of this kernel
-        grid = (num_groups, programs)
-        constants.update(TILE_BLOCK_SIZE=tile_size, **options)
+        del options["num_reqs"]  # a positional argument of this kernel
+        grid = (len(tables), programs)
     else:
+        # The request grid: program (g, q, p) maps tiles p, p + P, ... of request q in group
+        # g; q == num_reqs pads the tail. The window fits the smallest linear block size.
         kernel = _compute_slot_mappings_kernel
-        grid = (num_groups, num_reqs + 1, parallel_tiles)
-        linear_sizes = [s for s, c in zip(block_sizes, circular, strict=True) if not c]
-        constants.update(
-            TILE_BLOCK_SIZE=tile_size,
-            BLOCK_TABLE_WINDOW_SIZE=window_size(tile_size, min(linear_sizes))
-            if linear_sizes
-            else 2,
-            PARALLEL_TILES=parallel_tiles,
-            GATHER_AS_FLOAT=DEFAULT_GATHER_AS_FLOAT
-            if gather_as_float is None
-            else gather_as_float,
+        grid = (len(tables), num_reqs + 1, parallel)
+        linear = [layout.block_size for layout in layouts if not layout.circular]
+        options = dict(
+            BLOCK_TABLE_WINDOW_SIZE=window_size(tile, min(linear)) if linear else 2,
+            PARALLEL_TILES=parallel,
+            GATHER_AS_FLOAT=knobs.window_gather_as_float,
             LANE_LOADS=lane_loads,
-            **warps_option(tile_size, num_warps),
+            **warps_option(tile, knobs.num_warps),
         )
     check_grid(grid)
-    meta = group_metadata(block_tables, block_sizes, circular)
-    kernel[grid](
+    return (
+        Plan(kernel, grid, constants | options | {"TILE_BLOCK_SIZE": tile}),
         num_tokens,
         max_num_tokens,
-        num_reqs,
-        query_start_loc,
-        positions,
-        idx_mapping if idx_mapping is not None else query_start_loc,
-        min(table.shape[0] for table in block_tables),
-        meta,
-        out,
-        out.stride(0),
-        **constants,
     )
-    return out

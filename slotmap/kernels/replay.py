@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from slotmap.kernels.common import check_grid, check_launch_device, check_tile
+from slotmap.kernels.launch import check_grid, check_launch_device, check_tile
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE
 from slotmap.validate import as_int, check_pad_id, check_replay_inputs
 

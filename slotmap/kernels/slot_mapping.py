@@ -1,24 +1,32 @@
 """The production slot-mapping kernel (the bounded-window gather) and its launcher.
 
 Same parameter names and order as vLLM's and vllm-ascend's ``_compute_slot_mapping_kernel``
-(SPEC.md section 3), so that the production code reads familiar after the course. Our only
+(docs/semantics.md §3), so that the production code reads familiar after the course. Our only
 additions come after the production parameters, with defaults.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from slotmap.kernels.common import (
-    _block_and_offset,
-    _fill_pad,
-    _gather_from_window,
-    launch_cached_plan,
-    launch_slot_mapping,
+from slotmap.kernels.common import _block_and_offset, _fill_pad, _gather_from_window
+from slotmap.kernels.launch import (
+    DEFAULT_GATHER_AS_FLOAT,
+    LaunchKnobs,
+    Plan,
+    check_grid,
+    check_launch_device,
+    check_window_trace,
+    hot_plan,
+    launch_shape,
+    note_tensors,
+    remember_plan,
 )
-from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE
+from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, SlotLayout, window_size
+from slotmap.validate import check_slot_mapping_inputs, resolve_counts
 
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens"])
@@ -152,27 +160,98 @@ def compute_slot_mapping(
     (``slotmap.window_bases_oracle`` says what to expect).
     Same arguments and result as ``slotmap.slot_mapping_oracle``.
     """
-    # The hot path (see slotmap.kernels.common): a cached plan and structural checks only.
-    num_reqs = query_start_loc.numel() - 1 if isinstance(query_start_loc, Tensor) else -1
-    key = (
-        "window", num_reqs, num_tokens, max_num_tokens, block_size,
-        kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id, tile_size,
-        parallel_tiles, num_warps, gather_as_float,
-    )  # fmt: skip
-    if not validate and window_trace is None and launch_cached_plan(
-        key,
-        query_start_loc, positions, block_table, block_size, out, num_tokens, max_num_tokens,
-    ):  # fmt: skip
-        return out
+    layout = SlotLayout.of(
+        block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id
+    )
     if window_trace is not None and tile_size is None:
         tile_size = PRODUCTION_TILE  # traces are read against the lessons' 1024 tiles
-    return launch_slot_mapping(
-        _compute_slot_mapping_kernel, key,
-        query_start_loc, positions, block_table, block_size,
-        num_tokens=num_tokens, max_num_tokens=max_num_tokens,
-        kv_cache_block_size=kv_cache_block_size, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, circular=circular, pad_id=pad_id, out=out,
-        validate=validate, tile_size=tile_size, parallel_tiles=parallel_tiles,
-        num_warps=num_warps, window=True, gather_as_float=gather_as_float,
-        window_trace=window_trace,
-    )  # fmt: skip
+    knobs = LaunchKnobs.of(tile_size, parallel_tiles, num_warps, gather_as_float)
+    key = ("window", layout, knobs, num_tokens, max_num_tokens)
+    tables = (block_table,)
+    plan = None
+    if not validate and window_trace is None:  # the hot path: a cached plan (launch.py)
+        plan = hot_plan(
+            key, num_tokens, max_num_tokens, query_start_loc, positions, tables, None, out
+        )
+        max_num_tokens = num_tokens if max_num_tokens is None else max_num_tokens
+    if plan is None:
+        num_tokens, max_num_tokens = resolve_counts(
+            query_start_loc, positions, num_tokens, max_num_tokens, validate
+        )
+        num_reqs = query_start_loc.numel() - 1
+        tile, parallel, options = launch_shape(
+            num_tokens, num_reqs, knobs.tile_size, knobs.parallel_tiles, knobs.num_warps
+        )
+        check_slot_mapping_inputs(
+            layout,
+            query_start_loc,
+            positions,
+            block_table,
+            num_tokens,
+            max_num_tokens,
+            out=out,
+            full=validate,
+            tile_size=tile,
+        )
+        check_launch_device(positions)
+        # Production's request grid: program (q, p) maps tiles p, p + P, ... of request q;
+        # the last row of programs pads the tail.
+        grid = (num_reqs + 1, parallel)
+        check_grid(grid)
+        constants = window_kernel_constants(layout, tile, parallel, knobs.window_gather_as_float)
+        plan = Plan(_compute_slot_mapping_kernel, grid, constants | options)
+        if out is None:
+            out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
+        if window_trace is None:
+            remember_plan(key, num_reqs, plan)
+            note_tensors(plan, query_start_loc, positions, tables, None, out)
+    trace = {}
+    if window_trace is not None:
+        check_window_trace(window_trace, query_start_loc.numel() - 1)
+        width = window_trace.shape[1]
+        trace = dict(window_trace_ptr=window_trace, window_trace_width=width, TRACE_WINDOWS=True)
+    args = slot_mapping_args(
+        num_tokens, max_num_tokens, query_start_loc, positions, block_table, layout.block_size, out
+    )
+    plan.kernel[plan.grid](*args, **plan.constants, **trace)
+    return out
+
+
+def window_kernel_constants(
+    layout: SlotLayout,
+    tile_size: int,
+    parallel_tiles: int = 1,
+    gather_as_float: bool | None = None,
+) -> dict:
+    """The window kernel's compile-time constants: the layout's, the tile, the window that
+    fits it, the gather mode (None: the backend's) and the programs per request."""
+    if gather_as_float is None:
+        gather_as_float = DEFAULT_GATHER_AS_FLOAT
+    return layout.constants() | dict(
+        TILE_BLOCK_SIZE=tile_size,
+        BLOCK_TABLE_WINDOW_SIZE=window_size(tile_size, layout.block_size),
+        GATHER_AS_FLOAT=gather_as_float,
+        PARALLEL_TILES=parallel_tiles,
+    )
+
+
+def slot_mapping_args(
+    num_tokens: int,
+    max_num_tokens: int,
+    query_start_loc: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    block_size: int,
+    out: Tensor,
+) -> tuple:
+    """The runtime arguments of a single-group kernel, in the production kernel's order."""
+    return (
+        num_tokens,
+        max_num_tokens,
+        query_start_loc,
+        positions,
+        block_table,
+        block_table.stride(0),
+        block_size,
+        out,
+    )

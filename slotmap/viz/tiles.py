@@ -76,8 +76,8 @@ def run_tiles(
     never written.
     """
     import slotmap
-    from slotmap.kernels.common import slot_mapping_constants
-    from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel
+    from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel, window_kernel_constants
+    from slotmap.layout import SlotLayout
 
     device = slotmap.DEVICE
     lengths = [int(n) for n in lengths]
@@ -115,7 +115,7 @@ def run_tiles(
         # The launcher always launches num_reqs + 1 programs: call the kernel itself.
         _compute_slot_mapping_kernel[(programs, 1)](
             starts[-1], max_num_tokens, qsl, pos, block_table, block_table.stride(0),
-            block_size, out, **slot_mapping_constants(block_size, tile_size),
+            block_size, out, **window_kernel_constants(SlotLayout.of(block_size), tile_size),
             window_trace_ptr=trace, window_trace_width=tiles, TRACE_WINDOWS=True,
         )  # fmt: skip
     return TileRun(lengths, starts, positions, block_size, tile_size, max_num_tokens, programs,

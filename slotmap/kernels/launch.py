@@ -1,0 +1,335 @@
+"""How a launch is planned: the backend's launch choices, the checks every launch makes, and
+the cache of plans that serves the hot path.
+
+The hot path is ``validate=False`` with ``num_tokens`` and ``out`` given, as a serving loop
+calls a launcher. Triton's own ``kernel[grid](...)`` costs tens of µs of Python, and the full
+argument checks as much again. A plan (kernel, grid and compile-time constants) depends only on
+the configuration and the batch's counts, so it is worked out and checked once and cached; each
+hot call then only re-checks the tensors' structure (dtype, rank, device, contiguity, sizes)
+before launching. Anything unusual falls through to the full checks and their errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from slotmap.backend import BACKEND
+from slotmap.layout import INT32_MAX, as_int
+
+DEFAULT_GATHER_AS_FLOAT = BACKEND.policy == "npu"
+# Programs one launch may spread over the parallel-tile axis (grid axis 1 allows 65535).
+MAX_PARALLEL_PROGRAMS = 16384
+DECODE_TILE = 64  # the GPU's tile for batches of one- or two-token requests
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchKnobs:
+    """The launch choices a caller may force; None lets the backend choose.
+
+    ``tile_size``: TILE_BLOCK_SIZE; ``parallel_tiles``: programs per request on the request
+    grid; ``num_warps``: GPU only; ``gather_as_float``: the window gathered as exact float32
+    halves (None: on the NPU); ``token_parallel``: the direct kernels' token grid;
+    ``lane_loads``: the fused request grid loads one block-table entry a lane.
+    """
+
+    tile_size: int | None = None
+    parallel_tiles: int | None = None
+    num_warps: int | None = None
+    gather_as_float: bool | None = None
+    token_parallel: bool | None = None
+    lane_loads: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tile_size", "parallel_tiles", "num_warps"):
+            object.__setattr__(self, name, as_int(name, getattr(self, name), optional=True))
+        if self.tile_size is not None:
+            check_tile(self.tile_size)
+        if self.parallel_tiles is not None and self.parallel_tiles < 1:
+            raise ValueError(f"parallel_tiles must be >= 1, got {self.parallel_tiles}")
+        if self.num_warps is not None:
+            warps_option(1, self.num_warps)  # refuses it on the NPU, or if not a power of two
+
+    @staticmethod
+    def of(*args: Any) -> LaunchKnobs:
+        """``LaunchKnobs(*args)``, remembered: the hot path builds it on every call."""
+        try:
+            return _knobs_of(*args)
+        except TypeError as exc:
+            if "unhashable" not in str(exc):
+                raise
+            return LaunchKnobs(*args)  # names the bad argument
+
+    @property
+    def window_gather_as_float(self) -> bool:
+        """The window's gather mode: as asked, else the backend's default."""
+        if self.gather_as_float is None:
+            return DEFAULT_GATHER_AS_FLOAT
+        return bool(self.gather_as_float)
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _knobs_of(*args: Any) -> LaunchKnobs:
+    return LaunchKnobs(*args)
+
+
+MAX_PARALLEL_PROGRAMS = 16384
+DECODE_TILE = 64  # the GPU's tile for batches of one- or two-token requests
+
+
+def launch_shape(
+    num_tokens: int,
+    num_reqs: int,
+    tile_size: int | None,
+    parallel_tiles: int | None,
+    num_warps: int | None,
+) -> tuple[int, int, dict]:
+    """(tile, parallel tiles per request, launch options) of a single-group launch.
+
+    Chosen by backend from the batch's size alone, without a device sync, so that a captured
+    graph replays the same grid. None picks; a number is taken as given.
+
+    * NPU: production's launch, TILE_BLOCK_SIZE 1024 and grid ``(num_reqs + 1,)`` (a grid
+      should not exceed the AI-core count); no ``num_warps`` (Ascend has no warps).
+    * GPU (measured on the H200, docs/performance.md):
+      - tile: 1024, except a batch of one- or two-token requests on average (decode), which
+        gets a 64-lane tile on one warp: a 1024-lane tile there costs 4 idle warps a request;
+      - parallel tiles: a request of ``mean`` tokens is spread over ``cdiv(mean, tile)``
+        programs, and a batch of more than one tile over at least 2, so that the few long
+        prefills of a skewed batch (whose mean says nothing about them) walk half as many
+        tiles (a few programs walking many tiles each leave the GPU's bandwidth idle);
+      - warps: one per 128 lanes (1 to 8), four positions a thread (two 16-byte loads).
+    * CPU interpreter: the NPU's tile (the lessons' TILE_BLOCK_SIZE), the GPU's parallel
+      tiles, so that the CPU suite runs the GPU's grid.
+    """
+    mean = -(-num_tokens // max(num_reqs, 1))
+    if tile_size is None:
+        gpu = BACKEND.policy == "cuda"
+        tile_size = DECODE_TILE if gpu and mean <= 2 else 1024
+    check_tile(tile_size)
+    if parallel_tiles is None:
+        if BACKEND.policy == "npu":
+            parallel_tiles = 1
+        else:
+            parallel_tiles = -(-mean // tile_size)
+            if tile_size > DECODE_TILE and num_tokens > tile_size:
+                parallel_tiles = max(parallel_tiles, 2)
+            budget = max(MAX_PARALLEL_PROGRAMS // (num_reqs + 1), 1)
+            parallel_tiles = min(max(parallel_tiles, 1), budget)
+    if parallel_tiles < 1:
+        raise ValueError(f"parallel_tiles must be >= 1, got {parallel_tiles}")
+    return tile_size, parallel_tiles, warps_option(tile_size, num_warps)
+
+
+# The token grid (the direct kernels on the GPU): program i maps batch tokens
+# [i * TILE, (i + 1) * TILE), whichever requests they belong to, and finds each token's
+# request itself (``_token_grid_requests``, then ``_token_grid_entries``); the programs after
+# the last token tile write the padding tail, PAD_TILE entries each. On a decode batch the
+# chain of dependent loads shrinks from query_start_loc -> position -> block table -> store
+# to position -> block table -> store, on a few programs instead of one a request (H200,
+# graph of 20: decode 1024 from 2.22 to 1.80 us; benchmarks/NOTES.md).
+def warps_option(tile_size: int, num_warps: int | None) -> dict:
+    """Launch options: GPU (and interpreter, which ignores it) ``num_warps``; none on the NPU."""
+    if BACKEND.policy == "npu":
+        if num_warps is not None:
+            raise ValueError("num_warps has no meaning on the NPU backend")
+        return {}
+    if num_warps is not None and (num_warps < 1 or num_warps & (num_warps - 1)):
+        raise ValueError(f"num_warps must be a power of two, got {num_warps}")
+    return {"num_warps": num_warps or min(max(tile_size // 128, 1), 8)}
+
+
+def check_launch_device(tensor: Tensor) -> None:
+    """Triton compiles for one device: refuse tensors on another before the launch."""
+    if BACKEND.interpreted:
+        if tensor.device.type != "cpu":
+            raise ValueError(
+                f"inputs are on {tensor.device}, but slotmap runs Triton's CPU interpreter: "
+                "move them to the cpu or choose another backend with SLOTMAP_BACKEND"
+            )
+    elif tensor.device.type != BACKEND.device:
+        raise ValueError(
+            f"inputs are on {tensor.device}, but slotmap's backend is {BACKEND.name}: "
+            f"move them to {BACKEND.device}"
+        )
+
+
+def check_int32_extent(name: str, tensor: Tensor) -> None:
+    """Kernels index in int32: a tensor they index must have fewer than 2**31 elements."""
+    if tensor.numel() > INT32_MAX:
+        raise ValueError(f"{name} has {tensor.numel()} elements: more than int32 indexing allows")
+
+
+def check_tile(tile_size: int) -> None:
+    if tile_size < 1 or tile_size & (tile_size - 1):
+        raise ValueError(f"tile_size must be a power of two, got {tile_size}")
+
+
+def check_grid(grid: tuple[int, ...]) -> None:
+    """Launch-grid limits: axes 1 and 2 of a CUDA grid, and an Ascend coreDim, are <= 65535."""
+    limited = grid if BACKEND.policy == "npu" else grid[1:]
+    if any(n > 65535 for n in limited):
+        raise ValueError(f"launch grid {grid} exceeds 65535 programs along an axis")
+
+
+def check_window_trace(window_trace: Tensor, num_reqs: int) -> None:
+    """The trace is written in place: one contiguous int32 row per request."""
+    if window_trace.dtype != torch.int32 or window_trace.dim() != 2:
+        raise ValueError(
+            f"window_trace must be a 2-D int32 tensor, got {window_trace.dtype} "
+            f"with shape {tuple(window_trace.shape)}"
+        )
+    if window_trace.shape[0] != num_reqs or not window_trace.is_contiguous():
+        raise ValueError(
+            f"window_trace must be contiguous with one row per request ({num_reqs}), "
+            f"got shape {tuple(window_trace.shape)}"
+        )
+    check_launch_device(window_trace)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan cache.
+# ---------------------------------------------------------------------------------------------
+LAUNCH_DEVICE_TYPE = "cpu" if BACKEND.interpreted else BACKEND.device
+_PLANS: dict[tuple, Plan] = {}
+_PLANS_SIZE = 256
+
+
+@dataclasses.dataclass
+class Plan:
+    """A launch worked out and checked once: the kernel, its grid and its compile-time
+    constants (``meta``: the fused kernel's per-group table), and the tensors of its last
+    launch with the geometry they had then (``seen``)."""
+
+    kernel: Any
+    grid: tuple[int, ...]
+    constants: dict
+    meta: Tensor | None = None
+    seen: tuple = ()
+
+
+def remember_plan(key: tuple, num_reqs: int, plan: Plan) -> Plan:
+    """Store a plan whose arguments passed the full checks, under its launcher's ``key``."""
+    if len(_PLANS) >= _PLANS_SIZE:
+        _PLANS.clear()
+    _PLANS[key, num_reqs] = plan
+    return plan
+
+
+def hot_plan(
+    key: tuple,
+    num_tokens: int | None,
+    max_num_tokens: int | None,
+    query_start_loc: Tensor,
+    positions: Tensor,
+    tables: tuple[Tensor, ...],
+    idx_mapping: Tensor | None,
+    out: Tensor | None,
+) -> Plan | None:
+    """The plan cached under ``key`` for this batch, when there is one and the tensors pass
+    the structural checks; else None and the caller goes the full way.
+
+    The tensors are the last launch's very objects (a serving loop's persistent buffers) with
+    the same geometry, or they pass the structural checks, which are attribute reads only.
+    """
+    # The kernels take these as given: anything but an int goes the full way, which names it.
+    if type(num_tokens) is not int or out is None:
+        return None
+    try:
+        plan = _PLANS.get((key, query_start_loc.shape[0] - 1))
+        if plan is None:
+            return None
+        tensors = (query_start_loc, positions, *tables, idx_mapping, out)
+        seen = plan.seen
+        # Identity, not ``==``: on tensors ``==`` compares contents.
+        if (
+            len(seen) == len(tensors) + 1
+            and all(a is b for a, b in zip(seen, tensors, strict=False))  # seen ends in geometry
+            and seen[-1] == _geometry(tensors)
+        ):
+            return plan
+        if not _structure_ok(
+            query_start_loc, positions, tables, idx_mapping, out, num_tokens, max_num_tokens
+        ):
+            return None
+    except (AttributeError, TypeError):
+        return None  # not tensors at all: the full checks name them
+    plan.seen = (*tensors, _geometry(tensors))
+    return plan
+
+
+def note_tensors(
+    plan: Plan,
+    query_start_loc: Tensor,
+    positions: Tensor,
+    tables: tuple[Tensor, ...],
+    idx_mapping: Tensor | None,
+    out: Tensor,
+) -> None:
+    """Remember the tensors a plan was fully checked with, for the hot path's identity test."""
+    tensors = (query_start_loc, positions, *tables, idx_mapping, out)
+    plan.seen = (*tensors, _geometry(tensors))
+
+
+def _geometry(tensors: tuple) -> tuple:
+    # What ``set_``, ``resize_`` or assigning ``.data`` can change on a tensor object and the
+    # kernels' bounds rely on: its first address, its shape and its contiguity.
+    return tuple(
+        None if t is None else (t.data_ptr(), t.shape, t.is_contiguous()) for t in tensors
+    )
+
+
+def _structure_ok(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    tables: tuple[Tensor, ...],
+    idx_mapping: Tensor | None,
+    out: Tensor,
+    num_tokens: int,
+    max_num_tokens: int | None,
+) -> bool:
+    # The structural checks the kernels rely on, as attribute reads (validate.py's, without
+    # their messages). One table: ``out`` is [max_num_tokens]; several: [groups, max].
+    if max_num_tokens is None:
+        max_num_tokens = num_tokens
+    index = positions.get_device()  # an int: cheaper to compare than torch.device objects
+    num_reqs = query_start_loc.shape[0] - 1
+    out_shape = (max_num_tokens,) if len(tables) == 1 else (len(tables), max_num_tokens)
+    ok = (
+        positions.dtype is torch.int64
+        and query_start_loc.dtype is torch.int32
+        and (out.dtype is torch.int32 or out.dtype is torch.int64)
+        and positions.device.type == LAUNCH_DEVICE_TYPE
+        and query_start_loc.get_device() == index
+        and out.get_device() == index
+        and positions.is_contiguous()
+        and query_start_loc.is_contiguous()
+        and out.is_contiguous()
+        and len(positions.shape) == 1
+        and len(query_start_loc.shape) == 1
+        and out.shape == out_shape
+        and 0 <= num_tokens <= max_num_tokens
+        and positions.shape[0] >= num_tokens
+    )
+    if idx_mapping is not None:
+        ok = ok and (
+            idx_mapping.dtype is torch.int32
+            and idx_mapping.get_device() == index
+            and idx_mapping.is_contiguous()
+            and len(idx_mapping.shape) == 1
+            and idx_mapping.shape[0] >= num_reqs
+        )
+    for table in tables:
+        ok = ok and (
+            table.dtype is torch.int32
+            and table.get_device() == index
+            and table.is_contiguous()
+            and len(table.shape) == 2
+            and (idx_mapping is not None or table.shape[0] >= num_reqs)
+            and 1 <= table.shape[1] <= INT32_MAX // max(table.shape[0], 1)
+        )
+    return ok
