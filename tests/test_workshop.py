@@ -191,3 +191,26 @@ def test_the_workshop_command_line(capsys):
         main(["workshop", "nonsense"])
     assert main(["workshop", "dashboard", "--unknown"]) == 2
     assert "unrecognized arguments: --unknown" in capsys.readouterr().err
+
+
+def test_a_check_run_in_the_workspace_leaves_a_record_and_one_run_elsewhere_none(
+    tmp_path, monkeypatch
+):
+    from slotmap.exercises import check, progress
+
+    workspace, lessons = tmp_path / "my_work", tmp_path / "notebooks"
+    workspace.mkdir()
+    lessons.mkdir()
+    monkeypatch.setenv("SLOTMAP_WORKSPACE", str(workspace))
+
+    def unscaled(position: int, block_table_row: list[int], block_size: int) -> int:
+        return block_table_row[position // block_size] + position % block_size
+
+    monkeypatch.chdir(lessons)  # a lesson's check: not the learner's exercise
+    assert not check("01.slot_of", unscaled)
+    assert not (workspace / progress.PROGRESS_FILE).exists()
+    monkeypatch.chdir(workspace)
+    failed = check("01.slot_of", unscaled)
+    records = progress.read_records(workspace)
+    assert [(r["exercise"], r["state"]) for r in records] == [("01.slot_of", "fail")]
+    assert records[0]["message"] == failed.failure.invariant != ""

@@ -50,7 +50,7 @@ c.ConfigurableHTTPProxy.command = [str(_proxy) if _proxy.exists() else "configur
 
 # One shared password for the room; the instructors have their own and are the admins.
 c.JupyterHub.authenticator_class = "shared-password"
-c.SharedPasswordAuthenticator.shared_password = os.environ.get("SLOTMAP_HUB_PASSWORD", "")
+c.SharedPasswordAuthenticator.user_password = os.environ.get("SLOTMAP_HUB_PASSWORD", "")
 c.SharedPasswordAuthenticator.admin_password = os.environ.get("SLOTMAP_HUB_ADMIN_PASSWORD", "")
 c.Authenticator.admin_users = ADMINS
 c.Authenticator.allow_all = True  # anyone with the room's password gets their own server

@@ -274,4 +274,8 @@ def check(exercise_id: str, candidate: Any, *, max_examples: int | None = None) 
     """Check a learner's ``candidate`` for exercise ``exercise_id`` and show the verdict."""
     result = run_check(get_exercise(exercise_id), candidate, max_examples=max_examples)
     _show(result)
+    # The check ran: the learner's own progress record (kept only inside their my_work/).
+    from slotmap.exercises.progress import record
+
+    record(result)
     return result
