@@ -78,6 +78,23 @@ browser:
 	if [ -n "$$CI" ]; then echo "error: CI is set, and the browser test must run in CI" >&2; exit 1; fi; \
 	echo "the browser test (tests/test_browser.py) will be skipped" >&2
 
+# The workshop (workshop/, tests/test_workshop_hub.py): JupyterHub and its idle culler (the
+# workshop extra), and the hub's proxy, a node program that npm installs into $(VENV)/hub-proxy.
+# Once done, nothing to do (a stamp). Without npm the hub test skips, except under CI.
+HUB_STAMP := $(VENV)/.workshop-hub.stamp
+.PHONY: hub
+hub: $(HUB_STAMP)
+test: hub
+
+$(HUB_STAMP): pyproject.toml $(STAMP)
+	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[workshop]"
+	@if ! command -v npm >/dev/null 2>&1; then \
+	  echo "npm is not installed (apt-get install npm): the workshop's hub needs it" >&2; \
+	  if [ -n "$$CI" ]; then exit 1; fi; exit 0; \
+	fi; \
+	npm install --prefix $(VENV)/hub-proxy --no-audit --no-fund "configurable-http-proxy@^5" \
+	  && touch $@
+
 $(VENV_PY):
 	@py="$(PYTHON)"; \
 	if [ -z "$$py" ]; then \
