@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import os
 import subprocess
 import time
@@ -85,3 +87,19 @@ def fail_during_a_collective(ctx: RankContext) -> int:
     value = torch.ones(1, device=ctx.device)
     dist.all_reduce(value)
     return ctx.rank
+
+
+def interrupted_run(folder: str) -> None:
+    """The Ctrl+C test's own process: ``run_ranks`` of ``child_then_sleep_forever`` in its main
+    thread until a SIGINT arrives, then one JSON line: what ``run_ranks`` raised and the ranks
+    still alive after it returned (a pytest-xdist worker's main thread is not the test's, so
+    the test cannot interrupt itself)."""
+    from slotmap.distributed import run_ranks
+
+    try:
+        run_ranks(child_then_sleep_forever, 2, folder, timeout_s=90)
+        raised = None
+    except KeyboardInterrupt:
+        raised = "KeyboardInterrupt"
+    left = [p.name for p in multiprocessing.active_children() if p.name.startswith("slotmap-rank")]
+    print(json.dumps({"raised": raised, "ranks_left": left}))
