@@ -20,6 +20,9 @@ VENV ?= .venv
 PYTHON ?=
 PIP_INSTALL_ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for the main suite: one per core (tests/conftest.py keeps the tests
+# that share a module-scoped fixture on one worker). PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= auto
 ASCEND_VENV ?= .venv-ascend
 
 # torch_npu 2.7.1 on x86-64 requires torch==2.7.1+cpu, which lives on PyTorch's CPU index
@@ -44,7 +47,8 @@ lab: setup
 
 test: setup browser ascend-ir
 	$(VENV)/bin/ruff check .
-	SLOTMAP_BACKEND="$${SLOTMAP_BACKEND:-cpu}" $(VENV_PY) -m pytest --ignore=tests/ascend $(PYTEST_ARGS)
+	SLOTMAP_BACKEND="$${SLOTMAP_BACKEND:-cpu}" $(VENV_PY) -m pytest --ignore=tests/ascend \
+	  -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 	@# triton-ascend's compiler on every recorded NPU launch (tests/ascend says why apart)
 	SLOTMAP_BACKEND=ascend-ir $(ASCEND_VENV)/bin/python -m pytest --confcutdir=tests/ascend \
 	  tests/ascend $(PYTEST_ARGS)

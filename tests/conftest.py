@@ -76,6 +76,23 @@ def pytest_report_header(config) -> str:
     return f"slotmap: backend {slotmap.BACKEND.name} on {DEVICE}; hypothesis profile {PROFILE}"
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) the tests of a
+    module that share one of its module-scoped fixtures run on one worker: each worker would
+    set the fixture up again (a JupyterLab server and chromium, ranks, a grading run)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        # name2fixturedefs: every fixture the test needs, its dependencies' included.
+        shared = [
+            definitions[-1]
+            for definitions in item._fixtureinfo.name2fixturedefs.values()
+            if definitions and definitions[-1].scope == "module"
+        ]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 # ---------------------------------------------------------------------------------------------
 # Poisoned, guarded outputs and exact comparison
 # ---------------------------------------------------------------------------------------------
