@@ -41,13 +41,14 @@ import triton
 from torch import Tensor
 
 import slotmap
-from slotmap.kernels.launch import launch_shape
+from slotmap.kernels.fused_groups import group_metadata, plan_slot_mappings
+from slotmap.kernels.launch import LaunchKnobs, launch_shape
 from slotmap.kernels.slot_mapping import (
     _compute_slot_mapping_kernel,
     slot_mapping_args,
     window_kernel_constants,
 )
-from slotmap.layout import SlotLayout
+from slotmap.layout import SlotLayout, group_layouts
 
 POISON = -999  # fills every output before a run: never a slot, never pad_id
 VARIANTS = ["window", "direct", "fused-1", "fused-2", "fused-4", "torch", "empty", "copy"]
@@ -440,15 +441,57 @@ def host_us_per_call(
     return us, ratios
 
 
+def raw_fused_launch(case: Case, out: Tensor) -> Callable[[], object]:
+    """The fused kernel's ``kernel[grid](...)`` with the plan its launcher works out, once."""
+    tables = case.block_tables[: out.shape[0]]
+    layouts = group_layouts(
+        len(tables),
+        [case.block_size] * len(tables),
+        None,
+        cp_world_size=1,
+        cp_rank=0,
+        cp_interleave=1,
+        pad_id=slotmap.PAD_SLOT_ID,
+    )
+    n, m = case.shape.num_tokens, case.shape.max_num_tokens
+    qsl, positions = case.query_start_loc, case.positions
+    plan, _, _ = plan_slot_mappings(
+        layouts, LaunchKnobs(), qsl, positions, tuple(tables), None, n, m, out, False
+    )
+    meta = group_metadata(tables, layouts)
+    rows = min(t.shape[0] for t in tables)
+    args = (n, m, case.num_reqs, qsl, positions, qsl, rows, meta, out, out.stride(0))
+    return lambda: plan.kernel[plan.grid](*args, **plan.constants)
+
+
 def measure_launcher(case: Case, quick: bool, log) -> list[dict]:
-    out = torch.empty(case.shape.max_num_tokens, dtype=torch.int32, device=case.positions.device)
+    """Host µs per call of the window and the fused (2 groups) launchers, validation off and
+    on, each against its own raw ``kernel[grid](...)`` in the same turns."""
+    m = case.shape.max_num_tokens
+    out = torch.empty(m, dtype=torch.int32, device=case.positions.device)
+    out2 = torch.empty(2, m, dtype=torch.int32, device=case.positions.device)
     args, options = single_group_args(case)
-    want = case.expected[0]
-    runs = {
-        "raw": raw_window_launch(case, out),
-        "validate-off": lambda: slotmap.compute_slot_mapping(*args, **options, out=out),
-        "validate-on": lambda: slotmap.compute_slot_mapping(
-            *args, **dict(options, validate=True), out=out
+    tables, sizes = case.block_tables[:2], [case.block_size] * 2
+    fused = (case.query_start_loc, case.positions, tables, sizes)
+    groups = {
+        "": (
+            out,
+            case.expected[0],
+            {
+                "raw": raw_window_launch(case, out),
+                "validate-off": lambda: slotmap.compute_slot_mapping(*args, **options, out=out),
+                "validate-on": lambda: slotmap.compute_slot_mapping(
+                    *args, **dict(options, validate=True), out=out
+                ),
+            },
+        ),
+        "fused-2 ": (
+            out2,
+            case.expected[:2],
+            {
+                "raw": raw_fused_launch(case, out2),
+                "validate-off": lambda: slotmap.compute_slot_mappings(*fused, **options, out=out2),
+            },
         ),
     }
     interpreted = slotmap.BACKEND.interpreted
@@ -456,27 +499,28 @@ def measure_launcher(case: Case, quick: bool, log) -> list[dict]:
         calls, repeats = (1, 1) if quick else (3, 3)
     else:
         calls, repeats = (500, 3) if quick else (2000, 7)
-    for name, run in runs.items():
-        out.fill_(POISON)
-        run()
-        synchronize()
-        if not torch.equal(out, want):
-            raise AssertionError(f"launcher check ({name}) differs from the reference")
-    counts = {name: calls if name != "validate-on" else calls // 4 or 1 for name in runs}
-    results, ratios = host_us_per_call(runs, counts, repeats)
     records = []
-    for name, us in results.items():
-        ratio = ratios[name]
-        records.append(
-            dict(
-                shape=case.shape.name,
-                block_size=case.block_size,
-                launch=name,
-                host_us=round(us, 3),
-                ratio_to_raw=round(ratio, 3),
+    for prefix, (target, want, runs) in groups.items():
+        for name, run in runs.items():
+            target.fill_(POISON)
+            run()
+            synchronize()
+            if not torch.equal(target, want):
+                raise AssertionError(f"launcher check ({prefix}{name}) differs from the reference")
+        counts = {name: calls if name != "validate-on" else calls // 4 or 1 for name in runs}
+        results, ratios = host_us_per_call(runs, counts, repeats)
+        for name, us in results.items():
+            ratio = ratios[name]
+            records.append(
+                dict(
+                    shape=case.shape.name,
+                    block_size=case.block_size,
+                    launch=prefix + name,
+                    host_us=round(us, 3),
+                    ratio_to_raw=round(ratio, 3),
+                )
             )
-        )
-        log(f"  launcher {name:<13} {us:9.2f} us/call host  {ratio:6.3f}x raw")
+            log(f"  launcher {prefix + name:<21} {us:9.2f} us/call host  {ratio:6.3f}x raw")
     return records
 
 
@@ -574,10 +618,11 @@ def targets(records: list[dict], launcher: list[dict]) -> list[dict]:
                 )
             )
     for r in launcher:
-        if r["launch"] == "validate-off":
+        if r["launch"].endswith("validate-off"):
+            which = r["launch"].removesuffix("validate-off") or "window "
             rows.append(
                 dict(
-                    target=f"launcher, validate off ({r['shape']} b{r['block_size']}): "
+                    target=f"{which}launcher, validate off ({r['shape']} b{r['block_size']}): "
                     "<= 1.15x raw",
                     reached=f"{r['host_us']:.2f} us = {r['ratio_to_raw']:.3f}x",
                     floor="raw kernel[grid](...)",

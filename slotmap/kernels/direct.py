@@ -22,7 +22,6 @@ from slotmap.kernels.launch import (
     check_launch_device,
     hot_plan,
     launch_shape,
-    note_tensors,
     remember_plan,
 )
 from slotmap.kernels.slot_mapping import slot_mapping_args
@@ -203,27 +202,15 @@ def compute_slot_mapping_direct(
     )
     knobs = LaunchKnobs.of(tile_size, parallel_tiles, num_warps, None, token_parallel)
     key = ("direct", layout, knobs, num_tokens, max_num_tokens)
-    tables = (block_table,)
-    plan = None
-    if not validate:  # the hot path: a cached plan (launch.py)
-        plan = hot_plan(
-            key, num_tokens, max_num_tokens, query_start_loc, positions, tables, None, out
-        )
-        max_num_tokens = num_tokens if max_num_tokens is None else max_num_tokens
+    tensors = (query_start_loc, positions, (block_table,), None, out)
+    plan = None if validate else hot_plan(key, num_tokens, max_num_tokens, tensors)
     if plan is None:
         num_tokens, max_num_tokens = resolve_counts(
-            query_start_loc, positions, num_tokens, max_num_tokens, validate
+            *tensors[:2], num_tokens, max_num_tokens, validate
         )
         num_reqs = query_start_loc.numel() - 1
         check_slot_mapping_inputs(
-            layout,
-            query_start_loc,
-            positions,
-            block_table,
-            num_tokens,
-            max_num_tokens,
-            out=out,
-            full=validate,
+            layout, *tensors[:2], block_table, num_tokens, max_num_tokens, out=out, full=validate
         )
         check_launch_device(positions)
         if use_token_grid(num_tokens, num_reqs, knobs.token_parallel, knobs.parallel_tiles):
@@ -233,22 +220,24 @@ def compute_slot_mapping_direct(
             tile, grid, options = token_launch_shape(
                 num_tokens, max_num_tokens, num_reqs, knobs.tile_size, knobs.num_warps
             )
-        else:
-            # Production's request grid, as the window kernel's.
+        else:  # production's request grid, as the window kernel's
             kernel = _compute_slot_mapping_direct_kernel
-            tile, parallel, options = launch_shape(
-                num_tokens, num_reqs, knobs.tile_size, knobs.parallel_tiles, knobs.num_warps
-            )
+            tile, parallel, options = launch_shape(num_tokens, num_reqs, *knobs.request_grid())
             grid = (num_reqs + 1, parallel)
             options["PARALLEL_TILES"] = parallel
-        check_grid(grid)
-        plan = Plan(kernel, grid, layout.constants() | options | {"TILE_BLOCK_SIZE": tile})
+        constants = layout.constants() | options | {"TILE_BLOCK_SIZE": tile}
+        plan = Plan(kernel, check_grid(grid), constants)
         if out is None:
             out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
-        remember_plan(key, num_reqs, plan)
-        note_tensors(plan, query_start_loc, positions, tables, None, out)
+        remember_plan(key, plan, (*tensors[:4], out))
     args = slot_mapping_args(
-        num_tokens, max_num_tokens, query_start_loc, positions, block_table, layout.block_size, out
+        num_tokens,
+        max_num_tokens or num_tokens,
+        query_start_loc,
+        positions,
+        block_table,
+        layout.block_size,
+        out,
     )
     plan.kernel[plan.grid](*args, **plan.constants)
     return out

@@ -31,7 +31,6 @@ from slotmap.kernels.launch import (
     check_int32_extent,
     check_launch_device,
     hot_plan,
-    note_tensors,
     remember_plan,
     warps_option,
 )
@@ -150,9 +149,13 @@ def _compute_slot_mappings_kernel(
         mask = offsets < end_idx
         pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
         block_indices, slot_offsets, has_slot = _group_block_and_offset(
-            pos, block_size, is_circular, TOTAL_CP_WORLD_SIZE, TOTAL_CP_RANK,
+            pos,
+            block_size,
+            is_circular,
+            TOTAL_CP_WORLD_SIZE,
+            TOTAL_CP_RANK,
             CP_KV_CACHE_INTERLEAVE_SIZE,
-        )  # fmt: skip
+        )
         has_slot = tl.where(row_ok, has_slot, False)  # not `&`: the interpreter refuses it
         valid = mask & has_slot
         if LANE_LOADS:
@@ -207,9 +210,14 @@ def _compute_slot_mappings_tokens_kernel(
     token_tiles = tl.cdiv(num_tokens, TILE_BLOCK_SIZE)
     if tile_idx >= token_tiles:
         _fill_token_grid_pad(
-            slot_mapping_ptr, tile_idx, token_tiles, max_num_tokens, PAD_ID, TILE_BLOCK_SIZE,
+            slot_mapping_ptr,
+            tile_idx,
+            token_tiles,
+            max_num_tokens,
+            PAD_ID,
+            TILE_BLOCK_SIZE,
             PAD_TILE_SIZE,
-        )  # fmt: skip
+        )
         return
 
     meta_ptr = group_meta_ptr + group_idx * 4
@@ -228,15 +236,34 @@ def _compute_slot_mappings_tokens_kernel(
         query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE, EARLY_ENDS
     )
     block_indices, slot_offsets, has_slot = _group_block_and_offset(
-        pos, block_size, is_circular, TOTAL_CP_WORLD_SIZE, TOTAL_CP_RANK,
+        pos,
+        block_size,
+        is_circular,
+        TOTAL_CP_WORLD_SIZE,
+        TOTAL_CP_RANK,
         CP_KV_CACHE_INTERLEAVE_SIZE,
-    )  # fmt: skip
+    )
     in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
     block_numbers, row_ok = _token_grid_entries(
-        query_start_loc_ptr, num_reqs, num_tokens, tile_start, block_table_ptr,
-        block_table_stride, idx_mapping_ptr, num_rows, block_indices, in_row, req_idx, likely,
-        lane_ok, one, TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS, HAS_IDX_MAPPING,
-    )  # fmt: skip
+        query_start_loc_ptr,
+        num_reqs,
+        num_tokens,
+        tile_start,
+        block_table_ptr,
+        block_table_stride,
+        idx_mapping_ptr,
+        num_rows,
+        block_indices,
+        in_row,
+        req_idx,
+        likely,
+        lane_ok,
+        one,
+        TILE_BLOCK_SIZE,
+        REQ_LANES,
+        EARLY_ENDS,
+        HAS_IDX_MAPPING,
+    )
     slot_ids = block_numbers * block_size + slot_offsets
     slot_ids = tl.where(mask & has_slot & row_ok, slot_ids, PAD_ID)
     tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)
@@ -266,10 +293,9 @@ def choose_tiling(num_tokens: int, num_reqs: int) -> tuple[int, int]:
 def use_lane_loads(lane_loads: bool | None, gather_as_float: bool | None) -> bool:
     """Whether the request grid loads one block-table entry a lane instead of gathering from
     the window: as asked, else (None) on the GPU unless ``gather_as_float`` asks for the
-    window. Measured on the H200 (graph of 20, benchmarks/results/h200-runs/group-lab.log):
-    huge shape, 4 groups 52 -> 38 µs, one group 16.5 -> 13.6 µs; prefill 8192 2.54 -> 2.31
-    µs. The NPU (a per-lane load is a scalar load there) and the interpreter (which runs the
-    lessons) keep production's window gather."""
+    window: faster on the H200 on every measured shape (docs/performance.md). The NPU (a
+    per-lane load is a scalar load there) and the interpreter (which runs the lessons) keep
+    production's window gather."""
     if lane_loads and gather_as_float is not None:
         raise ValueError("gather_as_float belongs to the window gather: not with lane_loads")
     if lane_loads is None:
@@ -333,24 +359,17 @@ def compute_slot_mappings(
 ) -> Tensor:
     """Slot mappings of all KV-cache groups in one launch.
 
-    block_tables[g]: [>= max_num_reqs, n_g] int32; block_sizes[g]: int; circular[g]: bool;
-    idx_mapping: [num_reqs] int32 (request q reads row idx_mapping[q]; row q when None).
-    Context parallelism (``cp_*``) applies to every group alike, each group's physical block
-    being its block size (hybrid blocks go through ``compute_slot_mapping``).
-    Returns [num_groups, max_num_tokens] int32, or writes ``out``. ``tile_size`` and
-    ``parallel_tiles`` None choose adaptively (``choose_tiling``). Same arguments and result
-    as ``slotmap.slot_mappings_oracle``. ``num_warps`` (GPU only) None: one warp per 128 lanes.
-    ``token_parallel``: the token grid ``(num_groups, token tiles + padding programs)`` with
-    per-lane block-table loads, as ``compute_slot_mapping_direct``'s (None: chosen the same
-    way, ``use_token_grid``); otherwise the request grid with the window gather.
-    ``lane_loads``: on the request grid, each lane loads its own block-table entry instead
-    of gathering from the window (None: on the GPU, ``use_lane_loads``). The window's
-    precondition is checked either way, so both accept the same batches.
+    Same arguments and result as ``slotmap.slot_mappings_oracle`` (docs/semantics.md §4):
+    group g has its own block table, block size and circular flag; context parallelism applies
+    to every group alike. Returns [num_groups, max_num_tokens] int32, or writes ``out``.
+    ``validate`` as ``compute_slot_mapping``'s; ``tile_size``, ``parallel_tiles``,
+    ``num_warps``, ``gather_as_float``, ``token_parallel`` (the direct kernels' token grid)
+    and ``lane_loads`` (one block-table load a lane on the request grid) force a launch
+    choice; None lets ``choose_tiling``, ``use_token_grid`` and ``use_lane_loads`` choose.
     """
-    if not isinstance(block_tables, (list, tuple)):
-        block_tables = list(block_tables)
+    tables = tuple(block_tables)
     layouts = group_layouts(
-        len(block_tables),
+        len(tables),
         block_sizes,
         circular,
         cp_world_size=cp_world_size,
@@ -362,36 +381,21 @@ def compute_slot_mappings(
         tile_size, parallel_tiles, num_warps, gather_as_float, token_parallel, lane_loads
     )
     key = ("fused", layouts, knobs, num_tokens, max_num_tokens, idx_mapping is None)
-    tables = tuple(block_tables)
-    plan = None
-    if not validate:  # the hot path: a cached plan (launch.py)
-        plan = hot_plan(
-            key, num_tokens, max_num_tokens, query_start_loc, positions, tables, idx_mapping, out
-        )
-        max_num_tokens = num_tokens if max_num_tokens is None else max_num_tokens
+    tensors = (query_start_loc, positions, tables, idx_mapping, out)
+    plan = None if validate else hot_plan(key, num_tokens, max_num_tokens, tensors)
     if plan is None:
-        plan, num_tokens, max_num_tokens = _plan(
-            layouts,
-            knobs,
-            query_start_loc,
-            positions,
-            tables,
-            idx_mapping,
-            num_tokens,
-            max_num_tokens,
-            out,
-            validate,
+        plan, num_tokens, max_num_tokens = plan_slot_mappings(
+            layouts, knobs, *tensors[:4], num_tokens, max_num_tokens, out, validate
         )
         if out is None:
             out = torch.empty(
                 len(tables), max_num_tokens, dtype=torch.int32, device=positions.device
             )
         check_int32_extent("out", out)
-        remember_plan(key, query_start_loc.numel() - 1, plan)
-        note_tensors(plan, query_start_loc, positions, tables, idx_mapping, out)
+        remember_plan(key, plan, (*tensors[:4], out))
     plan.kernel[plan.grid](
         num_tokens,
-        max_num_tokens,
+        max_num_tokens or num_tokens,
         query_start_loc.shape[0] - 1,  # num_reqs
         query_start_loc,
         positions,
@@ -405,7 +409,7 @@ def compute_slot_mappings(
     return out
 
 
-def _plan(
+def plan_slot_mappings(
     layouts: tuple[SlotLayout, ...],
     knobs: LaunchKnobs,
     query_start_loc: Tensor,
@@ -417,7 +421,8 @@ def _plan(
     out: Tensor | None,
     validate: bool,
 ) -> tuple[Plan, int, int]:
-    # The fused launcher's full way: the checks, the grid and the constants.
+    """The fused launcher's full way: every check, then the kernel, grid and constants
+    (``bench`` launches the same plan raw). Returns (plan, num_tokens, max_num_tokens)."""
     num_tokens, max_num_tokens = resolve_counts(
         query_start_loc, positions, num_tokens, max_num_tokens, validate
     )

@@ -64,6 +64,10 @@ class LaunchKnobs:
                 raise
             return LaunchKnobs(*args)  # names the bad argument
 
+    def request_grid(self) -> tuple[int | None, int | None, int | None]:
+        """``launch_shape``'s knobs: tile, parallel tiles and warps."""
+        return self.tile_size, self.parallel_tiles, self.num_warps
+
     @property
     def window_gather_as_float(self) -> bool:
         """The window's gather mode: as asked, else the backend's default."""
@@ -125,13 +129,6 @@ def launch_shape(
     return tile_size, parallel_tiles, warps_option(tile_size, num_warps)
 
 
-# The token grid (the direct kernels on the GPU): program i maps batch tokens
-# [i * TILE, (i + 1) * TILE), whichever requests they belong to, and finds each token's
-# request itself (``_token_grid_requests``, then ``_token_grid_entries``); the programs after
-# the last token tile write the padding tail, PAD_TILE entries each. On a decode batch the
-# chain of dependent loads shrinks from query_start_loc -> position -> block table -> store
-# to position -> block table -> store, on a few programs instead of one a request (H200,
-# graph of 20: decode 1024 from 2.22 to 1.80 us; benchmarks/NOTES.md).
 def warps_option(tile_size: int, num_warps: int | None) -> dict:
     """Launch options: GPU (and interpreter, which ignores it) ``num_warps``; none on the NPU."""
     if BACKEND.policy == "npu":
@@ -169,11 +166,13 @@ def check_tile(tile_size: int) -> None:
         raise ValueError(f"tile_size must be a power of two, got {tile_size}")
 
 
-def check_grid(grid: tuple[int, ...]) -> None:
-    """Launch-grid limits: axes 1 and 2 of a CUDA grid, and an Ascend coreDim, are <= 65535."""
+def check_grid(grid: tuple[int, ...]) -> tuple[int, ...]:
+    """Launch-grid limits: axes 1 and 2 of a CUDA grid, and an Ascend coreDim, are <= 65535.
+    Returns the grid."""
     limited = grid if BACKEND.policy == "npu" else grid[1:]
     if any(n > 65535 for n in limited):
         raise ValueError(f"launch grid {grid} exceeds 65535 programs along an axis")
+    return grid
 
 
 def check_window_trace(window_trace: Tensor, num_reqs: int) -> None:
@@ -197,6 +196,9 @@ def check_window_trace(window_trace: Tensor, num_reqs: int) -> None:
 LAUNCH_DEVICE_TYPE = "cpu" if BACKEND.interpreted else BACKEND.device
 _PLANS: dict[tuple, Plan] = {}
 _PLANS_SIZE = 256
+# What a launch reads and writes: query_start_loc, positions, the block tables, idx_mapping
+# (or None) and the output (or None: the launcher allocates it).
+Tensors = tuple[Tensor, Tensor, tuple[Tensor, ...], "Tensor | None", "Tensor | None"]
 
 
 @dataclasses.dataclass
@@ -212,23 +214,20 @@ class Plan:
     seen: tuple = ()
 
 
-def remember_plan(key: tuple, num_reqs: int, plan: Plan) -> Plan:
-    """Store a plan whose arguments passed the full checks, under its launcher's ``key``."""
+def remember_plan(key: tuple, plan: Plan, tensors: Tensors) -> Plan:
+    """Store a plan whose arguments passed the full checks, under its launcher's ``key``,
+    with the tensors it was checked with (the hot path's identity test)."""
     if len(_PLANS) >= _PLANS_SIZE:
         _PLANS.clear()
-    _PLANS[key, num_reqs] = plan
+    query_start_loc, positions, tables, idx_mapping, out = tensors
+    flat = (query_start_loc, positions, *tables, idx_mapping, out)
+    plan.seen = (*flat, _geometry(flat))
+    _PLANS[key, query_start_loc.shape[0] - 1] = plan
     return plan
 
 
 def hot_plan(
-    key: tuple,
-    num_tokens: int | None,
-    max_num_tokens: int | None,
-    query_start_loc: Tensor,
-    positions: Tensor,
-    tables: tuple[Tensor, ...],
-    idx_mapping: Tensor | None,
-    out: Tensor | None,
+    key: tuple, num_tokens: int | None, max_num_tokens: int | None, tensors: Tensors
 ) -> Plan | None:
     """The plan cached under ``key`` for this batch, when there is one and the tensors pass
     the structural checks; else None and the caller goes the full way.
@@ -236,6 +235,7 @@ def hot_plan(
     The tensors are the last launch's very objects (a serving loop's persistent buffers) with
     the same geometry, or they pass the structural checks, which are attribute reads only.
     """
+    query_start_loc, positions, tables, idx_mapping, out = tensors
     # The kernels take these as given: anything but an int goes the full way, which names it.
     if type(num_tokens) is not int or out is None:
         return None
@@ -243,13 +243,13 @@ def hot_plan(
         plan = _PLANS.get((key, query_start_loc.shape[0] - 1))
         if plan is None:
             return None
-        tensors = (query_start_loc, positions, *tables, idx_mapping, out)
+        flat = (query_start_loc, positions, *tables, idx_mapping, out)
         seen = plan.seen
         # Identity, not ``==``: on tensors ``==`` compares contents.
         if (
-            len(seen) == len(tensors) + 1
-            and all(a is b for a, b in zip(seen, tensors, strict=False))  # seen ends in geometry
-            and seen[-1] == _geometry(tensors)
+            len(seen) == len(flat) + 1
+            and all(a is b for a, b in zip(seen, flat, strict=False))  # seen ends in geometry
+            and seen[-1] == _geometry(flat)
         ):
             return plan
         if not _structure_ok(
@@ -258,21 +258,8 @@ def hot_plan(
             return None
     except (AttributeError, TypeError):
         return None  # not tensors at all: the full checks name them
-    plan.seen = (*tensors, _geometry(tensors))
+    plan.seen = (*flat, _geometry(flat))
     return plan
-
-
-def note_tensors(
-    plan: Plan,
-    query_start_loc: Tensor,
-    positions: Tensor,
-    tables: tuple[Tensor, ...],
-    idx_mapping: Tensor | None,
-    out: Tensor,
-) -> None:
-    """Remember the tensors a plan was fully checked with, for the hot path's identity test."""
-    tensors = (query_start_loc, positions, *tables, idx_mapping, out)
-    plan.seen = (*tensors, _geometry(tensors))
 
 
 def _geometry(tensors: tuple) -> tuple:

@@ -22,7 +22,6 @@ from slotmap.kernels.launch import (
     check_window_trace,
     hot_plan,
     launch_shape,
-    note_tensors,
     remember_plan,
 )
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, SlotLayout, window_size
@@ -141,24 +140,13 @@ def compute_slot_mapping(
 ) -> Tensor:
     """Slot of every batch token, with the production bounded-window kernel.
 
-    query_start_loc: [num_reqs + 1] int32; positions: [>= num_tokens] int64;
-    block_table: [max_num_reqs, max_num_blocks_per_req] int32 (attention-block numbers; see
-    ``slotmap.expand_block_table`` for hybrid blocks). Returns [max_num_tokens] int32, or
-    writes ``out`` (int32 or int64, e.g. a persistent buffer for graph capture).
-
-    ``num_tokens`` defaults to ``query_start_loc[-1]`` (one device sync); ``max_num_tokens``
-    to ``num_tokens``. ``validate=False`` skips the checks that read tensor contents (pass
-    ``num_tokens`` too, and no sync remains). ``tile_size`` is TILE_BLOCK_SIZE (None: 1024,
-    production's, except on the GPU, where a decode batch gets a 64-lane tile);
-    ``gather_as_float`` None means the backend's default (True on the NPU).
-    ``parallel_tiles`` (programs per request) and ``num_warps`` (GPU only) None choose by
-    backend (``launch_shape``): production's one program per request on the NPU, long
-    requests spread over several programs on the GPU.
-    ``window_trace`` (a teaching aid): an int32 [num_reqs, tiles] tensor; the kernel writes
-    the window base of tile t of request q (the first block-table entry its window loaded)
-    at ``[q, t]`` and leaves tiles that do not exist untouched
+    Same arguments and result as ``slotmap.slot_mapping_oracle`` (docs/semantics.md §1-§2),
+    and the launch's own: ``validate=False`` skips the checks that read tensor contents (with
+    ``num_tokens`` and ``out`` given, no sync remains and a cached plan launches);
+    ``tile_size``, ``parallel_tiles``, ``num_warps`` and ``gather_as_float`` force a launch
+    choice (None: the backend's, ``slotmap.kernels.launch``); ``window_trace``, a teaching aid,
+    an int32 [num_reqs, tiles] tensor that receives each tile's window base
     (``slotmap.window_bases_oracle`` says what to expect).
-    Same arguments and result as ``slotmap.slot_mapping_oracle``.
     """
     layout = SlotLayout.of(
         block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave, circular, pad_id
@@ -167,25 +155,18 @@ def compute_slot_mapping(
         tile_size = PRODUCTION_TILE  # traces are read against the lessons' 1024 tiles
     knobs = LaunchKnobs.of(tile_size, parallel_tiles, num_warps, gather_as_float)
     key = ("window", layout, knobs, num_tokens, max_num_tokens)
-    tables = (block_table,)
-    plan = None
-    if not validate and window_trace is None:  # the hot path: a cached plan (launch.py)
-        plan = hot_plan(
-            key, num_tokens, max_num_tokens, query_start_loc, positions, tables, None, out
-        )
-        max_num_tokens = num_tokens if max_num_tokens is None else max_num_tokens
+    tensors = (query_start_loc, positions, (block_table,), None, out)
+    cached = not validate and window_trace is None
+    plan = hot_plan(key, num_tokens, max_num_tokens, tensors) if cached else None
     if plan is None:
         num_tokens, max_num_tokens = resolve_counts(
-            query_start_loc, positions, num_tokens, max_num_tokens, validate
+            *tensors[:2], num_tokens, max_num_tokens, validate
         )
         num_reqs = query_start_loc.numel() - 1
-        tile, parallel, options = launch_shape(
-            num_tokens, num_reqs, knobs.tile_size, knobs.parallel_tiles, knobs.num_warps
-        )
+        tile, parallel, options = launch_shape(num_tokens, num_reqs, *knobs.request_grid())
         check_slot_mapping_inputs(
             layout,
-            query_start_loc,
-            positions,
+            *tensors[:2],
             block_table,
             num_tokens,
             max_num_tokens,
@@ -196,25 +177,34 @@ def compute_slot_mapping(
         check_launch_device(positions)
         # Production's request grid: program (q, p) maps tiles p, p + P, ... of request q;
         # the last row of programs pads the tail.
-        grid = (num_reqs + 1, parallel)
-        check_grid(grid)
+        grid = check_grid((num_reqs + 1, parallel))
         constants = window_kernel_constants(layout, tile, parallel, knobs.window_gather_as_float)
         plan = Plan(_compute_slot_mapping_kernel, grid, constants | options)
         if out is None:
             out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
-        if window_trace is None:
-            remember_plan(key, num_reqs, plan)
-            note_tensors(plan, query_start_loc, positions, tables, None, out)
-    trace = {}
-    if window_trace is not None:
-        check_window_trace(window_trace, query_start_loc.numel() - 1)
-        width = window_trace.shape[1]
-        trace = dict(window_trace_ptr=window_trace, window_trace_width=width, TRACE_WINDOWS=True)
+        if cached:
+            remember_plan(key, plan, (*tensors[:4], out))
+    trace = window_trace_arguments(window_trace, query_start_loc.numel() - 1)
     args = slot_mapping_args(
-        num_tokens, max_num_tokens, query_start_loc, positions, block_table, layout.block_size, out
+        num_tokens,
+        max_num_tokens or num_tokens,
+        query_start_loc,
+        positions,
+        block_table,
+        layout.block_size,
+        out,
     )
     plan.kernel[plan.grid](*args, **plan.constants, **trace)
     return out
+
+
+def window_trace_arguments(window_trace: Tensor | None, num_reqs: int) -> dict:
+    """The window kernel's trace arguments: none without a trace, else checked."""
+    if window_trace is None:
+        return {}
+    check_window_trace(window_trace, num_reqs)
+    width = window_trace.shape[1]
+    return dict(window_trace_ptr=window_trace, window_trace_width=width, TRACE_WINDOWS=True)
 
 
 def window_kernel_constants(
