@@ -130,11 +130,13 @@ def check_tokens(
     tile_size: int | None,
     rows: Tensor | None = None,
     group: int | None = None,
+    out: Tensor | None = None,
 ) -> None:
     """Per-token checks: positions, block indices, slots and the window precondition.
 
     ``rows`` maps request -> block-table row (``idx_mapping``); ``group`` only names the group
     in messages. ``tile_size`` None skips the window precondition (kernels without a window).
+    Slots must fit the output's dtype (int32 when ``out`` is None).
     """
     where = f"group {group}, " if group is not None else ""
     request = request_of_tokens(query_start_loc, num_tokens)
@@ -170,10 +172,11 @@ def check_tokens(
             f"physical block {int(physical[t])}, which is negative"
         )
     slots = physical * layout.block_size + offset
-    if (t := first(has_slot & (slots > INT32_MAX))) is not None:
+    wide = out is not None and out.dtype == torch.int64
+    if not wide and (t := first(has_slot & (slots > INT32_MAX))) is not None:
         _fail(
             f"{name(t)}: slot {int(slots[t])} (physical block {int(physical[t])} * block_size "
-            f"{layout.block_size} + {int(offset[t])}) overflows int32"
+            f"{layout.block_size} + {int(offset[t])}) overflows int32 (an int64 out holds it)"
         )
     if tile_size is not None:
         check_window(
@@ -268,7 +271,13 @@ def check_slot_mapping_inputs(
     check_out(out, (max_num_tokens,), positions.device)
     if full:
         check_tokens(
-            layout, query_start_loc, positions, block_table, num_tokens, tile_size=tile_size
+            layout,
+            query_start_loc,
+            positions,
+            block_table,
+            num_tokens,
+            tile_size=tile_size,
+            out=out,
         )
 
 
@@ -323,6 +332,7 @@ def check_slot_mappings_inputs(
                 tile_size=tile_size,
                 rows=rows,
                 group=g,
+                out=out,
             )
 
 

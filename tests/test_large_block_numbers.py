@@ -75,3 +75,39 @@ def test_large_block_numbers_in_a_circular_group(gather_as_float: bool) -> None:
     )  # fmt: skip
     base = (2**24 + 9) * 16
     assert_slots_equal(actual, [slotmap.PAD_SLOT_ID, base + 5, base + 1])
+
+
+WIDE_LAUNCHERS = [
+    *LAUNCHERS,
+    pytest.param(
+        slotmap.compute_slot_mapping_direct, {"token_parallel": True, "tile_size": 16},
+        id="direct-token-grid",
+    ),
+    pytest.param(fused_single_group, {"token_parallel": True}, id="fused-token-grid"),
+    pytest.param(fused_single_group, {"lane_loads": True}, id="fused-lane-loads"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("validate", [True, False], ids=["validated", "unvalidated"])
+@pytest.mark.parametrize(("launcher", "options"), WIDE_LAUNCHERS)
+def test_an_int64_out_holds_slots_past_int32(launcher, options, validate) -> None:
+    # Block 20,000,000 of 128 tokens: slots from 2,560,000,000, past INT32_MAX, as an engine
+    # with a large pool and an int64 slot mapping (vLLM's) would compute them.
+    block_size, blocks = 128, [20_000_000, 3, 2**31 - 1]
+    n = block_size * len(blocks)
+    expected = [blocks[p // block_size] * block_size + p % block_size for p in range(n)]
+    assert max(expected) > INT32_MAX
+    actual = call_guarded(
+        launcher, qsl_of([n]), tensor(range(n), torch.int64), tensor([blocks], torch.int32),
+        block_size, out_shape=n, out_dtype=torch.int64, num_tokens=n, validate=validate,
+        **options,
+    )  # fmt: skip
+    assert_slots_equal(actual, expected)
+
+
+def test_an_int32_out_still_refuses_a_slot_past_int32() -> None:
+    # The int64 path must not loosen the int32 one: the check names the overflow.
+    with pytest.raises(ValueError, match=r"overflows int32 \(an int64 out holds it\)"):
+        slotmap.compute_slot_mapping(
+            qsl_of([1]), tensor([0], torch.int64), tensor([[20_000_000]], torch.int32), 128
+        )

@@ -92,7 +92,8 @@ def _compute_slot_mapping_direct_kernel(
         # Each lane loads its own entry; the row mask keeps unvalidated input in bounds.
         in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
         block_numbers = tl.load(block_table_row_ptr + block_indices, mask=in_row, other=0)
-        slot_ids = block_numbers * block_size + slot_offsets
+        # In the output's width: an int64 output holds slots past 2**31 without wrapping.
+        slot_ids = block_numbers.to(slot_mapping_ptr.dtype.element_ty) * block_size + slot_offsets
         slot_ids = tl.where(has_slot, slot_ids, PAD_ID)
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
 
@@ -159,7 +160,8 @@ def _compute_slot_mapping_direct_tokens_kernel(
         block_table_stride, query_start_loc_ptr, num_reqs, block_indices, in_row, req_idx,
         likely, lane_ok, one, TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS, False,
     )  # fmt: skip
-    slot_ids = block_numbers * block_size + slot_offsets
+    # In the output's width: an int64 output holds slots past 2**31 without wrapping.
+    slot_ids = block_numbers.to(slot_mapping_ptr.dtype.element_ty) * block_size + slot_offsets
     # Lanes past num_tokens in the last token tile are padding too.
     slot_ids = tl.where(mask & has_slot, slot_ids, PAD_ID)
     tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)

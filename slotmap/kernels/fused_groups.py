@@ -173,7 +173,8 @@ def _compute_slot_mappings_kernel(
                 BLOCK_TABLE_WINDOW_SIZE,
                 GATHER_AS_FLOAT,
             )
-        slot_ids = block_numbers * block_size + slot_offsets
+        # In the output's width: an int64 output holds slots past 2**31 without wrapping.
+        slot_ids = block_numbers.to(slot_mapping_ptr.dtype.element_ty) * block_size + slot_offsets
         slot_ids = tl.where(has_slot, slot_ids, PAD_ID)
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
 
@@ -264,7 +265,8 @@ def _compute_slot_mappings_tokens_kernel(
         EARLY_ENDS,
         HAS_IDX_MAPPING,
     )
-    slot_ids = block_numbers * block_size + slot_offsets
+    # In the output's width: an int64 output holds slots past 2**31 without wrapping.
+    slot_ids = block_numbers.to(slot_mapping_ptr.dtype.element_ty) * block_size + slot_offsets
     slot_ids = tl.where(mask & has_slot & row_ok, slot_ids, PAD_ID)
     tl.store(slot_mapping_ptr + offsets, slot_ids, mask=offsets < max_num_tokens)
 

@@ -106,7 +106,8 @@ def _compute_slot_mapping_kernel(
             BLOCK_TABLE_WINDOW_SIZE,
             GATHER_AS_FLOAT,
         )
-        slot_ids = block_numbers * block_size + slot_offsets
+        # In the output's width: an int64 output holds slots past 2**31 without wrapping.
+        slot_ids = block_numbers.to(slot_mapping_ptr.dtype.element_ty) * block_size + slot_offsets
         slot_ids = tl.where(has_slot, slot_ids, PAD_ID)
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
         if TRACE_WINDOWS:
