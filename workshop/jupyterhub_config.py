@@ -60,8 +60,9 @@ c.Spawner.cmd = [PYTHON, "-m", "slotmap", "workshop", "learner-server"]
 c.Spawner.default_url = "/lab/tree/my_work"
 c.Spawner.environment = {"SLOTMAP_COURSE_SOURCE": str(COURSE)}
 c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL", "SLOTMAP_BACKEND", "SLOTMAP_LAUNCH_POLICY"]
-c.Spawner.start_timeout = 120  # a first start copies the course: slow on a crowded machine
-c.Spawner.http_timeout = 120
+# A room logging in at once starts many servers at once (each imports torch): be patient.
+c.Spawner.start_timeout = 300
+c.Spawner.http_timeout = 300
 
 if HOMES:
     c.JupyterHub.spawner_class = "simple"

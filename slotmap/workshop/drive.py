@@ -250,3 +250,213 @@ def get_notebook(server: str, token: str, path: str, timeout: float = 30) -> dic
     if response.status_code != 200:
         raise HubError(f"{path}: {response.status_code} {response.text[:200]}")
     return response.json()["content"]
+
+
+def free_port() -> int:
+    """A TCP port free on loopback just now."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (Linux /proc)."""
+    from pathlib import Path
+
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces: the parent pid follows its ')'.
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def proxy_command() -> str | None:
+    """configurable-http-proxy: the one ``make hub`` installs into the environment, else the
+    one on PATH, else None."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    local = Path(sys.prefix) / "hub-proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
+    return str(local) if local.exists() else shutil.which("configurable-http-proxy")
+
+
+class LocalHub:
+    """JupyterHub with ``workshop/jupyterhub_config.py`` on 127.0.0.1, every learner's home
+    under ``base/homes`` (the config's SimpleLocalProcessSpawner mode): for tests and the load
+    script. ``stop`` stops it and every process it started; ``leftovers`` lists any that is
+    still alive (a kernel runs in a session of its own: found by this hub's folder)."""
+
+    def __init__(self, base: Any, password: str, admin_password: str):
+        from pathlib import Path
+
+        self.base = Path(base)
+        self.homes = self.base / "homes"
+        self.password, self.admin_password = password, admin_password
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = self.base / "hub.log"
+        self.process: Any = None
+        self.seen: set[int] = set()
+
+    def start(self, config: Any, timeout: float = 120) -> None:
+        """Start ``jupyterhub -f config`` and wait until its API answers."""
+        import os
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        import requests
+
+        env = dict(os.environ)
+        env.update(
+            SLOTMAP_HUB_IP="127.0.0.1",
+            SLOTMAP_HUB_PORT=str(self.port),
+            SLOTMAP_HUB_API_PORT=str(free_port()),
+            SLOTMAP_HUB_PROXY_API_PORT=str(free_port()),
+            SLOTMAP_HUB_DASHBOARD_PORT=str(free_port()),
+            SLOTMAP_HUB_HOMES=str(self.homes / "{username}"),
+            SLOTMAP_HUB_PASSWORD=self.password,
+            SLOTMAP_HUB_ADMIN_PASSWORD=self.admin_password,
+            SLOTMAP_BACKEND=os.environ.get("SLOTMAP_BACKEND", "cpu"),
+        )
+        proxy = proxy_command()
+        if proxy:
+            env["PATH"] = f"{Path(proxy).parent}{os.pathsep}{env.get('PATH', '')}"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [str(Path(sys.executable).with_name("jupyterhub")), "-f", str(config)],
+            cwd=self.base,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if requests.get(f"{self.url}/hub/api/", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if self.process.poll() is not None:
+                raise HubError(f"jupyterhub exited:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise HubError(f"jupyterhub not ready after {timeout} s:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def remember_processes(self) -> None:
+        """Note the hub's processes now (servers and kernels come and go)."""
+        if self.process is not None and self.process.poll() is None:
+            self.seen.update(descendants(self.process.pid))
+
+    def log_tail(self, chars: int = 6000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGTERM (the hub stops the learners' servers, its services and its proxy), then
+        make sure: terminate and kill whatever of its processes is left."""
+        import os
+        import signal
+        import subprocess
+        from pathlib import Path
+
+        process = self.process
+        if process is None:
+            return
+        self.remember_processes()
+        self.seen.update(self._marked())
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in [p for p in self.seen if Path(f"/proc/{p}").exists()]:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    pass
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                continue
+            time.sleep(0.5)
+        self._log.close()
+        self.process = None
+
+    def _marked(self) -> list[int]:
+        """Live processes with this hub's folder in their command line or environment."""
+        import os
+        from pathlib import Path
+
+        marker = str(self.base).encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                environ = (entry / "environ").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z" and (marker in cmdline or marker in environ):
+                found.append(int(entry.name))
+        return found
+
+    def leftovers(self) -> list[str]:
+        """The hub's processes still alive: its own, and any with its folder in their command
+        line or environment; as 'pid: command'."""
+        from pathlib import Path
+
+        alive = {p for p in self.seen if Path(f"/proc/{p}").exists()} | set(self._marked())
+        left = []
+        for pid in sorted(alive):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            left.append(f"{pid}: {command[:200]!r}")
+        return left
+
+    def processes_of(self, name: str) -> list[int]:
+        """The live processes running with ``name``'s home (their server and kernels)."""
+        from pathlib import Path
+
+        marker = f"HOME={self.homes / name}\0".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if marker in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        return found

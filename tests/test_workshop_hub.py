@@ -1,0 +1,361 @@
+"""The workshop end to end on a real JupyterHub (issue 20): the hub and its proxy on
+127.0.0.1 with workshop/jupyterhub_config.py, adapted only through its environment variables
+for the ports, temporary homes (SimpleLocalProcessSpawner: the test's user, root in CI, runs
+every learner) and the passwords.
+
+Four learners log in. Three run lesson 01 and their copy of exercise 01 through the Jupyter
+server's REST API and kernel websocket (``slotmap.workshop.drive``), one of them with a wrong
+``slot_of`` on purpose; the fourth logs in through the hub's login page in Debian's Chromium
+(tests/browser_lab.py's recipe) and fills in exercise 01 in JupyterLab. The dashboard then
+shows the room to the instructor, and answers 403 to a learner's token. Everything is
+stopped, and no process of the test is left.
+
+One test function: a module-scoped hub would be started once per pytest-xdist worker.
+Needs ``jupyterhub`` (the workshop extra) and ``configurable-http-proxy`` (``make hub``);
+without them it skips, except under CI (``CI`` set), where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from browser_lab import CHROMIUM_ARGS, NotebookPage, _descendants, _free_port, chromium_path
+
+ROOT = Path(__file__).resolve().parents[1]
+UNDER_CI = bool(os.environ.get("CI"))
+PASSWORD = "room-password-" + os.urandom(4).hex()
+ADMIN_PASSWORD = "instructor-" + os.urandom(16).hex()
+LEARNERS = ("ada", "bob", "cy")  # through the REST API and the kernel protocol
+BROWSER_LEARNER = "dee"
+WRONG = "cy"  # fails 01.slot_of on purpose
+pytestmark = pytest.mark.timeout(900)
+
+
+def _missing(reason: str):
+    if UNDER_CI:
+        pytest.fail(f"{reason} (CI is set: the hub test must run in CI)", pytrace=False)
+    pytest.skip(reason)
+
+
+def _proxy() -> str | None:
+    local = Path(sys.prefix) / "hub-proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
+    return str(local) if local.exists() else shutil.which("configurable-http-proxy")
+
+
+def _exercise_answers(wrong: bool = False) -> dict[int, str]:
+    """Code-cell index -> the cell as a learner fills it (the solution's code in the stub's
+    cell); ``wrong``: slot_of forgets to scale the physical block by the block size (and
+    slot_mapping, which calls it, fails with it)."""
+    exercise = json.loads((ROOT / "exercises" / "01_paged_kv_cache.ipynb").read_text())
+    solution = json.loads((ROOT / "solutions" / "01_paged_kv_cache.ipynb").read_text())
+    solved = {cell["id"]: "".join(cell["source"]) for cell in solution["cells"]}
+    answers = {}
+    for index, cell in enumerate(exercise["cells"]):
+        if cell["cell_type"] == "code" and "# YOUR CODE HERE" in "".join(cell["source"]):
+            lines = solved[cell["id"]].splitlines()
+            answers[index] = "\n".join(line for line in lines if "### " not in line)
+    assert len(answers) == 2
+    if wrong:
+        first = min(answers)
+        answer = answers[first]
+        answers[first] = answer.replace("* block_size + block_offset", "+ block_offset")
+        assert answers[first] != answer
+    return answers
+
+
+class Hub:
+    """JupyterHub with the workshop's config, in a temporary folder."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.homes = base / "homes"
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = base / "hub.log"
+        self.process: subprocess.Popen | None = None
+        self.seen: set[int] = set()  # every process of the hub seen, to check none is left
+
+    def start(self, timeout: float = 120) -> None:
+        env = dict(os.environ)
+        env.update(
+            SLOTMAP_HUB_IP="127.0.0.1",
+            SLOTMAP_HUB_PORT=str(self.port),
+            SLOTMAP_HUB_API_PORT=str(_free_port()),
+            SLOTMAP_HUB_PROXY_API_PORT=str(_free_port()),
+            SLOTMAP_HUB_DASHBOARD_PORT=str(_free_port()),
+            SLOTMAP_HUB_HOMES=str(self.homes / "{username}"),
+            SLOTMAP_HUB_PASSWORD=PASSWORD,
+            SLOTMAP_HUB_ADMIN_PASSWORD=ADMIN_PASSWORD,
+            SLOTMAP_BACKEND=os.environ.get("SLOTMAP_BACKEND", "cpu"),
+            PATH=f"{Path(_proxy()).parent}:{env.get('PATH', '')}",
+        )
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        hub = Path(sys.executable).with_name("jupyterhub")
+        self.process = subprocess.Popen(
+            [str(hub), "-f", str(ROOT / "workshop" / "jupyterhub_config.py")],
+            cwd=self.base,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        import requests
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if requests.get(f"{self.url}/hub/api/", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if self.process.poll() is not None:
+                raise RuntimeError(f"jupyterhub exited:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"jupyterhub not ready after {timeout} s:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def remember_processes(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.seen.update(_descendants(self.process.pid))
+
+    def log_tail(self, chars: int = 6000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGTERM (the hub stops the learners' servers and its services and proxy), then
+        make sure: kill whatever of its processes is left."""
+        process = self.process
+        if process is None:
+            return
+        self.remember_processes()
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in [p for p in self.seen if Path(f"/proc/{p}").exists()]:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    pass
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                continue
+            time.sleep(0.5)
+        self._log.close()
+        self.process = None
+
+    def leftovers(self) -> list[str]:
+        """Live processes of the hub, or with this test's folder in their command line or
+        environment (a kernel runs in a session of its own)."""
+        marker = str(self.base).encode()
+        left = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                environ = (entry / "environ").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state == "Z":
+                continue
+            if int(entry.name) in self.seen or marker in cmdline or marker in environ:
+                command = cmdline.replace(b"\0", b" ")[:200]
+                left.append(f"{entry.name}: {command!r}")
+        return left
+
+
+# One server starts at a time: on a 2-core CI machine running other tests, four servers
+# starting at once (each imports torch) can outlast the hub's patience.
+SPAWNING = threading.Lock()
+
+
+def _start(hub: Hub, name: str) -> str:
+    """Log in as ``name`` and start their server; returns their API token."""
+    from slotmap.workshop import drive
+
+    session = drive.login(hub.url, name, PASSWORD)
+    token = drive.api_token(hub.url, session, name)
+    with SPAWNING:
+        drive.start_server(hub.url, token, name, timeout=400)
+    return token
+
+
+def _run_learner(hub: Hub, name: str, results: dict, errors: dict) -> None:
+    """Log in, start the server, run lesson 01 and exercise 01 through the kernel protocol."""
+    from slotmap.workshop import drive
+
+    try:
+        token = _start(hub, name)
+        server = f"{hub.url}/user/{name}"
+        lesson = "notebooks/01_paged_kv_cache.ipynb"
+        kernel = drive.Kernel(server, token, lesson)
+        try:
+            for code in drive.code_cells(drive.get_notebook(server, token, lesson)):
+                run = kernel.execute(code)
+                assert not run.error, f"{name}, lesson 01: {run.error}"
+        finally:
+            kernel.close()
+        path = "my_work/01_paged_kv_cache.ipynb"
+        notebook = drive.get_notebook(server, token, path)
+        for index, answer in _exercise_answers(wrong=name == WRONG).items():
+            notebook["cells"][index]["source"] = answer
+        kernel = drive.Kernel(server, token, path)
+        checks: dict[str, bool] = {}
+        try:
+            for code in drive.code_cells(notebook):
+                run = kernel.execute(code)
+                assert not run.error, f"{name}, exercise 01: {run.error}"
+                checks.update(run.checks())
+        finally:
+            kernel.close()
+        results[name] = (token, checks)
+    except BaseException as error:  # noqa: BLE001 - reported by the test's thread
+        errors[name] = error
+
+
+def _browser_learner(hub: Hub, tmp_path: Path) -> dict[str, bool]:
+    """Log in through the hub's page in Chromium, open my_work's exercise 01 in JupyterLab,
+    fill it in and run it: the check records it shows."""
+    from playwright.sync_api import sync_playwright
+
+    # The learner's own Jupyter settings, in their (temporary) home: the app exposed to the
+    # page's scripts (to read kernel state, as the browser test does), no news toast.
+    home = hub.homes / BROWSER_LEARNER
+    config = home / ".jupyter"
+    config.mkdir(parents=True)
+    (config / "jupyter_server_config.json").write_text(
+        json.dumps({"LabApp": {"expose_app_in_browser": True}})
+    )
+    settings = config / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
+    token = _start(hub, BROWSER_LEARNER)
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium"),
+            executable_path=chromium_path(),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 900},
+        )
+        try:
+            context.set_default_timeout(60_000)
+            page = context.new_page()
+            page.goto(f"{hub.url}/hub/login")
+            page.fill("#username_input", BROWSER_LEARNER)
+            page.fill("#password_input", PASSWORD)
+            page.click("#login_submit")
+            # The hub sends the browser on to the learner's JupyterLab.
+            page.wait_for_url(f"**/user/{BROWSER_LEARNER}/lab**", timeout=180_000)
+            server = type("Server", (), {"url": f"{hub.url}/user/{BROWSER_LEARNER}"})()
+            server.token = token
+            notebook = NotebookPage(page, server, "my_work/01_paged_kv_cache.ipynb")
+            notebook.open()
+            for index, answer in _exercise_answers().items():
+                notebook.replace_source(index, answer)
+            notebook.run_all(240_000)
+            assert notebook.error_outputs() == []
+            return notebook.check_records()
+        finally:
+            context.close()
+
+
+def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
+    try:
+        import jupyterhub  # noqa: F401
+        import requests
+    except ImportError:
+        _missing("jupyterhub is not installed (pip install -e '.[workshop]'; make test does)")
+    if _proxy() is None:
+        _missing("configurable-http-proxy is not installed (make hub; make test does)")
+    browser = chromium_path() is not None
+    if not browser and UNDER_CI:
+        _missing("Debian's chromium is not installed")
+    from slotmap.workshop import drive
+
+    hub = Hub(tmp_path)
+    try:
+        hub.start()
+        results: dict = {}
+        errors: dict = {}
+        threads = [
+            threading.Thread(target=_run_learner, args=(hub, name, results, errors))
+            for name in LEARNERS
+        ]
+        for thread in threads:
+            thread.start()
+        browser_checks = _browser_learner(hub, tmp_path) if browser else None
+        for thread in threads:
+            thread.join(timeout=600)
+        hub.remember_processes()
+        assert not errors, f"{errors}\n{hub.log_tail()}"
+        for name in LEARNERS:
+            ok = name != WRONG
+            assert results[name][1] == {"01.slot_of": ok, "01.slot_mapping": ok}, name
+        if browser:
+            assert browser_checks == {"01.slot_of": True, "01.slot_mapping": True}
+
+        # Each learner's work is in their own home, and the records of their checks with it.
+        for name in LEARNERS:
+            my_work = hub.homes / name / "slotmap-course" / "my_work"
+            text = (my_work / ".slotmap-progress.jsonl").read_text()
+            assert "01.slot_mapping" in text, name
+
+        # The room, as the instructor sees it.
+        session = drive.login(hub.url, "instructor", ADMIN_PASSWORD)
+        instructor = drive.api_token(hub.url, session, "instructor")
+        view = f"{hub.url}/services/workshop-dashboard/"
+        response = requests.get(
+            view + "api/progress", headers={"Authorization": f"token {instructor}"}, timeout=30
+        )
+        assert response.status_code == 200, response.text
+        table = response.json()
+        rows = {row["learner"]: row for row in table["learners"]}
+        everyone = [*LEARNERS, BROWSER_LEARNER] if browser else list(LEARNERS)
+        assert sorted(rows) == sorted(everyone)  # the instructor is not a learner
+        for name in everyone:
+            cells = rows[name]["cells"]
+            want = "fail" if name == WRONG else "pass"
+            assert cells["01.slot_of"]["state"] == cells["01.slot_mapping"]["state"] == want
+            assert cells["02.first_kernel"] == {"state": "none", "message": ""}
+            assert rows[name]["idle_seconds"] is not None
+        assert rows[WRONG]["cells"]["01.slot_of"]["message"]  # the invariant it broke
+        page = requests.get(view, headers={"Authorization": f"token {instructor}"}, timeout=30)
+        assert page.status_code == 200 and f"<th>{WRONG}</th>" in page.text
+
+        # A learner's token is refused, for the table and for the page.
+        learner_token = results[LEARNERS[0]][0]
+        for url in (view + "api/progress", view):
+            refused = requests.get(
+                url, headers={"Authorization": f"token {learner_token}"}, timeout=30
+            )
+            assert refused.status_code == 403, (url, refused.status_code)
+            assert LEARNERS[1] not in refused.text
+    finally:
+        hub.stop()
+    assert hub.leftovers() == []
