@@ -27,44 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from slotmap.viz import style
-from slotmap.viz.hybrid import GAP, Canvas, plural
+from slotmap.viz import draw, style
+from slotmap.viz.draw import GAP, SHARED, Canvas, SlotRow, plural, shared_slots
 
-SHARED = "#9ecae1"  # a slot of a prefix-cached block that other requests share
-
-
-def _tensors(lengths: Sequence[int], positions: Sequence[Sequence[int]]):
-    import slotmap
-
-    starts = [0]
-    for n in lengths:
-        starts.append(starts[-1] + n)
-    qsl = torch.tensor(starts, dtype=torch.int32, device=slotmap.DEVICE)
-    flat = [p for row in positions for p in row]
-    return qsl, torch.tensor(flat, dtype=torch.int64, device=slotmap.DEVICE)
-
-
-def _paged_table(
-    firsts: Sequence[int], lengths: Sequence[int], block_size: int, rng: random.Random
-) -> tuple[list[list[int]], list[int], int]:
-    """(rows, entries used per row, physical blocks in the cache): each request's blocks drawn
-    without repeats from a shuffled pool two blocks larger than needed."""
-    used = [
-        (f + n - 1) // block_size + 1 if n else 0 for f, n in zip(firsts, lengths, strict=True)
-    ]
-    num_blocks = sum(used) + 2
-    pool = rng.sample(range(num_blocks), sum(used))
-    width = max(max(used, default=0), 1)
-    rows, taken = [], 0
-    for count in used:
-        rows.append(pool[taken : taken + count] + [0] * (width - count))
-        taken += count
-    return rows, used, num_blocks
-
-
-def shared_slots(slots: Sequence[int]) -> set[int]:
-    """Slots (not PAD) that two tokens of a batch write: in a ring, a collision."""
-    return {s for s in slots if s >= 0 and slots.count(s) > 1}
+__all__ = ["SHARED", "draw_groups", "draw_replay", "draw_tiling", "groups_widget"]
 
 
 @dataclass
@@ -105,11 +71,13 @@ def run_groups(
     firsts = [int(p) for p in first_positions][: len(lengths)]
     positions = [list(range(f, f + n)) for f, n in zip(firsts, lengths, strict=True)]
     rng = random.Random(seed)
-    full_rows, full_used, full_blocks = _paged_table(firsts, lengths, full_block_size, rng)
+    full_used = draw.blocks_used(firsts, lengths, full_block_size)
+    full_blocks = sum(full_used) + 2  # a shuffled pool two blocks larger than needed
+    full_rows = draw.scattered_table(full_used, full_blocks, rng)
     ring_blocks = len(lengths) + 2
     ring_rows = [[b] for b in rng.sample(range(ring_blocks), len(lengths))]
-    qsl, pos = _tensors(lengths, positions)
-    device = slotmap.DEVICE
+    qsl, pos = draw.batch_tensors(lengths, positions)
+    device = qsl.device
     tables = [torch.tensor(t, dtype=torch.int32, device=device) for t in (full_rows, ring_rows)]
     sizes = [full_block_size, ring_size]
     circular = [False, True]
@@ -125,99 +93,6 @@ def run_groups(
                      [full_used, [1 if n else 0 for n in lengths]], [full_blocks, ring_blocks],
                      max_num_tokens, slots.cpu().tolist(), expected.tolist(),
                      slotmap.choose_tiling(sum(lengths), len(lengths)))  # fmt: skip
-
-
-def _cache(
-    canvas: Canvas,
-    x0: float,
-    width: float,
-    y: float,
-    block_size: int,
-    num_blocks: int,
-    landed: dict[int, tuple[int, int]],
-    gid: str,
-    *,
-    collisions: set[int] = frozenset(),
-    shared: dict[int, int] | None = None,
-    earlier: dict[int, tuple[int, int]] | None = None,
-) -> int:
-    """A KV cache of ``num_blocks`` blocks in the columns [x0, x0 + width); returns its lines.
-
-    ``landed``: slot -> (request, position) written by this batch; ``shared``: slot ->
-    position held by a prefix-cached block (hatched, in SHARED); ``earlier``: slot ->
-    (request, position) written by an earlier step (hatched, edged in the request's colour).
-    """
-    per_line = max(1, int((width + GAP) // (block_size + GAP)))
-    widest = num_blocks - 1
-    caption = canvas.caption_format(
-        ["block {k} · slots {first}-{last}", "block {k}: {first}-{last}", "block {k}", "{k}"],
-        {"k": widest, "first": widest * block_size, "last": (widest + 1) * block_size - 1},
-        block_size + GAP * 0.8,
-    )  # fmt: skip
-    shared = shared or {}
-    earlier = earlier or {}
-    for physical in range(num_blocks):
-        line, column = divmod(physical, per_line)
-        bx = x0 + column * (block_size + GAP)
-        by = y + line * 2.0
-        for offset in range(block_size):
-            slot = physical * block_size + offset
-            if slot in collisions:
-                request, position = landed[slot]
-                canvas.cell(bx + offset, by, style.request_colour(request), position,
-                            f"{gid}-collision", text_colour="white", edge=style.HIGHLIGHT,
-                            linewidth=2.4)  # fmt: skip
-            elif slot in landed:
-                request, position = landed[slot]
-                canvas.cell(bx + offset, by, style.request_colour(request), position,
-                            f"{gid}-slot", text_colour="white")  # fmt: skip
-            elif slot in shared:
-                canvas.cell(bx + offset, by, SHARED, shared[slot], f"{gid}-shared",
-                            hatch="///")  # fmt: skip
-            elif slot in earlier:
-                canvas.earlier(bx + offset, by, *earlier[slot], f"{gid}-earlier")
-            else:
-                canvas.cell(bx + offset, by, style.EMPTY, "", f"{gid}-empty")
-        first = physical * block_size
-        label = caption.format(k=physical, first=first, last=first + block_size - 1)
-        canvas.note(bx + block_size / 2, by + 0.95, label, ha="center", va="top",
-                    gid=f"{gid}-caption")  # fmt: skip
-    return -(-num_blocks // per_line)
-
-
-def _landed(positions: Sequence[Sequence[int]], slots: Sequence[int]) -> dict:
-    landed, token = {}, 0
-    for request, row in enumerate(positions):
-        for position in row:
-            if slots[token] >= 0:
-                landed[slots[token]] = (request, position)
-            token += 1
-    return landed
-
-
-def _earlier(
-    positions: Sequence[Sequence[int]], rows: Sequence[Sequence[int]], block_size: int
-) -> dict:
-    """slot -> (request, position) of the positions before each request's first one: the
-    tokens earlier steps wrote."""
-    found = {}
-    for request, row in enumerate(positions):
-        for p in range(row[0] if row else 0):
-            found[rows[request][p // block_size] * block_size + p % block_size] = (request, p)
-    return found
-
-
-def _table_rows(canvas, x0, y, rows, used, label_x=None):
-    """Block-table rows, one per request, coloured by request where used."""
-    for request, row in enumerate(rows):
-        if label_x is not None:
-            canvas.note(label_x, y + request + 0.4, f"request {request}", ha="right",
-                        va="center", color="black")  # fmt: skip
-        for b, physical in enumerate(row):
-            on = b < used[request]
-            canvas.cell(x0 + b, y + request, style.request_colour(request) if on else style.EMPTY,
-                        physical if on else "", "table-entry" if on else "table-unused",
-                        text_colour="white")  # fmt: skip
 
 
 def draw_groups(
@@ -254,47 +129,40 @@ def draw_groups_run(run: GroupsRun):
     collisions = run.ring_collisions()
 
     # The launch's output: one row per group under the batch's tokens.
-    canvas.heading(0, "batch tokens (colour: request; grey: padding) and the fused kernel's "
-                   "slot_mappings rows")  # fmt: skip
-    canvas.row_title(0, "token's position")
-    canvas.row_title(1, "group 0: full")
-    canvas.row_title(2, "group 1: ring")
-    token = 0
-    for request, row in enumerate(run.positions):
-        colour = style.request_colour(request)
-        for position in row:
-            canvas.cell(token, 0, colour, position, "token", text_colour="white")
-            canvas.cell(token, 1, colour, run.slots[0][token], "group0-slot", text_colour="white")
-            ring = run.slots[1][token]
-            hit = ring in collisions
-            canvas.cell(token, 2, colour, ring, "group1-collision" if hit else "group1-slot",
-                        text_colour="white", edge=style.HIGHLIGHT if hit else style.EDGE,
-                        linewidth=2.4 if hit else 0.6)  # fmt: skip
-            token += 1
-    pad_label = "PAD" if canvas.fits("PAD", 1) else ""
-    for pad in range(run.num_tokens, run.max_num_tokens):
-        canvas.cell(pad, 0, style.PAD, "", "pad-token", hatch="///")
-        for g in (0, 1):
-            canvas.cell(pad, 1 + g, style.PAD, pad_label, f"group{g}-pad", size=canvas.small)
+    canvas.heading(
+        0,
+        "batch tokens (colour: request; grey: padding) and the fused kernel's slot_mappings rows",
+    )
+    rows = [
+        SlotRow("group 0: full", run.slots[0], "group0-slot", "group0-pad"),
+        SlotRow("group 1: ring", run.slots[1], "group1-slot", "group1-pad", collisions),
+    ]
+    canvas.token_rows(0, run.positions, rows, run.max_num_tokens)
 
     # Group 0: its block table, then its cache; group 1 below, the same way.
     canvas.heading(y_table[0], f"group 0: full attention, paged, blocks of "
                    f"{plural(full_size, 'slot')}: its block table")  # fmt: skip
-    _table_rows(canvas, 0, y_table[0], run.tables[0], run.used[0], label_x=-0.25)
-    canvas.heading(y_cache[0], "its KV cache (label: position; hatched: written by earlier "
-                   "steps; under a block: its number and slots)")  # fmt: skip
+    canvas.table_rows(0, y_table[0], run.tables[0], run.used[0], label_x=-0.25)
+    canvas.heading(
+        y_cache[0],
+        "its KV cache (label: position; hatched: written by earlier steps; under a block: its "
+        "number and slots)",
+    )
     canvas.row_title(y_cache[0], "slots")
-    _cache(canvas, 0, width, y_cache[0], full_size, run.num_blocks[0],
-           _landed(run.positions, run.slots[0]), "cache0",
-           earlier=_earlier(run.positions, run.tables[0], full_size))  # fmt: skip
-    canvas.heading(y_table[1], f"group 1: sliding window, a ring of {ring_size} slots a "
-                   "request: its block table (one ring each)")  # fmt: skip
-    _table_rows(canvas, 0, y_table[1], run.tables[1], run.used[1], label_x=-0.25)
-    canvas.heading(y_cache[1], "its KV cache (label: position; red edge: two tokens of this "
-                   "step, one slot)")  # fmt: skip
+    earlier = draw.earlier(run.positions, run.tables[0], full_size)
+    landed = draw.landed(run.positions, run.slots[0])
+    canvas.cache(y_cache[0], full_size, run.num_blocks[0], landed, "cache0", earlier=earlier)
+    canvas.heading(
+        y_table[1],
+        f"group 1: sliding window, a ring of {ring_size} slots a request: its block table (one "
+        "ring each)",
+    )
+    canvas.table_rows(0, y_table[1], run.tables[1], run.used[1], label_x=-0.25)
+    heading = "its KV cache (label: position; red edge: two tokens of this step, one slot)"
+    canvas.heading(y_cache[1], heading)
     canvas.row_title(y_cache[1], "slots")
-    _cache(canvas, 0, width, y_cache[1], ring_size, run.num_blocks[1],
-           _landed(run.positions, run.slots[1]), "cache1", collisions=collisions)  # fmt: skip
+    landed = draw.landed(run.positions, run.slots[1])
+    canvas.cache(y_cache[1], ring_size, run.num_blocks[1], landed, "cache1", collisions=collisions)
 
     tile, parallel = run.tiling
     verdict = "kernel = reference" if run.slots == run.expected else "KERNEL DIFFERS"
@@ -318,34 +186,21 @@ def groups_widget(lengths: Sequence[int] = (6, 3, 1), first_positions: Sequence[
     """Sliders for three request lengths, the positions requests 1 and 2 start at (each its
     own slider; request 0 is a prefill from 0), the full-attention block size and the ring
     size; every change re-runs the fused kernel."""
-    import ipywidgets as widgets
+    from slotmap.viz.live import live_figure, slider, split_columns
 
-    from slotmap.viz.live import columns, live_figure
-
-    wide = {"description_width": "initial"}
     controls = {
-        f"request_{q}": widgets.IntSlider(value=n, min=0, max=10, description=f"request {q}")
-        for q, n in enumerate(lengths)
+        f"request_{q}": slider(f"request {q}", n, 0, 10, False) for q, n in enumerate(lengths)
     }
     for q in (1, 2):
-        controls[f"start_{q}"] = widgets.IntSlider(
-            value=first_positions[q], min=0, max=MAX_START,
-            description=f"request {q} starts at", style=wide,
-        )  # fmt: skip
-    controls["full_block_size"] = widgets.IntSlider(
-        value=4, min=1, max=8, description="full block size", style=wide
-    )
-    controls["ring_size"] = widgets.IntSlider(
-        value=8, min=2, max=12, description="ring slots", style=wide
-    )
-    names = list(controls)
-    layout = columns([controls[n] for n in names[:3]], [controls[n] for n in names[3:]])
+        controls[f"start_{q}"] = slider(f"request {q} starts at", first_positions[q], 0, MAX_START)
+    controls["full_block_size"] = slider("full block size", 4, 1, 8)
+    controls["ring_size"] = slider("ring slots", 8, 2, 12)
 
-    def draw(request_0, request_1, request_2, start_1, start_2, full_block_size, ring_size):
-        return draw_groups((request_0, request_1, request_2), (0, start_1, start_2),
-                           full_block_size, ring_size)  # fmt: skip
+    def redraw(request_0, request_1, request_2, start_1, start_2, full_block_size, ring_size):
+        lengths, firsts = (request_0, request_1, request_2), (0, start_1, start_2)
+        return draw_groups(lengths, firsts, full_block_size, ring_size)
 
-    return live_figure(draw, controls, layout)
+    return live_figure(redraw, controls, split_columns(controls, 3))
 
 
 MAX_START = 24  # the groups widget's latest start: 24 + 10 tokens, 34 <= hybrid.MAX_CELLS
@@ -388,7 +243,7 @@ def run_tiling(shapes=TILING_SHAPES, block_size: int = 16) -> list[TilingRow]:
     for name, lengths in shapes:
         chosen = slotmap.choose_tiling(sum(lengths), len(lengths))
         positions = [list(range(5, 5 + n)) for n in lengths]
-        qsl, pos = _tensors(lengths, positions)
+        qsl, pos = draw.batch_tensors(lengths, positions)
         width = (5 + max(lengths)) // block_size + 1
         entries = torch.randperm(len(lengths) * width, generator=torch.Generator().manual_seed(0))
         table = entries.view(len(lengths), width).to(torch.int32).to(slotmap.DEVICE)
@@ -524,10 +379,12 @@ def run_replay(
     firsts = [0, 0]  # both rows hold every block from position 0 on
     spans = [cached + new_tokens, decode_position + 1]
     rng = random.Random(seed)
-    full_table, full_used, num_blocks = _paged_table(firsts, spans, block_size, rng)
+    full_used = draw.blocks_used(firsts, spans, block_size)
+    num_blocks = sum(full_used) + 2
+    full_table = draw.scattered_table(full_used, num_blocks, rng)
     ring_table = [[b] for b in rng.sample(range(4), 2)]
-    qsl, pos = _tensors(lengths, positions)
-    device = slotmap.DEVICE
+    qsl, pos = draw.batch_tensors(lengths, positions)
+    device = qsl.device
     tables = [torch.tensor(t, dtype=torch.int32, device=device) for t in (full_table, ring_table)]
     sizes, circular, cacheable = [block_size, ring_size], [False, True], [True, False]
     starts = torch.tensor([replay_start, 0], dtype=torch.int32, device=device)
@@ -623,7 +480,7 @@ def draw_replay_run(run: ReplayRun):
                         hatch="///" if is_shared else None)  # fmt: skip
 
     # The cache: shared blocks hold the cached prefix; this batch's writes after the padding.
-    landed = _landed(run.positions, run.after[0])
+    landed = draw.landed(run.positions, run.after[0])
     shared = {}
     for p in range(run.cached):
         physical = run.full_table[0][p // b]
@@ -633,10 +490,9 @@ def draw_replay_run(run: ReplayRun):
     canvas.heading(y_cache, "group 0's KV cache after this step (hatched blue: the shared "
                    "prefix; in a request's colour: its earlier steps)")  # fmt: skip
     canvas.row_title(y_cache, "slots")
-    earlier = _earlier(run.positions[1:], run.full_table[1:], b)
+    earlier = draw.earlier(run.positions[1:], run.full_table[1:], b)
     earlier = {slot: (1, p) for slot, (_, p) in earlier.items()}  # request 1's earlier steps
-    _cache(canvas, 0, width, y_cache, b, run.num_blocks, landed, "cache0", shared=shared,
-           earlier=earlier)  # fmt: skip
+    canvas.cache(y_cache, b, run.num_blocks, landed, "cache0", shared=shared, earlier=earlier)
 
     first = run.replay_start[0]
     agree = run.after == run.expected
@@ -667,20 +523,11 @@ def draw_replay_run(run: ReplayRun):
 def replay_widget(cached_blocks: int = 3, window: int = 5, new_tokens: int = 3):
     """Sliders for the cached prefix (in blocks of 4), the sliding window and the new tokens;
     every change re-runs the fused kernel and the replay padding."""
-    import ipywidgets as widgets
+    from slotmap.viz.live import live_figure, slider
 
-    from slotmap.viz.live import live_figure
-
-    wide = {"description_width": "initial"}
     controls = {
-        "cached_blocks": widgets.IntSlider(
-            value=cached_blocks, min=2, max=5, description="cached blocks (of 4)", style=wide
-        ),
-        "window": widgets.IntSlider(
-            value=window, min=0, max=7, description="sliding window", style=wide
-        ),
-        "new_tokens": widgets.IntSlider(
-            value=new_tokens, min=1, max=6, description="new tokens", style=wide
-        ),
+        "cached_blocks": slider("cached blocks (of 4)", cached_blocks, 2, 5),
+        "window": slider("sliding window", window, 0, 7),
+        "new_tokens": slider("new tokens", new_tokens, 1, 6),
     }
     return live_figure(draw_replay, controls)

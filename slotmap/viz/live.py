@@ -62,6 +62,32 @@ def columns(*groups: list):
     )
 
 
+WIDE = {"description_width": "initial"}  # the whole description, however long
+
+
+def slider(description: str, value: int, low: int, high: int, wide: bool = True):
+    """An integer slider from ``low`` to ``high``."""
+    import ipywidgets as widgets
+
+    style = WIDE if wide else {}
+    return widgets.IntSlider(value=value, min=low, max=high, description=description, style=style)
+
+
+def choice(description: str, options, value=None, wide: bool = True):
+    """A dropdown of ``options`` (default value: the first)."""
+    import ipywidgets as widgets
+
+    value = options[0] if value is None else value
+    style = WIDE if wide else {}
+    return widgets.Dropdown(options=options, value=value, description=description, style=style)
+
+
+def split_columns(controls: dict, first: int):
+    """The first ``first`` controls in one column, the rest in a second (``columns``)."""
+    values = list(controls.values())
+    return columns(values[:first], values[first:])
+
+
 def sweep_live_figures(limit: int = 4) -> int:
     """Move every control of every live figure in this kernel through its range (a slider's
     ends, a choice's first ``limit`` options, both states of a box), one control at a time,
