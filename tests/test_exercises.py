@@ -416,6 +416,86 @@ def test_grade_prints_a_notebook_by_exercise_table(tmp_path, capsys):
     assert table.splitlines()[3].split() == ["bob_demo.ipynb", "FAIL", "FAIL", "0/2"]
 
 
+# ---------------------------------------------------------------------------------------------
+# Skipped checks: this machine cannot check it; neither a pass nor a failure
+# ---------------------------------------------------------------------------------------------
+def test_the_rank_function_check_skips_on_a_machine_short_of_ranks(monkeypatch):
+    from slotmap import cp
+
+    # One GPU: run_ranks puts one rank on each device and would refuse two ranks.
+    monkeypatch.setattr(cp, "max_ranks", lambda: 1)
+
+    def rank_fn(ctx, batch):
+        raise AssertionError("no rank may start")
+
+    result = run_check(get_exercise("05.rank_fn"), rank_fn)
+    assert not result and not result.passed and result.failure is None, result.report()
+    assert result.skipped == (
+        f"the check runs 2 ranks, one per {slotmap.BACKEND.name} device, and this machine has "
+        "1 device; it runs on a machine with 2 or more, or on the CPU (SLOTMAP_BACKEND=cpu, "
+        "where the ranks talk over gloo)"
+    )
+    assert result.report() == f"SKIP 05.rank_fn: {result.skipped}"
+    assert result.record() == {
+        "exercise": "05.rank_fn",
+        "passed": False,
+        "skipped": result.skipped,
+    }
+
+
+def test_a_skip_raised_by_the_learners_code_is_a_crash_not_a_skip():
+    from slotmap.exercises.core import Skipped
+
+    def sneaky(*args, **kwargs):
+        raise Skipped("no GPU here, honest")
+
+    result = run_check(DEMO, sneaky)
+    assert not result.skipped and result.failure is not None, result.report()
+    assert result.failure.invariant.startswith("your code raised Skipped: no GPU here, honest")
+
+
+def test_a_skip_counts_in_a_grade_only_with_its_reason_signed():
+    from slotmap.exercises.grade import verify
+    from slotmap.exercises.gradecheck import signature
+
+    checks = {3: ["09.fused_groups_time"]}
+    skip = {"exercise": "09.fused_groups_time", "passed": False, "cell": 3, "skipped": "no GPU"}
+    signed = dict(skip, signature=signature("s", skip))
+    verdict = verify([{"cell": 3, "records": [signed]}], checks, "s")
+    assert verdict == ({"09.fused_groups_time": "SKIP: no GPU"}, 0)
+    # A failure's signed record with a reason added afterwards is a forgery: not accepted.
+    fail = {key: value for key, value in skip.items() if key != "skipped"}
+    forged = dict(fail, signature=signature("s", fail), skipped="no GPU")
+    assert verify([{"cell": 3, "records": [forged]}], checks, "s") == ({}, 1)
+
+
+@pytest.mark.skipif(slotmap.BACKEND.name == "cuda", reason="a GPU times the kernel")
+def test_grade_shows_a_skipped_check_apart_with_why_and_not_as_passed(tmp_path, capsys):
+    pytest.importorskip("nbclient")
+    from slotmap.cli import main
+    from slotmap.exercises.lesson09 import NEEDS_GPU
+
+    # The capstone's solution kernel; off a GPU its timing check runs it once, then skips.
+    cells = code_cells(ROOT / "solutions" / "09_capstone.ipynb")
+    kernel = next(cell for cell in cells if "def fused_slot_mappings_kernel(" in cell)
+    check_time = 'check("09.fused_groups_time", fused_slot_mappings_kernel)'
+    folder, solutions = tmp_path / "submissions", tmp_path / "solutions"
+    write(
+        folder / "dave_time.ipynb",
+        notebook(("code", cells[0]), ("code", kernel), ("code", check_time)),
+    )
+    write(solutions / "time.ipynb", notebook(("code", check_time)))
+    report = tmp_path / "grades.json"
+    arguments = ["--timeout", "120", "--json", str(report), "--solutions", str(solutions)]
+    assert main(["grade", str(folder), *arguments]) == 0
+    why = NEEDS_GPU.format(slotmap.BACKEND.name)
+    grades = {g["notebook"]: g["results"] for g in json.loads(report.read_text())}
+    assert grades == {"dave_time.ipynb": {"09.fused_groups_time": f"SKIP: {why}"}}
+    table = capsys.readouterr().out.splitlines()
+    assert table[2].split() == ["dave_time.ipynb", "SKIP", "0/1,", "1", "skipped"]
+    assert table[3] == f"dave_time.ipynb: 09.fused_groups_time skipped, not passed: {why}"
+
+
 def test_an_untouched_stub_gets_no_hint_that_gives_the_answer_away():
     def unfinished(*args, **kwargs):
         raise NotImplementedError()

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import slotmap
+
 pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
@@ -86,12 +88,33 @@ def test_lesson_runs_top_to_bottom(path, monkeypatch):
     assert failed == [], f"checks failed in the lesson: {failed}"
 
 
+def skipped_checks(notebook) -> dict[str, str]:
+    """exercise id -> why, for the checks that this machine could not run (SKIP)."""
+    return {
+        record["exercise"]: record["skipped"]
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+        if (record := output.get("data", {}).get(CHECK_MIME)) and record.get("skipped")
+    }
+
+
+def skipped_here() -> set[str]:
+    """The checks that skip on this machine: the timing off an NVIDIA GPU, and the rank
+    function where fewer than two devices can each hold a rank."""
+    from slotmap.cp import max_ranks
+
+    skipped = set() if slotmap.BACKEND.name == "cuda" else {"09.fused_groups_time"}
+    return skipped | ({"05.rank_fn"} if max_ranks() < 2 else set())
+
+
 @pytest.mark.parametrize("path", SOLUTIONS, ids=ids(SOLUTIONS))
 def test_solution_passes_every_check(path, monkeypatch):
     notebook = run_as_a_learner(path, monkeypatch)
     assert errors(notebook) == []
-    records = check_records(notebook)
-    assert records == {exercise: True for exercise in expected_exercises(path)}
+    expected = expected_exercises(path)
+    skipped = skipped_checks(notebook)
+    assert set(skipped) == skipped_here() & set(expected), skipped
+    assert check_records(notebook) == {exercise: exercise not in skipped for exercise in expected}
 
 
 @pytest.mark.parametrize("path", EXERCISES, ids=ids(EXERCISES))

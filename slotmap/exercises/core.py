@@ -14,7 +14,9 @@ An exercise is registered by the module of its lesson (``slotmap/exercises/lesso
 
 and a notebook checks the learner's work with ``check("01.slot_of", slot_of)``. A check
 never raises: it prints one line on a pass and a report on a failure, and returns a
-``CheckResult`` (true when it passed). In a notebook it also leaves a machine-readable
+``CheckResult`` (true when it passed). A judge that this machine cannot run (a GPU timing on
+the CPU, two ranks on one device) raises ``Skipped``: the check reports SKIP with the reason,
+which is neither a pass nor a failure. In a notebook it also leaves a machine-readable
 output (``CHECK_MIME``) that ``slotmap grade`` reads.
 """
 
@@ -44,6 +46,15 @@ class Wrong(AssertionError):
         self.expected = expected
         self.got = got
         self.hint = hint
+
+
+class Skipped(Exception):
+    """Raised by a judge that cannot check the exercise on this machine, with the reason: the
+    check is skipped, neither passed nor failed (a learner's own code cannot raise it)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
 def plural(count: int, noun: str, many: str = "") -> str:
@@ -112,11 +123,14 @@ class CheckResult:
     named: int = 0  # named cases that passed
     random: int = 0  # random cases tried (all passed when ``passed``)
     failure: Failure | None = None
+    skipped: str = ""  # why this machine could not check it (then not passed, not failed)
 
     def __bool__(self) -> bool:
         return self.passed
 
     def report(self) -> str:
+        if self.skipped:
+            return f"SKIP {self.exercise}: {self.skipped}"
         if self.passed:
             cases = plural(self.named, "named case")
             if self.random:
@@ -133,7 +147,10 @@ class CheckResult:
         return "\n".join(lines)
 
     def record(self) -> dict[str, Any]:
-        return {"exercise": self.exercise, "passed": self.passed}
+        record: dict[str, Any] = {"exercise": self.exercise, "passed": self.passed}
+        if self.skipped:
+            record["skipped"] = self.skipped
+        return record
 
     def _ipython_display_(self) -> None:
         # ``check`` has shown the report already; a result left as a cell's value shows nothing.
@@ -152,8 +169,13 @@ def _show(result: CheckResult, record: dict[str, Any] | None = None) -> None:
     if get_ipython() is None:
         print(text)
         return
-    colour = "#1b7f3b" if result.passed else "#b3261e"
-    background = "#eef7f0" if result.passed else "#fdeeee"
+    colour, background = (
+        ("#8a6d00", "#fdf8e6")
+        if result.skipped
+        else ("#1b7f3b", "#eef7f0")
+        if result.passed
+        else ("#b3261e", "#fdeeee")
+    )
     # One block per line with a hanging indent: a long line wraps under its own text
     # ("  hint:     ..." continues at the hint's column), not at the report's left edge.
     lines = []
@@ -217,6 +239,16 @@ def _crash(error: BaseException, hint: str) -> tuple[str, str, str, str]:
     return f"your code raised {type(error).__name__}: {error}{where}", "", "", hint
 
 
+def _skip_reason(error: BaseException) -> str:
+    """The reason of a ``Skipped`` raised by slotmap's own code (a judge), else "": one that a
+    learner's code raised is a crash like any other."""
+    if not isinstance(error, Skipped):
+        return ""
+    frames = traceback.extract_tb(error.__traceback__)
+    raised_here = frames and frames[-1].filename.replace("\\", "/").startswith(_PACKAGE_DIR)
+    return error.reason if raised_here else ""
+
+
 def _failure(error: BaseException, exercise: Exercise, case_name: str, case: Any) -> Failure:
     if isinstance(error, Wrong):
         parts = (error.invariant, str(error.expected), str(error.got), error.hint or exercise.hint)
@@ -235,7 +267,9 @@ def run_check(
         try:
             exercise.judge(candidate, case)
         except Exception as error:  # a learner's code can raise anything
-            result.failure = _failure(error, exercise, f"named case '{name}'", case)
+            result.skipped = _skip_reason(error)
+            if not result.skipped:
+                result.failure = _failure(error, exercise, f"named case '{name}'", case)
             return result
         result.named += 1
 
@@ -263,8 +297,10 @@ def run_check(
     try:
         random_case()
     except Exception as error:
-        # Hypothesis re-raises the error of the smallest failing case, and runs it last.
-        result.failure = _failure(error, exercise, "smallest random case", last.get("case"))
+        result.skipped = _skip_reason(error)
+        if not result.skipped:
+            # Hypothesis re-raises the error of the smallest failing case, and runs it last.
+            result.failure = _failure(error, exercise, "smallest random case", last.get("case"))
         return result
     result.passed = True
     return result

@@ -191,7 +191,8 @@ def restore_check_cells(notebook: dict, solution: dict | None) -> dict[int, list
 @dataclass
 class Grade:
     notebook: str
-    results: dict[str, str] = field(default_factory=dict)  # id -> PASS / FAIL / missing
+    # exercise id -> PASS / FAIL / missing, or "SKIP: <why>" (this machine could not check it)
+    results: dict[str, str] = field(default_factory=dict)
     error: str = ""  # a notebook that could not run at all, or was stopped
     ignored: int = 0  # check results the grader did not accept (not from its check cells)
 
@@ -447,7 +448,9 @@ def verify(
                 ignored += 1
         for exercise, found in accepted.items():
             passed = len(found) == 1 and found[0].get("passed") is True
-            results[exercise] = "PASS" if passed else "FAIL"
+            skipped = len(found) == 1 and not passed and found[0].get("skipped")
+            # A skip is neither a pass nor a failure: this machine could not run the check.
+            results[exercise] = "PASS" if passed else f"SKIP: {skipped}" if skipped else "FAIL"
     return results, ignored
 
 
@@ -467,6 +470,11 @@ def grade_notebook(
         return grader.grade(text, name or path.name, solution_of(path, solutions))
 
 
+def _verdict(result: str) -> str:
+    """A table cell: PASS, FAIL, SKIP (its reason goes under the table) or missing."""
+    return "SKIP" if result.startswith("SKIP: ") else result
+
+
 def table(grades: list[Grade]) -> str:
     """A plain-text table: one row per notebook, one column per exercise."""
     exercises: list[str] = []
@@ -476,12 +484,12 @@ def table(grades: list[Grade]) -> str:
     header = ["notebook", *exercises, "passed"]
     rows = []
     for grade in grades:
-        cells = [grade.results.get(e, "") for e in exercises]
+        cells = [_verdict(grade.results.get(e, "")) for e in exercises]
         passed = sum(c == "PASS" for c in cells)
         total = sum(c != "" for c in cells)
-        rows.append(
-            [grade.notebook, *cells, f"{passed}/{total}" + (" (error)" if grade.error else "")]
-        )
+        skipped = sum(c == "SKIP" for c in cells)
+        summary = f"{passed}/{total}" + (f", {skipped} skipped" if skipped else "")
+        rows.append([grade.notebook, *cells, summary + (" (error)" if grade.error else "")])
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
@@ -489,6 +497,9 @@ def table(grades: list[Grade]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     for grade in grades:
+        for exercise, result in grade.results.items():
+            if _verdict(result) == "SKIP":
+                lines.append(f"{grade.notebook}: {exercise} skipped, not passed: {result[6:]}")
         if grade.error:
             lines.append(f"{grade.notebook}: could not run: {grade.error}")
         if grade.ignored:

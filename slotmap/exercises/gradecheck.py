@@ -23,10 +23,13 @@ FRESH = ("slotmap", "hypothesis", "_hypothesis_globals", "hmac", "hashlib", "_ha
 
 
 def signature(secret: str, record: dict[str, Any], hmac_module: Any = None) -> str:
-    """HMAC-SHA256 of a record's exercise, verdict and cell index under ``secret``."""
+    """HMAC-SHA256 of a record's exercise, verdict (a skip's reason too) and cell index under
+    ``secret``."""
     if hmac_module is None:
         import hmac as hmac_module
     message = f"{record.get('exercise')!s}\n{record.get('passed') is True}\n{record.get('cell')}"
+    if "skipped" in record:
+        message += f"\nskipped: {record['skipped']!s}"
     return hmac_module.new(secret.encode(), message.encode(), "sha256").hexdigest()
 
 
@@ -84,6 +87,8 @@ def run(*, snapshot: str, secret: str, cell: int, source: str, namespace: dict) 
                     namespace[name] = twin
             result = core.run_check(exercise, candidate, max_examples=max_examples)
             record = {"exercise": exercise.id, "passed": result.passed is True, "cell": cell}
+            if result.skipped:
+                record["skipped"] = str(result.skipped)
             record["signature"] = signature(secret, record, hmac)
             core._show(result, record)
             return result

@@ -36,7 +36,7 @@ from slotmap.exercises.cases import (
     launch_learner_kernel,
     slot_cases,
 )
-from slotmap.exercises.core import Exercise, Wrong, plural, register
+from slotmap.exercises.core import Exercise, Skipped, Wrong, plural, register
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
 
@@ -573,9 +573,19 @@ def _rank_slots(value: Any, rank: int, length: int) -> list[int]:
 
 
 def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
+    from slotmap import cp
+    from slotmap.backend import BACKEND
     from slotmap.distributed import RankFailed, run_ranks
 
     world, length = batch.world_size, batch.max_num_tokens or batch.num_tokens
+    available = cp.max_ranks()
+    if available < world:
+        # One rank per device: the machine, not the learner's function, is short of ranks.
+        raise Skipped(
+            f"the check runs {world} ranks, one per {BACKEND.name} device, and this machine "
+            f"has {plural(available, 'device')}; it runs on a machine with {world} or more, "
+            "or on the CPU (SLOTMAP_BACKEND=cpu, where the ranks talk over gloo)"
+        )
     try:
         returned = run_ranks(fn, world, batch, timeout_s=120)
     except ValueError as error:

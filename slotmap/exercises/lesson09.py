@@ -37,7 +37,7 @@ from slotmap.exercises.cases import (
     checked_launch,
     explain_slot_mapping,
 )
-from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.exercises.core import Exercise, Skipped, Wrong, register
 from slotmap.exercises.lesson03 import _gather_error, _is_power_of_two, _mid_block_failure
 from slotmap.layout import PAD_SLOT_ID, cdiv, next_power_of_2, window_size
 from slotmap.reference import slot_mappings_oracle
@@ -542,7 +542,7 @@ COPY_BYTES = 64 << 20  # the card's bandwidth: a copy large enough not to be lat
 # another); far below it means the kernel did not do its work.
 TIME_BAND = (0.5, 6.0)
 NEEDS_GPU = (
-    "SKIP 09.fused_groups_time: timing needs an NVIDIA GPU (CUDA graphs); this backend is {}. "
+    "timing needs an NVIDIA GPU (CUDA graphs); this backend is {}. "
     "Your kernel ran once and its slots are right; 09.fused_groups grades them."
 )
 
@@ -692,12 +692,11 @@ def _time_cases() -> list[tuple[str, Any]]:
 
 def judge_time(kernel: Any, case: tuple[str, int] | None) -> None:
     """On a GPU, time ``kernel`` on one shape against the model; elsewhere (``case`` None)
-    check it once and say in one line that the timing needs a GPU."""
+    check it once, then skip: the timing needs a GPU."""
     if case is None:
         # No GPU: an unfinished or wrong kernel still fails here; a right one is skipped.
         judge_fused(kernel, _fused_cases()[0][1])
-        print(NEEDS_GPU.format(BACKEND.name))
-        return
+        raise Skipped(NEEDS_GPU.format(BACKEND.name))
     if not hasattr(kernel, "__getitem__"):
         judge_fused(kernel, _fused_cases()[0][1])
     wrong = time_verdict(measure_fused_time(kernel, *case))
