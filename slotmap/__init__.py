@@ -1,54 +1,63 @@
 """slotmap: how inference engines map each token's position to a KV-cache slot.
 
-The backend is chosen first, before any Triton kernel is decorated (``slotmap.backend``).
+Importing it has no side effects: nothing is printed, the environment is left as it is, and
+no accelerator is touched. Names load on first use; the backend is chosen when the first
+kernel module loads (``slotmap.backend``). The course starts with ``import slotmap.course``,
+which also names the backend and lets a learner's own ``@triton.jit`` kernels run on a CPU.
 """
 
-from slotmap.backend import BACKEND, DEVICE  # noqa: I001 - must run before the kernels import
-import os as _os
+from __future__ import annotations
 
-if _os.environ.get("SLOTMAP_RECORD_LAUNCHES") and BACKEND.interpreted:
-    from slotmap import launch_log as _launch_log
-
-    _launch_log.start(_os.environ["SLOTMAP_RECORD_LAUNCHES"])
-from slotmap.kernels import (
-    choose_tiling,
-    compute_slot_mapping,
-    compute_slot_mapping_direct,
-    compute_slot_mappings,
-    pad_replayed_slots,
-)
-from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, expand_block_table, window_size
-from slotmap.reference import (
-    replay_padding_oracle,
-    replay_padding_torch,
-    slot_mapping_oracle,
-    slot_mapping_torch,
-    slot_mappings_oracle,
-    slot_mappings_torch,
-    token_slot,
-    window_bases_oracle,
-)
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BACKEND",
-    "DEVICE",
-    "PAD_SLOT_ID",
-    "PRODUCTION_TILE",
-    "choose_tiling",
+# The launchers run the Triton kernels; the references define what they must return.
+LAUNCHERS = (
     "compute_slot_mapping",
     "compute_slot_mapping_direct",
     "compute_slot_mappings",
     "pad_replayed_slots",
-    "expand_block_table",
-    "replay_padding_oracle",
-    "replay_padding_torch",
+    "choose_tiling",
+)
+REFERENCES = (
     "slot_mapping_oracle",
     "slot_mapping_torch",
     "slot_mappings_oracle",
     "slot_mappings_torch",
+    "replay_padding_oracle",
+    "replay_padding_torch",
     "token_slot",
     "window_bases_oracle",
-    "window_size",
-]
+)
+LAYOUT = ("PAD_SLOT_ID", "PRODUCTION_TILE", "SlotLayout", "expand_block_table", "window_size")
+BACKEND_NAMES = ("BACKEND", "DEVICE")
+
+_HOMES = {
+    **dict.fromkeys(LAUNCHERS, "slotmap.kernels"),
+    **dict.fromkeys(REFERENCES, "slotmap.reference"),
+    **dict.fromkeys(LAYOUT, "slotmap.layout"),
+    **dict.fromkeys(BACKEND_NAMES, "slotmap.backend"),
+}
+
+__all__ = [*LAUNCHERS, *REFERENCES, *LAYOUT, *BACKEND_NAMES]
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: load a public name, or a submodule (``slotmap.viz``), on first use.
+    home = _HOMES.get(name)
+    if home is None:
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as missing:
+            if missing.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -13,8 +13,11 @@ Two settings exist for checking the NPU path on a machine without an NPU:
   GPU-only variants) of another backend, while the kernels still run where the backend says.
   The CPU interpreter under the NPU's policy runs exactly the launches an NPU would get.
 
-``TRITON_INTERPRET`` is read when ``@triton.jit`` runs, so this module must be imported
-before any kernel module: ``slotmap/__init__.py`` imports it first.
+Importing ``slotmap`` does not import this module: the choice is made when a kernel module
+is first imported (``slotmap.kernels`` imports this module first), and never initialises CUDA
+(``torch.cuda.is_available`` only) or prints. On the CPU the choice sets ``TRITON_INTERPRET=1``,
+which Triton reads when ``@triton.jit`` decorates and again when an interpreted kernel runs.
+``announce`` prints the one line the course shows (``slotmap.course``, the command line).
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from slotmap import launch_log
+
 BACKENDS = ("npu", "cuda", "cpu")
 COMPILE_ONLY = "ascend-ir"  # SLOTMAP_BACKEND value: decorate for triton-ascend, launch nothing
 ENV_VAR = "SLOTMAP_BACKEND"
 POLICY_VAR = "SLOTMAP_LAUNCH_POLICY"
-QUIET_VAR = "SLOTMAP_QUIET"  # "1": do not announce the backend on import
+QUIET_VAR = "SLOTMAP_QUIET"  # "1": ``announce`` prints nothing (the ranks of a distributed run)
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,10 @@ def _npu_available() -> tuple[bool, str]:
 def _cuda_available() -> tuple[bool, str]:
     import torch
 
+    # is_available, not get_device_name: naming the device would initialise CUDA, which an
+    # engine must be free to do after it forks its workers.
     if torch.cuda.is_available():
-        return True, f"torch sees {torch.cuda.get_device_name(0)}"
+        return True, "torch sees a CUDA device"
     return False, "torch sees no CUDA device"
 
 
@@ -184,15 +191,33 @@ def _with_policy(backend: Backend) -> Backend:
     return Backend(backend.name, backend.device, reason, policy)
 
 
+def describe() -> str:
+    """The backend in one line, naming the GPU (which initialises CUDA: the course's line)."""
+    if BACKEND.interpreted:
+        where = "Triton interpreter on the CPU"
+    elif BACKEND.name == COMPILE_ONLY:
+        where = "kernels compiled for triton-ascend, never launched"
+    else:
+        where = f"Triton on {DEVICE}"
+    reason = BACKEND.reason
+    if BACKEND.name == "cuda" and reason.startswith("torch sees a CUDA device"):
+        import torch
+
+        reason = reason.replace("a CUDA device", torch.cuda.get_device_name(0), 1)
+    return f"slotmap: backend {BACKEND.name} ({where}; {reason})"
+
+
+def announce() -> None:
+    """Print ``describe()`` once per process (not in the ranks, which set SLOTMAP_QUIET)."""
+    global _announced
+    if not _announced and os.environ.get(QUIET_VAR) != "1":
+        print(describe())
+    _announced = True
+
+
+_announced = False
 BACKEND: Backend = _with_policy(_choose())
 _activate(BACKEND)
 DEVICE: str = BACKEND.device
-
-if BACKEND.interpreted:
-    _where = "Triton interpreter on the CPU"
-elif BACKEND.name == COMPILE_ONLY:
-    _where = "kernels compiled for triton-ascend, never launched"
-else:
-    _where = f"Triton on {DEVICE}"
-if os.environ.get(QUIET_VAR) != "1":  # set in the ranks slotmap.distributed starts
-    print(f"slotmap: backend {BACKEND.name} ({_where}; {BACKEND.reason})")
+if os.environ.get(launch_log.RECORD_VAR) and BACKEND.interpreted:
+    launch_log.start(os.environ[launch_log.RECORD_VAR])

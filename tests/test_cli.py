@@ -27,11 +27,18 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_backend_is_printed_once_per_process():
-    done = run_python("import slotmap, importlib; import slotmap.backend; print('ok')")
+def test_the_course_names_the_backend_once_per_process():
+    code = "import slotmap.course, slotmap.course; slotmap.backend.announce(); print('ok')"
+    done = run_python(code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("slotmap: backend") == 1
     assert done.stdout.strip().endswith("ok")
+
+
+def test_the_library_names_nothing():
+    done = run_python("import slotmap, slotmap.backend; slotmap.compute_slot_mapping; print('ok')")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
 
 
 def test_override_selects_the_cpu_interpreter_before_kernels_are_decorated():
@@ -48,14 +55,14 @@ def test_override_selects_the_cpu_interpreter_before_kernels_are_decorated():
 
 
 def test_unknown_backend_is_refused():
-    done = run_python("import slotmap", SLOTMAP_BACKEND="tpu")
+    done = run_python("import slotmap.course", SLOTMAP_BACKEND="tpu")
     assert done.returncode != 0
     assert "SLOTMAP_BACKEND='tpu'" in done.stderr and "npu, cuda, cpu" in done.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
 def test_forcing_a_missing_accelerator_says_why():
-    done = run_python("import slotmap", SLOTMAP_BACKEND="cuda")
+    done = run_python("import slotmap.course", SLOTMAP_BACKEND="cuda")
     assert done.returncode != 0
     assert "SLOTMAP_BACKEND=cuda, but torch sees no CUDA device" in done.stderr
 

@@ -5,6 +5,8 @@ A notebook calls ``check("01.slot_of", slot_of)``; the exercise itself is define
 lesson's module, ``slotmap/exercises/lessonNN.py``, loaded on first use.
 """
 
+from slotmap import backend  # noqa: F401 - the interpreter before the checks' own kernels
+
 try:
     import hypothesis  # noqa: F401 - the checks draw their random cases with it
 except ModuleNotFoundError as missing:

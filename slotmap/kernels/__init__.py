@@ -6,6 +6,7 @@ Taught (the lessons print them): ``common.py`` (the shared ``@triton.jit`` helpe
 (launch policy, checks and the plan cache).
 """
 
+from slotmap import backend  # noqa: F401 - chooses the backend before any kernel is decorated
 from slotmap.kernels.direct import _compute_slot_mapping_direct_kernel, compute_slot_mapping_direct
 from slotmap.kernels.fused_groups import (
     _compute_slot_mappings_kernel,
