@@ -535,11 +535,14 @@ def main(argv: list[str] | None = None) -> int:
     workshop_parser = sub.add_parser("workshop", help="the course on JupyterHub (workshop/)")
     workshop_parser.add_argument(
         "action",
-        choices=("dashboard", "learner-server", "preflight"),
+        choices=("dashboard", "learner-server", "preflight", "confirm"),
         help="dashboard: the instructor's live view (a hub service); learner-server: what the "
-        "hub starts per learner; preflight: check this machine before the room arrives",
+        "hub starts per learner; preflight: check this machine before the room arrives; "
+        "confirm: check the room's passes against slotmap grade's",
     )
     workshop_parser.add_argument("--learners", type=int, default=30, help="preflight: how many")
+    workshop_parser.add_argument("--room", help="confirm: the dashboard's api/progress JSON")
+    workshop_parser.add_argument("--grades", help="confirm: slotmap grade --json's file")
     bench_parser = sub.add_parser("bench", help="time the kernels against the floor")
     ascend_parser = sub.add_parser(
         "ascend", help="compile every recorded NPU launch with triton-ascend (no NPU needed)"

@@ -214,3 +214,86 @@ def test_a_check_run_in_the_workspace_leaves_a_record_and_one_run_elsewhere_none
     records = progress.read_records(workspace)
     assert [(r["exercise"], r["state"]) for r in records] == [("01.slot_of", "fail")]
     assert records[0]["message"] == failed.failure.invariant != ""
+
+
+def test_preflight_memory_for_the_room():
+    from slotmap.workshop.preflight import Memory
+
+    # 10 learners: 8 GB for a server and a kernel each, 20 GB with lesson 05's three ranks.
+    assert Memory(10, 32).line().endswith(": OK")
+    tight = Memory(10, 12)
+    assert tight.ok and tight.line().endswith("TIGHT, only 6 can run lessons 05 and 07 at once")
+    short = Memory(10, 6)
+    assert not short.ok and short.line().endswith("NOT ENOUGH, room for 7 learners")
+
+
+def test_preflight_fails_when_the_doctor_does(monkeypatch, capsys):
+    import subprocess
+
+    from slotmap.workshop import preflight
+
+    monkeypatch.setattr(preflight, "hub_pieces", lambda: [])
+    monkeypatch.setattr(preflight, "available_gb", lambda: 100.0)
+    outcomes = iter([(0, "doctor: all good\n"), (1, "doctor: the canary FAILED\n")])
+
+    def doctor(command, **kwargs):
+        code, out = next(outcomes)
+        assert command[-2:] == ["slotmap", "doctor"]
+        return subprocess.CompletedProcess(command, code, out, "")
+
+    monkeypatch.setattr(preflight.subprocess, "run", doctor)
+    assert preflight.preflight(10) == 0
+    assert "preflight: ready" in capsys.readouterr().out
+    assert preflight.preflight(10) == 1
+    out = capsys.readouterr().out
+    assert "doctor       FAIL: doctor: the canary FAILED" in out and "NOT ready" in out
+
+
+def test_confirm_names_each_pass_that_slotmap_grade_does_not_hold(tmp_path, capsys):
+    from slotmap.cli import main
+
+    room = {
+        "exercises": ["01.slot_of", "01.slot_mapping"],
+        "learners": [
+            {
+                "learner": "ada",
+                "idle_seconds": 3,
+                "cells": {
+                    "01.slot_of": {"state": "pass", "message": ""},
+                    "01.slot_mapping": {"state": "pass", "message": ""},
+                },
+            },
+            {
+                "learner": "bob",
+                "idle_seconds": 3,
+                "cells": {
+                    "01.slot_of": {"state": "fail", "message": "slot 37 twice"},
+                    "01.slot_mapping": {"state": "none", "message": ""},
+                },
+            },
+        ],
+    }
+    grades = [
+        {
+            "notebook": "ada/01_paged_kv_cache.ipynb",
+            "error": "",
+            "ignored_results": [],
+            "results": {"01.slot_of": "PASS", "01.slot_mapping": "FAIL"},
+        },
+        {
+            "notebook": "bob/01_paged_kv_cache.ipynb",
+            "error": "",
+            "ignored_results": [],
+            "results": {"01.slot_of": "FAIL", "01.slot_mapping": "missing"},
+        },
+    ]
+    (tmp_path / "room.json").write_text(json.dumps(room))
+    (tmp_path / "grades.json").write_text(json.dumps(grades))
+    arguments = ["--room", str(tmp_path / "room.json"), "--grades", str(tmp_path / "grades.json")]
+    assert main(["workshop", "confirm", *arguments]) == 1
+    assert capsys.readouterr().out == (
+        "ada 01.slot_mapping: the room says pass, slotmap grade says FAIL\n"
+    )
+    grades[0]["results"]["01.slot_mapping"] = "PASS"
+    (tmp_path / "grades.json").write_text(json.dumps(grades))
+    assert main(["workshop", "confirm", *arguments]) == 0

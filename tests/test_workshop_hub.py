@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from browser_lab import CHROMIUM_ARGS, NotebookPage, _descendants, _free_port, chromium_path
+from browser_lab import CHROMIUM_ARGS, NotebookPage, chromium_path
+
+from slotmap.workshop import drive
 
 ROOT = Path(__file__).resolve().parents[1]
 UNDER_CI = bool(os.environ.get("CI"))
@@ -44,11 +41,6 @@ def _missing(reason: str):
     if UNDER_CI:
         pytest.fail(f"{reason} (CI is set: the hub test must run in CI)", pytrace=False)
     pytest.skip(reason)
-
-
-def _proxy() -> str | None:
-    local = Path(sys.prefix) / "hub-proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
-    return str(local) if local.exists() else shutil.which("configurable-http-proxy")
 
 
 def _exercise_answers(wrong: bool = False) -> dict[int, str]:
@@ -72,130 +64,13 @@ def _exercise_answers(wrong: bool = False) -> dict[int, str]:
     return answers
 
 
-class Hub:
-    """JupyterHub with the workshop's config, in a temporary folder."""
-
-    def __init__(self, base: Path):
-        self.base = base
-        self.homes = base / "homes"
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = base / "hub.log"
-        self.process: subprocess.Popen | None = None
-        self.seen: set[int] = set()  # every process of the hub seen, to check none is left
-
-    def start(self, timeout: float = 120) -> None:
-        env = dict(os.environ)
-        env.update(
-            SLOTMAP_HUB_IP="127.0.0.1",
-            SLOTMAP_HUB_PORT=str(self.port),
-            SLOTMAP_HUB_API_PORT=str(_free_port()),
-            SLOTMAP_HUB_PROXY_API_PORT=str(_free_port()),
-            SLOTMAP_HUB_DASHBOARD_PORT=str(_free_port()),
-            SLOTMAP_HUB_HOMES=str(self.homes / "{username}"),
-            SLOTMAP_HUB_PASSWORD=PASSWORD,
-            SLOTMAP_HUB_ADMIN_PASSWORD=ADMIN_PASSWORD,
-            SLOTMAP_BACKEND=os.environ.get("SLOTMAP_BACKEND", "cpu"),
-            PATH=f"{Path(_proxy()).parent}:{env.get('PATH', '')}",
-        )
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        hub = Path(sys.executable).with_name("jupyterhub")
-        self.process = subprocess.Popen(
-            [str(hub), "-f", str(ROOT / "workshop" / "jupyterhub_config.py")],
-            cwd=self.base,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        import requests
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if requests.get(f"{self.url}/hub/api/", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            if self.process.poll() is not None:
-                raise RuntimeError(f"jupyterhub exited:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"jupyterhub not ready after {timeout} s:\n{self.log_tail()}")
-            time.sleep(0.5)
-
-    def remember_processes(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.seen.update(_descendants(self.process.pid))
-
-    def log_tail(self, chars: int = 6000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        """SIGTERM (the hub stops the learners' servers and its services and proxy), then
-        make sure: kill whatever of its processes is left."""
-        process = self.process
-        if process is None:
-            return
-        self.remember_processes()
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                pass
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in [p for p in self.seen if Path(f"/proc/{p}").exists()]:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, sig)
-                except ProcessLookupError:
-                    pass
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                continue
-            time.sleep(0.5)
-        self._log.close()
-        self.process = None
-
-    def leftovers(self) -> list[str]:
-        """Live processes of the hub, or with this test's folder in their command line or
-        environment (a kernel runs in a session of its own)."""
-        marker = str(self.base).encode()
-        left = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-                environ = (entry / "environ").read_bytes()
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if state == "Z":
-                continue
-            if int(entry.name) in self.seen or marker in cmdline or marker in environ:
-                command = cmdline.replace(b"\0", b" ")[:200]
-                left.append(f"{entry.name}: {command!r}")
-        return left
-
-
 # One server starts at a time: on a 2-core CI machine running other tests, four servers
 # starting at once (each imports torch) can outlast the hub's patience.
 SPAWNING = threading.Lock()
 
 
-def _start(hub: Hub, name: str) -> str:
+def _start(hub: drive.LocalHub, name: str) -> str:
     """Log in as ``name`` and start their server; returns their API token."""
-    from slotmap.workshop import drive
-
     session = drive.login(hub.url, name, PASSWORD)
     token = drive.api_token(hub.url, session, name)
     with SPAWNING:
@@ -203,10 +78,8 @@ def _start(hub: Hub, name: str) -> str:
     return token
 
 
-def _run_learner(hub: Hub, name: str, results: dict, errors: dict) -> None:
+def _run_learner(hub: drive.LocalHub, name: str, results: dict, errors: dict) -> None:
     """Log in, start the server, run lesson 01 and exercise 01 through the kernel protocol."""
-    from slotmap.workshop import drive
-
     try:
         token = _start(hub, name)
         server = f"{hub.url}/user/{name}"
@@ -236,7 +109,7 @@ def _run_learner(hub: Hub, name: str, results: dict, errors: dict) -> None:
         errors[name] = error
 
 
-def _browser_learner(hub: Hub, tmp_path: Path) -> dict[str, bool]:
+def _browser_learner(hub: drive.LocalHub, tmp_path: Path) -> dict[str, bool]:
     """Log in through the hub's page in Chromium, open my_work's exercise 01 in JupyterLab,
     fill it in and run it: the check records it shows."""
     from playwright.sync_api import sync_playwright
@@ -291,16 +164,15 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
         import requests
     except ImportError:
         _missing("jupyterhub is not installed (pip install -e '.[workshop]'; make test does)")
-    if _proxy() is None:
+    if drive.proxy_command() is None:
         _missing("configurable-http-proxy is not installed (make hub; make test does)")
     browser = chromium_path() is not None
     if not browser and UNDER_CI:
         _missing("Debian's chromium is not installed")
-    from slotmap.workshop import drive
 
-    hub = Hub(tmp_path)
+    hub = drive.LocalHub(tmp_path, PASSWORD, ADMIN_PASSWORD)
     try:
-        hub.start()
+        hub.start(ROOT / "workshop" / "jupyterhub_config.py")
         results: dict = {}
         errors: dict = {}
         threads = [

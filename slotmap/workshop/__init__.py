@@ -141,6 +141,13 @@ def run(args: Any, extra: list[str]) -> int:
         from slotmap.workshop.dashboard import serve
 
         return serve()
+    if args.action == "confirm":
+        from slotmap.workshop.dashboard import confirm
+
+        if not args.room or not args.grades:
+            print("slotmap workshop confirm: give --room and --grades", file=sys.stderr)
+            return 2
+        return confirm(Path(args.room), Path(args.grades))
     from slotmap.workshop.preflight import preflight
 
     return preflight(args.learners)

@@ -195,3 +195,34 @@ def serve(course: Path | None = None) -> int:
     app.listen(url.port, url.hostname)
     ioloop.IOLoop.current().start()
     return 0
+
+
+def disagreements(table: dict[str, Any], grades: list[dict[str, Any]]) -> list[str]:
+    """Where the room's progress view says pass and ``slotmap grade`` (its ``--json`` over a
+    folder holding one subfolder per learner) does not: one line each; empty when the view
+    holds up."""
+    graded: dict[tuple[str, str], Any] = {}
+    for grade in grades:
+        learner = Path(grade["notebook"]).parts[0]
+        for exercise, result in grade.get("results", {}).items():
+            if graded.get((learner, exercise)) not in ("PASS", True):
+                graded[(learner, exercise)] = result
+    lines = []
+    for row in table["learners"]:
+        for exercise, cell in row["cells"].items():
+            result = graded.get((row["learner"], exercise), "not graded")
+            if cell["state"] == "pass" and result not in ("PASS", True):
+                lines.append(
+                    f"{row['learner']} {exercise}: the room says pass, slotmap grade says {result}"
+                )
+    return lines
+
+
+def confirm(room_path: Path, grades_path: Path) -> int:
+    """``slotmap workshop confirm``: print the disagreements; 1 if there are any."""
+    lines = disagreements(
+        json.loads(room_path.read_text(encoding="utf-8")),
+        json.loads(grades_path.read_text(encoding="utf-8")),
+    )
+    print("\n".join(lines) or "every pass in the room is a pass under slotmap grade")
+    return 1 if lines else 0
