@@ -186,11 +186,9 @@ def groups_widget(lengths: Sequence[int] = (6, 3, 1), first_positions: Sequence[
     """Sliders for three request lengths, the positions requests 1 and 2 start at (each its
     own slider; request 0 is a prefill from 0), the full-attention block size and the ring
     size; every change re-runs the fused kernel."""
-    from slotmap.viz.live import live_figure, slider, split_columns
+    from slotmap.viz.live import live_figure, request_sliders, slider, split_columns
 
-    controls = {
-        f"request_{q}": slider(f"request {q}", n, 0, 10, False) for q, n in enumerate(lengths)
-    }
+    controls = request_sliders(lengths, 10)
     for q in (1, 2):
         controls[f"start_{q}"] = slider(f"request {q} starts at", first_positions[q], 0, MAX_START)
     controls["full_block_size"] = slider("full block size", 4, 1, 8)

@@ -82,6 +82,14 @@ def choice(description: str, options, value=None, wide: bool = True):
     return widgets.Dropdown(options=options, value=value, description=description, style=style)
 
 
+def request_sliders(lengths, high: int, count: int = 3) -> dict:
+    """``request_0`` .. : one length slider a request, ``count`` of them (missing ones 0)."""
+    lengths = list(lengths)[:count] + [0] * (count - len(lengths))
+    return {
+        f"request_{q}": slider(f"request {q}", n, 0, high, False) for q, n in enumerate(lengths)
+    }
+
+
 def split_columns(controls: dict, first: int):
     """The first ``first`` controls in one column, the rest in a second (``columns``)."""
     values = list(controls.values())

@@ -9,17 +9,20 @@ row, and the KV cache with every slot a token landed in coloured by its request.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from slotmap.viz import style
+from slotmap.viz import draw, style
 
 CACHE_GAP = 0.8  # space between two physical blocks in the KV-cache picture, in cells
 TABLE_GAP = 0.6  # space between two block-table entries: the arrows leave down it
 LANE = 0.16  # height of one arrow's lane in the band between the table and the cache
+LINE_HEIGHT = 1.9  # from one line of the KV-cache picture to the next
+EMPTY = style.EMPTY
 
 
 @dataclass
@@ -38,6 +41,13 @@ class PagedBatch:
     @property
     def num_tokens(self) -> int:
         return sum(self.lengths)
+
+    @property
+    def earlier(self) -> dict[int, int]:
+        """slot -> request of the positions before each request's first one: tokens written by
+        earlier steps."""
+        found = draw.earlier(self.positions, self.block_table, self.block_size)
+        return {slot: request for slot, (request, _) in found.items()}
 
 
 def paged_batch(
@@ -61,37 +71,32 @@ def paged_batch(
     lengths = [int(n) for n in lengths]
     firsts = [0] * len(lengths) if first_positions is None else [int(p) for p in first_positions]
     positions = [list(range(f, f + n)) for f, n in zip(firsts, lengths, strict=True)]
-    # Blocks each row needs: up to the block of the request's last position.
-    blocks_used = [(f + n - 1) // block_size + 1 if n else 0
-                   for f, n in zip(firsts, lengths, strict=True)]  # fmt: skip
-    needed = sum(blocks_used)
+    used = draw.blocks_used(firsts, lengths, block_size)
+    needed = sum(used)
     if num_physical_blocks is None:
         num_physical_blocks = max(needed + 3, 8)
     if num_physical_blocks < needed:
-        raise ValueError(f"the batch needs {needed} physical blocks, the cache has only "
-                         f"{num_physical_blocks}")  # fmt: skip
-    pool = random.Random(seed).sample(range(num_physical_blocks), needed)
-    width = max(max(blocks_used, default=0), 1)
-    table, used = [], 0
-    for count in blocks_used:
-        table.append(pool[used : used + count] + [0] * (width - count))
-        used += count
+        raise ValueError(
+            f"the batch needs {needed} physical blocks, the cache has only {num_physical_blocks}"
+        )
+    table = draw.scattered_table(used, num_physical_blocks, random.Random(seed))
     num_tokens = sum(lengths)
     max_num_tokens = num_tokens if max_num_tokens is None else max(max_num_tokens, num_tokens)
-
-    device = slotmap.DEVICE
-    starts = [0]
-    for n in lengths:
-        starts.append(starts[-1] + n)
+    qsl, pos = draw.batch_tensors(lengths, positions)
+    block_table = torch.tensor(table, dtype=torch.int32, device=qsl.device)
     slots = slotmap.compute_slot_mapping(
-        torch.tensor(starts, dtype=torch.int32, device=device),
-        torch.tensor([p for row in positions for p in row], dtype=torch.int64, device=device),
-        torch.tensor(table, dtype=torch.int32, device=device),
-        block_size,
-        max_num_tokens=max_num_tokens,
+        qsl, pos, block_table, block_size, max_num_tokens=max_num_tokens
     )
-    return PagedBatch(lengths, positions, table, blocks_used, block_size, num_physical_blocks,
-                      max_num_tokens, slots.cpu().tolist())  # fmt: skip
+    return PagedBatch(
+        lengths,
+        positions,
+        table,
+        used,
+        block_size,
+        num_physical_blocks,
+        max_num_tokens,
+        slots.cpu().tolist(),
+    )
 
 
 def _cache_layout(batch: PagedBatch, width: float) -> tuple[int, float]:
@@ -188,27 +193,22 @@ def draw_paged(
 
 
 def draw_batch(batch: PagedBatch):
-    """Draw a ``PagedBatch`` (see ``draw_paged``)."""
-    from matplotlib.patches import FancyArrowPatch, Rectangle
+    """Draw a ``PagedBatch`` (see ``draw_paged``): the batch's tokens and slots, the block
+    tables, the KV cache, and an arrow from each used table entry to its physical block."""
+    from matplotlib.patches import FancyArrowPatch
     from matplotlib.path import Path
 
-    block_size = batch.block_size
     # Everything is measured in cells: one token, one table entry or one slot is 1 wide.
     width = max(batch.max_num_tokens, 20.0)
     per_line, block_width = _cache_layout(batch, width)
     cache_lines = -(-batch.num_physical_blocks // per_line)
     width = max(width, per_line * block_width - CACHE_GAP)
-    table_rows = len(batch.lengths)
-
-    # Rows from the top (y grows downwards in this layout, flipped at the end).
-    y_token, y_slot = 0.0, 1.0
+    # Rows from the top (y grows downwards in this layout); the band under the table holds
+    # one horizontal lane per arrow.
     y_table = 3.6
-    # The band under the table holds one horizontal lane per arrow.
-    arrows = sum(batch.blocks_used)
-    y_band = y_table + (table_rows - 1) * 1.15 + 0.8 + 0.3
-    y_cache = y_band + (arrows + 1) * LANE + 0.2
-    line_height = 1.9
-    height = y_cache + cache_lines * line_height + 0.3
+    y_band = y_table + (len(batch.lengths) - 1) * 1.15 + 0.8 + 0.3
+    y_cache = y_band + (sum(batch.blocks_used) + 1) * LANE + 0.2
+    height = y_cache + cache_lines * LINE_HEIGHT + 0.3
 
     cell_inches = style.WIDTH * 0.86 / width
     font = max(5.5, min(style.FONT_SIZE, cell_inches * 72 * 0.36))
@@ -217,164 +217,151 @@ def draw_batch(batch: PagedBatch):
     # outside them (matplotlib's default margins left an empty band around the picture).
     axes_inches, title_inches = max(2.5, (height + 1.5) * row_inches), 0.45
     fig, (ax,) = style.figure(1, height_per_row=axes_inches + title_inches)
-    fig.subplots_adjust(
-        left=0.01, right=0.99, bottom=0.01, top=1 - title_inches / (axes_inches + title_inches)
-    )
+    top = 1 - title_inches / (axes_inches + title_inches)
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=top)
     ax.set_xlim(-0.14 * width, width + 0.3)
     ax.set_ylim(height + 0.2, -1.3)
+    cell = functools.partial(draw.cell, ax, size=font)
 
-    def cell(
-        x,
-        y,
-        colour,
-        label,
-        gid,
-        *,
-        hatch=None,
-        text_colour="black",
-        size=font,
-        edge=style.EDGE,
-        wide=1.0,
-    ):
-        patch = Rectangle((x, y), wide, 0.8, facecolor=colour, edgecolor=edge,
-                          linewidth=0.6, hatch=hatch)  # fmt: skip
-        patch.set_gid(gid)
-        ax.add_artist(patch)
-        if label != "":
-            ax.text(x + wide / 2, y + 0.4, str(label), ha="center", va="center", fontsize=size,
-                    color=text_colour, gid=gid)  # fmt: skip
-        return patch
-
-    def row_title(y, text):
-        ax.text(-0.2, y + 0.4, text, ha="right", va="center", fontsize=style.FONT_SIZE)
-
-    # 1. The batch: each token coloured by its request, labelled with its position, and
-    #    under it the slot the kernel wrote for it.
-    row_title(y_token, "token's position")
-    row_title(y_slot, "kernel's slot")
-    token = 0
-    for request, positions in enumerate(batch.positions):
-        colour = style.request_colour(request)
-        for position in positions:
-            cell(token, y_token, colour, position, "token", text_colour="white")
-            cell(token, y_slot, colour, batch.slots[token], "slot", text_colour="white")
-            token += 1
-    for pad in range(batch.num_tokens, batch.max_num_tokens):
-        cell(pad, y_token, style.PAD, "", "pad-token", hatch="///")
-        cell(pad, y_slot, style.PAD, batch.slots[pad], "pad-slot")
-    ax.text(0, y_token - 0.35, "batch tokens (colour: request)", fontsize=style.FONT_SIZE,
-            va="bottom")  # fmt: skip
-
-    # 2. Block tables: row q maps request q's logical block b to a physical block.
-    ax.text(0, y_table - 0.75, "block table (entry b: logical block b -> physical block)",
-            fontsize=style.FONT_SIZE, va="bottom")  # fmt: skip
+    _paint_tokens(ax, cell, batch)
     entry = max(1.0, min(2.5, width / 20))  # a table entry is wider than a cell in wide figures
-    pitch = entry + TABLE_GAP
-    for b in range(len(batch.block_table[0]) if batch.block_table else 0):
-        ax.text(b * pitch + entry / 2, y_table - 0.1, f"b={b}", ha="center", va="bottom",
-                fontsize=font * 0.85, color=style.EDGE)  # fmt: skip
-    entry_patches: dict[tuple[int, int], Rectangle] = {}
-    for request, row in enumerate(batch.block_table):
-        y = y_table + request * 1.15
-        row_title(y, f"request {request}")
-        for b, physical in enumerate(row):
-            used = b < batch.blocks_used[request]
-            colour = style.request_colour(request) if used else style.EMPTY
-            patch = cell(b * pitch, y, colour, physical if used else "",
-                         "table-entry" if used else "table-unused", text_colour="white",
-                         wide=entry, size=style.FONT_SIZE if entry > 1 else font)  # fmt: skip
-            if used:
-                entry_patches[(request, b)] = patch
-
-    # 3. The KV cache: physical blocks of block_size slots; a slot is coloured where the
-    #    kernel put a token (label: that token's position), empty elsewhere.
-    landed: dict[int, tuple[int, int]] = {}  # slot -> (request, position)
-    token = 0
-    for request, positions in enumerate(batch.positions):
-        for position in positions:
-            landed[batch.slots[token]] = (request, position)
-            token += 1
-    # Slots of positions before a request's first one hold tokens of earlier steps (hatched).
-    earlier: dict[int, int] = {}  # slot -> request
-    for request, positions in enumerate(batch.positions):
-        for position in range(positions[0] if positions else 0):
-            row = batch.block_table[request]
-            earlier[row[position // block_size] * block_size + position % block_size] = request
-    hatched = "; hatched: written by earlier steps" if earlier else ""
-    slots = "slot" if block_size == 1 else "slots"
-    # Under the cache, so that no arrow runs through it.
-    ax.text(0, height - 0.35, f"KV cache: {batch.num_physical_blocks} physical blocks of "
-            f"{block_size} {slots} (label: position stored there{hatched})",
-            fontsize=style.FONT_SIZE, va="bottom")  # fmt: skip
-    block_origin: dict[int, tuple[float, float]] = {}
-    label_font = font * 0.8
-    x_range = ax.get_xlim()[1] - ax.get_xlim()[0]
-    block_inches = (block_width - CACHE_GAP / 2) * style.WIDTH * 0.98 / x_range
-    for physical in range(batch.num_physical_blocks):
-        line, column = divmod(physical, per_line)
-        x0 = column * block_width
-        y = y_cache + line * line_height
-        block_origin[physical] = (x0, y)
-        first_slot = physical * block_size
-        labels = [f"block {physical} · slots {first_slot}-{first_slot + block_size - 1}",
-                  f"block {physical}", str(physical)]  # fmt: skip
-        # The longest label that fits under the block (narrow blocks' labels overlapped).
-        fits = [t for t in labels if len(t) * label_font * 0.6 / 72 <= block_inches]
-        ax.text(x0 + block_size / 2, y + 0.85, fits[0] if fits else labels[-1], ha="center",
-                va="top", fontsize=label_font, color=style.EDGE)  # fmt: skip
-        for offset in range(block_size):
-            slot = physical * block_size + offset
-            if slot in landed:
-                request, position = landed[slot]
-                cell(x0 + offset, y, style.request_colour(request), position, "cache-slot",
-                     text_colour="white")  # fmt: skip
-            elif slot in earlier:
-                cell(x0 + offset, y, style.EMPTY, "", "cache-earlier", hatch="////",
-                     edge=style.request_colour(earlier[slot]))  # fmt: skip
-            else:
-                cell(x0 + offset, y, style.EMPTY, "", "cache-empty")
+    entries = _paint_tables(ax, cell, batch, y_table, entry, font)
+    origins = _paint_cache(ax, cell, batch, y_cache, per_line, height, font)
     # Arrows: block-table entry -> the physical block it names, on right-angled paths
     # through the gaps (never across a block or an entry), ending on the block's left edge.
-    for request, path in _arrow_paths(
-        batch, entry_patches, block_origin, entry, y_band, table_rows
-    ).items():
-        arrow = FancyArrowPatch(path=Path(path), arrowstyle="-|>", linewidth=0.9,
-                                color=style.request_colour(request[0]), alpha=0.75,
-                                mutation_scale=8)  # fmt: skip
-        arrow.set_gid("block-arrow")
+    paths = _arrow_paths(batch, entries, origins, entry, y_band, len(batch.lengths))
+    for request, path in paths.items():
+        colour = style.request_colour(request[0])
+        arrow = FancyArrowPatch(
+            path=Path(path),
+            arrowstyle="-|>",
+            linewidth=0.9,
+            color=colour,
+            alpha=0.75,
+            mutation_scale=8,
+            gid="block-arrow",
+        )
         ax.add_artist(arrow)
-
     ax.set_title(
-        f"slot = block_table[q, p // {block_size}] * {block_size} + p % {block_size}: "
-        f"{batch.num_tokens} tokens of {len(batch.lengths)} requests, "
+        f"slot = block_table[q, p // {batch.block_size}] * {batch.block_size} + p % "
+        f"{batch.block_size}: {batch.num_tokens} tokens of {len(batch.lengths)} requests, "
         f"max_num_tokens={batch.max_num_tokens} (slotmap.compute_slot_mapping)",
         fontsize=style.FONT_SIZE + 1,
     )
     return fig
 
 
+def _paint_tokens(ax, cell, batch: PagedBatch) -> None:
+    """Each token coloured by its request, labelled with its position, and under it the slot
+    the kernel wrote for it; the padding tail hatched."""
+    draw.row_label(ax, 0, "token's position", -0.2)
+    draw.row_label(ax, 1, "kernel's slot", -0.2)
+    token = 0
+    for request, positions in enumerate(batch.positions):
+        colour = style.request_colour(request)
+        for position in positions:
+            cell(token, 0, colour, position, "token", text_colour="white")
+            cell(token, 1, colour, batch.slots[token], "slot", text_colour="white")
+            token += 1
+    for pad in range(batch.num_tokens, batch.max_num_tokens):
+        cell(pad, 0, style.PAD, "", "pad-token", hatch="///")
+        cell(pad, 1, style.PAD, batch.slots[pad], "pad-slot")
+    ax.text(0, -0.35, "batch tokens (colour: request)", fontsize=style.FONT_SIZE, va="bottom")
+
+
+def _paint_tables(ax, cell, batch: PagedBatch, y_table: float, entry: float, font: float):
+    """Row q maps request q's logical block b to a physical block; returns the patch of every
+    used entry, keyed (request, b)."""
+    caption = "block table (entry b: logical block b -> physical block)"
+    ax.text(0, y_table - 0.75, caption, fontsize=style.FONT_SIZE, va="bottom")
+    pitch = entry + TABLE_GAP
+    for b in range(len(batch.block_table[0]) if batch.block_table else 0):
+        at = (b * pitch + entry / 2, y_table - 0.1)
+        ax.text(*at, f"b={b}", ha="center", va="bottom", fontsize=font * 0.85, color=style.EDGE)
+    patches = {}
+    size = style.FONT_SIZE if entry > 1 else font
+    for request, row in enumerate(batch.block_table):
+        y = y_table + request * 1.15
+        draw.row_label(ax, y, f"request {request}", -0.2)
+        for b, physical in enumerate(row):
+            used = b < batch.blocks_used[request]
+            colour, label = (style.request_colour(request), physical) if used else (EMPTY, "")
+            gid = "table-entry" if used else "table-unused"
+            patch = cell(
+                b * pitch, y, colour, label, gid, text_colour="white", wide=entry, size=size
+            )
+            if used:
+                patches[(request, b)] = patch
+    return patches
+
+
+def _paint_cache(ax, cell, batch: PagedBatch, y_cache: float, per_line: int, height, font):
+    """Physical blocks of block_size slots: a slot is coloured where the kernel put a token
+    (label: that token's position), hatched where an earlier step did, empty elsewhere.
+    Returns each block's (x, y)."""
+    block_size, block_width = batch.block_size, batch.block_size + CACHE_GAP
+    landed, earlier = draw.landed(batch.positions, batch.slots), batch.earlier
+    hatched = "; hatched: written by earlier steps" if earlier else ""
+    # Under the cache, so that no arrow runs through it.
+    ax.text(
+        0,
+        height - 0.35,
+        f"KV cache: {batch.num_physical_blocks} physical blocks of "
+        f"{draw.plural(block_size, 'slot')} (label: position stored there{hatched})",
+        fontsize=style.FONT_SIZE,
+        va="bottom",
+    )
+    origins: dict[int, tuple[float, float]] = {}
+    label_font = font * 0.8
+    x_range = ax.get_xlim()[1] - ax.get_xlim()[0]
+    block_inches = (block_width - CACHE_GAP / 2) * style.WIDTH * 0.98 / x_range
+    for physical in range(batch.num_physical_blocks):
+        line, column = divmod(physical, per_line)
+        x0, y = column * block_width, y_cache + line * LINE_HEIGHT
+        origins[physical] = (x0, y)
+        first = physical * block_size
+        labels = [
+            f"block {physical} · slots {first}-{first + block_size - 1}",
+            f"block {physical}",
+            str(physical),
+        ]
+        # The longest label that fits under the block (narrow blocks' labels overlapped).
+        fits = [t for t in labels if len(t) * label_font * 0.6 / 72 <= block_inches]
+        ax.text(
+            x0 + block_size / 2,
+            y + 0.85,
+            fits[0] if fits else labels[-1],
+            ha="center",
+            va="top",
+            fontsize=label_font,
+            color=style.EDGE,
+        )
+        for offset in range(block_size):
+            slot = first + offset
+            if slot in landed:
+                request, position = landed[slot]
+                colour = style.request_colour(request)
+                cell(x0 + offset, y, colour, position, "cache-slot", text_colour="white")
+            elif slot in earlier:
+                edge = style.request_colour(earlier[slot])
+                cell(x0 + offset, y, EMPTY, "", "cache-earlier", hatch="////", edge=edge)
+            else:
+                cell(x0 + offset, y, EMPTY, "", "cache-empty")
+    return origins
+
+
 def paged_widget(lengths: Sequence[int] = (5, 11, 3), block_size: int = 4, seed: int = 0):
     """Sliders for three request lengths, the block size, the padding tail and the shuffle of
     physical blocks; every change re-runs the kernel and redraws (``slotmap.viz.live``)."""
-    import ipywidgets as widgets
+    from slotmap.viz.live import live_figure, request_sliders, slider, split_columns
 
-    from slotmap.viz.live import columns, live_figure
+    controls = request_sliders(lengths, 16)
+    controls["block_size"] = slider("block size", block_size, 1, 8, False)
+    controls["padding"] = slider("padding tail", 2, 0, 8, False)
+    controls["seed"] = slider("shuffle", seed, 0, 20, False)
 
-    lengths = list(lengths) + [0] * (3 - len(lengths))
-    controls = {
-        f"request_{q}": widgets.IntSlider(value=n, min=0, max=16, description=f"request {q}")
-        for q, n in enumerate(lengths[:3])
-    }
-    controls["block_size"] = widgets.IntSlider(
-        value=block_size, min=1, max=8, description="block size"
-    )
-    controls["padding"] = widgets.IntSlider(value=2, min=0, max=8, description="padding tail")
-    controls["seed"] = widgets.IntSlider(value=seed, min=0, max=20, description="shuffle")
-    names = list(controls)
-    layout = columns([controls[n] for n in names[:3]], [controls[n] for n in names[3:]])
-
-    def draw(request_0, request_1, request_2, block_size, padding, seed):
+    def redraw(request_0, request_1, request_2, block_size, padding, seed):
         counts = [request_0, request_1, request_2]
         return draw_paged(counts, block_size, seed=seed, max_num_tokens=sum(counts) + padding)
 
-    return live_figure(draw, controls, layout)
+    return live_figure(redraw, controls, split_columns(controls, 3))
