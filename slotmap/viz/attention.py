@@ -17,7 +17,7 @@ Patches carry a ``gid`` ("slot-q0", "slot-stale", "slot-corrupt", "owner-r1", "l
 
 from __future__ import annotations
 
-import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -33,15 +33,8 @@ from slotmap.cp_attention import (
 )
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
-from slotmap.viz.style import (
-    EDGE,
-    EMPTY,
-    FONT_SIZE,
-    HIGHLIGHT,
-    WIDTH,
-    boxes,
-    request_colour,
-)
+from slotmap.viz.draw import CENTRE, first_fitting, key, plural, row_label, text_points
+from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, WIDTH, boxes, request_colour
 
 TOLERANCE = 1e-4  # |paged - dense| below this counts as a match (float32 arithmetic)
 CORRUPTIONS = ("none", "one token to a free slot", "one token to another request's slot")
@@ -61,6 +54,22 @@ class PagedRun:
     errors: list[list[float]]  # [request][head]: max |paged - dense|
     max_error: float
     corrupted_token: int | None  # the token that went to the wrong slot
+
+    @property
+    def holder(self) -> dict[int, tuple[int, int]]:
+        """slot -> (request, position) that reshape_and_cache wrote there last."""
+        pairs = zip(self.written, self.requests, self.positions, strict=True)
+        return {slot: (q, p) for slot, q, p in pairs if slot != PAD_SLOT_ID}
+
+    @property
+    def corrupt_slot(self) -> int | None:
+        """Where the corrupted token went (None: no corruption)."""
+        return None if self.corrupted_token is None else self.written[self.corrupted_token]
+
+    @property
+    def lost_slot(self) -> int | None:
+        """Where the corrupted token should have gone, left stale."""
+        return None if self.corrupted_token is None else self.slots[self.corrupted_token]
 
 
 def run_paged(
@@ -131,22 +140,6 @@ def run_paged(
     )
 
 
-@functools.lru_cache(maxsize=1024)
-def _text_width(text: str, font_size: float) -> float:
-    """Width of ``text`` in points at ``font_size`` (the default font), without drawing it."""
-    from matplotlib.font_manager import FontProperties
-    from matplotlib.textpath import TextToPath
-
-    width, _, _ = TextToPath().get_text_width_height_descent(
-        text, FontProperties(size=font_size), ismath=False
-    )
-    return width
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
 def draw_paged_attention(
     seq_lens: tuple[int, ...] = (6, 11, 3),
     block_size: int = 4,
@@ -160,149 +153,157 @@ def draw_paged_attention(
     The cache row is as wide as the figure at every size: a slot's label (the position it
     holds) and a block's number shrink or go where they would not fit."""
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
     run = run_paged(tuple(seq_lens), block_size, corruption, seed=seed, num_heads=num_heads)
     fig = plt.figure(figsize=(WIDTH, 5.0))
-    left, right = 0.1, 0.99
-    cache_ax = fig.add_axes([left, 0.5, right - left, 0.36])
-    error_ax = fig.add_axes([0.1, 0.1, 0.59, 0.28])
+    cache_ax = fig.add_axes([CACHE_LEFT, 0.5, CACHE_RIGHT - CACHE_LEFT, 0.36])
     cache_ax.set_axis_off()
-
-    # The cache: physical blocks side by side, each of B slots, each slot labelled with the
-    # position it holds (written by reshape_and_cache through the slot mapping).
-    gap = 0.35
-    x_max = run.num_blocks * (block_size + gap)
-    points_per_unit = (right - left) * WIDTH * 72 / (x_max + 0.2)
-    # The widest label of each row at the largest font that fits (a slot is 1 unit wide,
-    # a block B units plus the gap); a row whose labels fit at no size loses them.
-    widest_position = str(max(run.seq_lens) - 1)
-    slot_font = next(
-        (f for f in (FONT_SIZE - 1, FONT_SIZE - 2)
-         if _text_width(widest_position, f) <= 0.9 * points_per_unit),
-        None,
-    )  # fmt: skip
-    block_font = next(
-        (f for f in (FONT_SIZE - 1, FONT_SIZE - 2)
-         if _text_width(str(run.num_blocks - 1), f) <= (block_size + gap * 0.6) * points_per_unit),
-        None,
-    )  # fmt: skip
-    holder: dict[int, tuple[int, int]] = {}
-    for token, slot in enumerate(run.written):
-        if slot != PAD_SLOT_ID:
-            holder[slot] = (run.requests[token], run.positions[token])
-    corrupt_slot = run.written[run.corrupted_token] if run.corrupted_token is not None else None
-    lost_slot = run.slots[run.corrupted_token] if run.corrupted_token is not None else None
-    for block in range(run.num_blocks):
-        x0 = block * (block_size + gap)
-        colours, labels, gids = [], [], []
-        for offset in range(block_size):
-            slot = block * block_size + offset
-            if slot == lost_slot:
-                colours.append(EMPTY)
-                labels.append("?")
-                gids.append("slot-lost")
-            elif slot in holder:
-                request, position = holder[slot]
-                colours.append(HIGHLIGHT if slot == corrupt_slot else request_colour(request))
-                labels.append(str(position))
-                gids.append("slot-corrupt" if slot == corrupt_slot else f"slot-q{request}")
-            else:
-                colours.append(EMPTY)
-                labels.append("")
-                gids.append("slot-stale")
-        patches = boxes(cache_ax, 0, colours, labels if slot_font else None, x0=x0,
-                        text_colour="white", font_size=slot_font or FONT_SIZE)  # fmt: skip
-        for patch, gid in zip(patches, gids, strict=True):
-            patch.set_gid(gid)
-            if gid == "slot-lost":
-                patch.set_edgecolor(HIGHLIGHT)
-                patch.set_linewidth(2.0)
-        if block_font:
-            cache_ax.text(x0 + block_size / 2, -0.3, str(block), ha="center", va="center",
-                          fontsize=block_font)  # fmt: skip
-    for text in cache_ax.texts:
-        if text.get_text() == "?":
-            text.set_color(HIGHLIGHT)
-    # Row captions, in the margin left of the cache.
-    cache_ax.text(-0.2 - 0.08 * 72 / points_per_unit, 0.4, "slot\n(position\nit holds)",
-                  ha="right", va="center", fontsize=FONT_SIZE - 1)  # fmt: skip
-    if block_font:
-        cache_ax.text(-0.2 - 0.08 * 72 / points_per_unit, -0.3, "physical block", ha="right",
-                      va="center", fontsize=FONT_SIZE - 1)  # fmt: skip
-    rows = "   ".join(
-        f"q{q}: {row[: -(-n // block_size)]}"
-        for q, (row, n) in enumerate(zip(run.block_table, run.seq_lens, strict=True))
-    )
-    table = f"block table  {rows}"
-    # One line across the whole figure, at the largest font that fits.
-    table_font = next(
-        (f for f in (FONT_SIZE, FONT_SIZE - 1, FONT_SIZE - 2, FONT_SIZE - 3)
-         if _text_width(table, f) <= 0.98 * WIDTH * 72),
-        FONT_SIZE - 3,
-    )  # fmt: skip
-    fig.text(0.01, 0.5 + 0.36 * (1.25 + 0.6) / 2.1, table, fontsize=table_font, va="center",
-             gid="block-table")  # fmt: skip
-    cache_ax.set_xlim(-0.2, x_max)
-    cache_ax.set_ylim(-0.6, 1.5)
-
-    # The error of each (request, head) against dense attention, on a log scale.
-    bars, labels, colours = [], [], []
-    for q, per_head in enumerate(run.errors):
-        for h, error in enumerate(per_head):
-            bars.append(max(error, 1e-9))
-            labels.append(f"q{q} h{h}" if len(per_head) > 1 else f"q{q}")
-            colours.append(HIGHLIGHT if error > TOLERANCE else request_colour(q))
-    drawn = error_ax.bar(range(len(bars)), bars, color=colours, edgecolor=EDGE, linewidth=0.6)
-    for patch in drawn:
-        patch.set_gid("error-bar")
-    for index, error in enumerate(e for per_head in run.errors for e in per_head):
-        if error == 0:  # a bar of height 0 on a log scale: say so rather than show nothing
-            error_ax.text(index, 3e-9, "0 (exact)", ha="center", fontsize=FONT_SIZE - 1)
-    error_ax.set_yscale("log")
-    error_ax.set_ylim(1e-9, 10)
-    # Plain tick labels: the log axis's default 10^k labels are mathtext, slow to lay out.
-    error_ax.set_yticks([1e-8, 1e-6, 1e-4, 1e-2, 1], ["1e-8", "1e-6", "1e-4", "0.01", "1"])
-    error_ax.minorticks_off()
-    error_ax.axhline(TOLERANCE, color=EDGE, linestyle="--", linewidth=0.8)
-    error_ax.text(
-        len(bars) - 0.6, TOLERANCE * 1.6, "tolerance", ha="right", fontsize=FONT_SIZE - 1
-    )
-    error_ax.set_xticks(range(len(bars)), labels, fontsize=FONT_SIZE - 1)
-    error_ax.tick_params(axis="y", labelsize=FONT_SIZE - 1)
-    error_ax.set_ylabel("max |paged - dense|", fontsize=FONT_SIZE)
-    per = "per request and head" if num_heads > 1 else "per request (one head)"
-    error_ax.set_title(f"paged attention against dense attention, {per}", fontsize=FONT_SIZE)
-
-    handles = [Patch(facecolor=request_colour(q), edgecolor=EDGE, label=f"request {q}")
-               for q in range(len(run.seq_lens))]  # fmt: skip
-    handles.append(Patch(facecolor=EMPTY, edgecolor=EDGE, label="stale (never written)"))
+    _paint_paged_cache(fig, cache_ax, run)
+    _paint_errors(fig.add_axes([0.1, 0.1, 0.59, 0.28]), run)
+    handles = [key(request_colour(q), f"request {q}") for q in range(len(run.seq_lens))]
+    handles.append(key(EMPTY, "stale (never written)"))
     if run.corrupted_token is not None:
-        handles.append(Patch(facecolor=HIGHLIGHT, edgecolor=EDGE, label="corrupted write"))
-        handles.append(Patch(facecolor=EMPTY, edgecolor=HIGHLIGHT, linewidth=2,
-                             label="the slot it should have written"))  # fmt: skip
-    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.72, 0.25),
-               fontsize=FONT_SIZE - 1, frameon=False)  # fmt: skip
-    if run.corrupted_token is not None:
-        t = run.corrupted_token
-        what = (
-            f"token {t} (request {run.requests[t]}, position {run.positions[t]}) written to "
-            f"slot {run.written[t]} instead of {run.slots[t]}"
-        )
-    else:
-        what = "every token written to the slot the kernel computed"
+        handles.append(key(HIGHLIGHT, "corrupted write"))
+        handles.append(key(EMPTY, "the slot it should have written", HIGHLIGHT, linewidth=2))
+    fig.legend(
+        handles=handles,
+        loc="center left",
+        bbox_to_anchor=(0.72, 0.25),
+        fontsize=FONT_SIZE - 1,
+        frameon=False,
+    )
+    t = run.corrupted_token
+    what = (
+        "every token written to the slot the kernel computed"
+        if t is None
+        else f"token {t} (request {run.requests[t]}, position {run.positions[t]}) written to "
+        f"slot {run.written[t]} instead of {run.slots[t]}"
+    )
     verdict = (
         f"every request matches dense attention (max error {run.max_error:.1e})"
         if run.max_error <= TOLERANCE
         else f"DIVERGED, max error {run.max_error:.2f}"
     )
     fig.suptitle(
-        f"Paged KV cache: {_plural(run.num_blocks, 'physical block')} of B = "
-        f"{_plural(block_size, 'slot')}\n{what}: {verdict}",
+        f"Paged KV cache: {plural(run.num_blocks, 'physical block')} of B = "
+        f"{plural(block_size, 'slot')}\n{what}: {verdict}",
         fontsize=FONT_SIZE + 1,
     )
     fig.slotmap_run = run
     return fig
+
+
+CACHE_LEFT, CACHE_RIGHT = 0.1, 0.99  # the cache row's axes, in figure fractions
+CACHE_GAP = 0.35  # between two physical blocks of the cache row, in slots
+
+
+def _paint_paged_cache(fig, ax, run: PagedRun) -> None:
+    """Physical blocks side by side, each of B slots, each slot labelled with the position it
+    holds (written by reshape_and_cache through the slot mapping); the block table above."""
+    block_size, holder = run.block_size, run.holder
+    x_max = run.num_blocks * (block_size + CACHE_GAP)
+    points_per_unit = (CACHE_RIGHT - CACHE_LEFT) * WIDTH * 72 / (x_max + 0.2)
+    # The widest label of each row at the largest font that fits (a slot is 1 unit wide,
+    # a block B units plus the gap); a row whose labels fit at no size loses them.
+    sizes = (FONT_SIZE - 1, FONT_SIZE - 2)
+    widest = str(max(run.seq_lens) - 1)
+    slot_font = next((f for f in sizes if text_points(widest, f) <= 0.9 * points_per_unit), None)
+    room = (block_size + CACHE_GAP * 0.6) * points_per_unit
+    last = str(run.num_blocks - 1)
+    block_font = next((f for f in sizes if text_points(last, f) <= room), None)
+    for block in range(run.num_blocks):
+        x0 = block * (block_size + CACHE_GAP)
+        colours, labels, gids = [], [], []
+        for slot in range(block * block_size, (block + 1) * block_size):
+            request, position = holder.get(slot, (None, None))
+            if slot == run.lost_slot:
+                colour, label, gid = EMPTY, "?", "slot-lost"
+            elif slot == run.corrupt_slot:
+                colour, label, gid = HIGHLIGHT, str(position), "slot-corrupt"
+            elif request is not None:
+                colour, label, gid = request_colour(request), str(position), f"slot-q{request}"
+            else:
+                colour, label, gid = EMPTY, "", "slot-stale"
+            colours.append(colour)
+            labels.append(label)
+            gids.append(gid)
+        patches = boxes(
+            ax,
+            0,
+            colours,
+            labels if slot_font else None,
+            x0=x0,
+            text_colour="white",
+            font_size=slot_font or FONT_SIZE,
+        )
+        for patch, gid in zip(patches, gids, strict=True):
+            patch.set_gid(gid)
+            if gid == "slot-lost":
+                patch.set(edgecolor=HIGHLIGHT, linewidth=2.0)
+        if block_font:
+            ax.text(
+                x0 + block_size / 2,
+                -0.3,
+                str(block),
+                ha="center",
+                va="center",
+                fontsize=block_font,
+            )
+    for text in ax.texts:
+        if text.get_text() == "?":
+            text.set_color(HIGHLIGHT)
+    # Row captions, in the margin left of the cache.
+    x = -0.2 - 0.08 * 72 / points_per_unit
+    row_label(ax, 0, "slot\n(position\nit holds)", x, fontsize=FONT_SIZE - 1)
+    if block_font:
+        row_label(ax, -0.7, "physical block", x, fontsize=FONT_SIZE - 1)
+    rows = "   ".join(
+        f"q{q}: {row[: -(-n // block_size)]}"
+        for q, (row, n) in enumerate(zip(run.block_table, run.seq_lens, strict=True))
+    )
+    table = f"block table  {rows}"
+    # One line across the whole figure, at the largest font that fits.
+    sizes = [FONT_SIZE, FONT_SIZE - 1, FONT_SIZE - 2, FONT_SIZE - 3]
+    table_font = next((f for f in sizes if text_points(table, f) <= 0.98 * WIDTH * 72), sizes[-1])
+    y = 0.5 + 0.36 * (1.25 + 0.6) / 2.1
+    fig.text(0.01, y, table, fontsize=table_font, va="center", gid="block-table")
+    ax.set_xlim(-0.2, x_max)
+    ax.set_ylim(-0.6, 1.5)
+
+
+def _paint_errors(ax, run: PagedRun) -> None:
+    """The error of each (request, head) against dense attention, on a log scale."""
+    errors = [e for per_head in run.errors for e in per_head]
+    heads = len(run.errors[0]) if run.errors else 1
+    labels = [
+        f"q{q} h{h}" if heads > 1 else f"q{q}"
+        for q in range(len(run.errors))
+        for h in range(heads)
+    ]
+    colours = [
+        HIGHLIGHT if e > TOLERANCE else request_colour(q)
+        for q, per_head in enumerate(run.errors)
+        for e in per_head
+    ]
+    bars = [max(e, 1e-9) for e in errors]
+    drawn = ax.bar(range(len(bars)), bars, color=colours, edgecolor=EDGE, linewidth=0.6)
+    for patch in drawn:
+        patch.set_gid("error-bar")
+    for index, error in enumerate(errors):
+        if error == 0:  # a bar of height 0 on a log scale: say so rather than show nothing
+            ax.text(index, 3e-9, "0 (exact)", ha="center", fontsize=FONT_SIZE - 1)
+    ax.set_yscale("log")
+    ax.set_ylim(1e-9, 10)
+    # Plain tick labels: the log axis's default 10^k labels are mathtext, slow to lay out.
+    ax.set_yticks([1e-8, 1e-6, 1e-4, 1e-2, 1], ["1e-8", "1e-6", "1e-4", "0.01", "1"])
+    ax.minorticks_off()
+    ax.axhline(TOLERANCE, color=EDGE, linestyle="--", linewidth=0.8)
+    ax.text(len(bars) - 0.6, TOLERANCE * 1.6, "tolerance", ha="right", fontsize=FONT_SIZE - 1)
+    ax.set_xticks(range(len(bars)), labels, fontsize=FONT_SIZE - 1)
+    ax.tick_params(axis="y", labelsize=FONT_SIZE - 1)
+    ax.set_ylabel("max |paged - dense|", fontsize=FONT_SIZE)
+    per = "per request and head" if heads > 1 else "per request (one head)"
+    ax.set_title(f"paged attention against dense attention, {per}", fontsize=FONT_SIZE)
 
 
 def paged_attention_widget(block_size: int = 4, longest: int = 11, num_heads: int = 1):
@@ -310,37 +311,72 @@ def paged_attention_widget(block_size: int = 4, longest: int = 11, num_heads: in
     a corruption to apply. One head by default: a wrong slot damages every head of a request
     alike, and the interpreted attention kernel runs one program per (request, head), so a
     second head would only make every move slower."""
-    import ipywidgets as widgets
+    from slotmap.viz.live import choice, live_figure, slider
 
-    from slotmap.viz.live import live_figure
-
-    style = {"description_width": "initial"}
     controls = {
-        "block_size": widgets.IntSlider(
-            value=block_size, min=1, max=8, description="block size B", style=style
-        ),
-        "longest": widgets.IntSlider(
-            value=longest, min=1, max=24, description="request 1's length", style=style
-        ),
-        "corruption": widgets.Dropdown(
-            options=CORRUPTIONS, value="none", description="corruption", style=style
-        ),
+        "block_size": slider("block size B", block_size, 1, 8),
+        "longest": slider("request 1's length", longest, 1, 24),
+        "corruption": choice("corruption", CORRUPTIONS, "none"),
     }
 
-    def draw(block_size: int, longest: int, corruption: str):
+    def redraw(block_size: int, longest: int, corruption: str):
         return draw_paged_attention((6, longest, 3), block_size, corruption, num_heads=num_heads)
 
-    return live_figure(draw, controls)
+    return live_figure(redraw, controls)
 
 
 # ---------------------------------------------------------------------------------------------
 # Context parallelism
 # ---------------------------------------------------------------------------------------------
-RANK_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7")
+@dataclass
+class CPAttentionRun:
+    """One request decoding its last position over the ranks, run one after the other."""
+
+    seq_len: int
+    interleave: int
+    block_size: int
+    owner: list[int]  # position -> the rank whose slot mapping gave it a slot
+    local_lens: list[int]  # [rank]: positions it stores
+    tables: list[list[int]]  # [rank]: its own block-table row
+    lses: list[list[float]]  # [rank][head]: its partial lse (-inf: it owns nothing)
+    shares: list[list[float]]  # [rank][head]: its weight exp(lse_r - lse) in the merge
+    errors: list[dict]  # simulate_ranks' errors against dense attention
+
+    @property
+    def world_size(self) -> int:
+        return len(self.local_lens)
 
 
-def rank_colour(rank: int) -> str:
-    return RANK_COLOURS[rank % len(RANK_COLOURS)]
+def run_cp_attention(seq_len: int, world_size: int, interleave: int, block_size: int):
+    """``simulate_ranks`` on one request of ``seq_len`` positions: what each rank stored and
+    how much of the merged softmax it carries."""
+    problem = CPProblem(
+        seq_lens=(seq_len,), num_heads=2, head_dim=16, block_size=block_size, interleave=interleave
+    )
+    run = simulate_ranks(problem, world_size)
+    states = run["states"]
+    lses, merged_lse = run["lses"].cpu(), run["merged"][1].cpu()
+    finite = torch.isfinite(lses)
+    shares = torch.where(finite, torch.exp(lses - merged_lse[None]), torch.zeros_like(lses))
+    # Owner of each position: the rank whose slot mapping gave it a slot (prompt + new token).
+    owner = [-1] * seq_len
+    for state in states:
+        for position, slot in enumerate(state.prompt_slots.cpu().tolist()):
+            if slot != PAD_SLOT_ID:
+                owner[position] = state.rank
+        if state.slot_mapping.cpu().tolist()[0] != PAD_SLOT_ID:
+            owner[seq_len - 1] = state.rank
+    return CPAttentionRun(
+        seq_len,
+        interleave,
+        block_size,
+        owner,
+        [int(s.local_lens[0]) for s in states],
+        [s.block_table[0].cpu().tolist() for s in states],
+        lses[:, 0].tolist(),
+        shares[:, 0].tolist(),
+        run["errors"],
+    )
 
 
 def draw_cp_attention(
@@ -349,108 +385,55 @@ def draw_cp_attention(
     """One request decoding position ``seq_len - 1`` over ``world_size`` ranks: ownership,
     local caches, each rank's weight exp(lse_r - lse) and the merged error; a Figure."""
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
-    problem = CPProblem(
-        seq_lens=(seq_len,), num_heads=2, head_dim=16, block_size=block_size,
-        interleave=interleave,
-    )  # fmt: skip
-    run = simulate_ranks(problem, world_size)
-    states = run["states"]
-    lses, merged_lse = run["lses"].cpu(), run["merged"][1].cpu()
-    shares = torch.where(
-        torch.isfinite(lses), torch.exp(lses - merged_lse[None]), torch.zeros_like(lses)
-    )  # [W, 1, H]
-    # Owner of each position: the rank whose slot mapping gave it a slot (prompt + new token).
-    owner = [-1] * seq_len
-    for state in states:
-        prompt = state.prompt_slots.cpu().tolist()
-        for position, slot in enumerate(prompt):
-            if slot != PAD_SLOT_ID:
-                owner[position] = state.rank
-        if state.slot_mapping.cpu().tolist()[0] != PAD_SLOT_ID:
-            owner[seq_len - 1] = state.rank
-    rows = 1 + world_size
-    top, row_height, bottom = 0.8, 0.72, 0.15  # inches
-    fig_height = top + row_height * rows + bottom
+    run = run_cp_attention(seq_len, world_size, interleave, block_size)
+    fig_height = ROW_TOP + ROW_HEIGHT * (1 + world_size) + 0.15
     fig = plt.figure(figsize=(WIDTH, fig_height))
+    # One horizontal scale for every row, so a box is the same size everywhere.
+    local_blocks = max(-(-n // block_size) for n in run.local_lens)
+    width = max(seq_len, 8, local_blocks * (block_size + 0.3))
 
     def row_axes(index: int):
-        y = (fig_height - top - (index + 1) * row_height) / fig_height
-        ax = fig.add_axes([0.11, y, 0.62, 0.9 * row_height / fig_height])
+        y = (fig_height - ROW_TOP - (index + 1) * ROW_HEIGHT) / fig_height
+        ax = fig.add_axes([0.11, y, 0.62, 0.9 * ROW_HEIGHT / fig_height])
         ax.set_axis_off()
-        return ax, y
-
-    # One horizontal scale for every row, so a box is the same size everywhere.
-    local_blocks = max(-(-int(s.local_lens[0]) // block_size) for s in states)
-    width = max(seq_len, 8, local_blocks * (block_size + 0.3))
-    block_points = block_size * 0.62 * WIDTH * 72 / (width + 0.2)
-
-    def block_label(rank: int, physical: int) -> str:
-        """Under a local block: whose cache it is in, if that fits under the block."""
-        for label in (f"rank {rank}'s block {physical}", f"r{rank} block {physical}"):
-            if _text_width(label, FONT_SIZE - 2) <= 0.95 * block_points:
-                return label
-        return str(physical)
-
-    owner_ax, _ = row_axes(0)
-    patches = boxes(owner_ax, 0, [rank_colour(r) for r in owner],
-                    [str(p) for p in range(seq_len)], text_colour="white",
-                    font_size=FONT_SIZE - 1)  # fmt: skip
-    for patch, r in zip(patches, owner, strict=True):
-        patch.set_gid(f"owner-r{r}")
-    patches[-1].set_edgecolor(HIGHLIGHT)
-    patches[-1].set_linewidth(2.2)
-    owner_ax.set_xlim(-0.1, width + 0.1)
-    owner_ax.set_ylim(-0.5, 0.9)
-    owner_ax.text(-0.4, 0.4, "position\n(owner)", ha="right", va="center", fontsize=FONT_SIZE)
-    local_axes = []
-    for state in states:
-        r = state.rank
-        ax, y = row_axes(r + 1)
-        local_axes.append(ax)
-        owned = [p for p in range(seq_len) if owner[p] == r]
-        n = int(state.local_lens[0])
-        table = state.block_table[0].cpu().tolist()
-        x = 0.0
-        for logical in range(-(-n // block_size) if n else 0):
-            chunk = owned[logical * block_size : (logical + 1) * block_size]
-            drawn = boxes(ax, 0, [rank_colour(r)] * len(chunk), [str(p) for p in chunk], x0=x,
-                          text_colour="white", font_size=FONT_SIZE - 1)  # fmt: skip
-            drawn += boxes(ax, 0, [EMPTY] * (block_size - len(chunk)), None,
-                           x0=x + len(chunk))  # fmt: skip
-            for patch in drawn[: len(chunk)]:
-                patch.set_gid(f"local-r{r}")
-            # Each rank numbers the blocks of its own cache: rank 0's block 4 and rank 1's
-            # block 4 are different memory.
-            ax.text(x + block_size / 2, -0.25, block_label(r, table[logical]), ha="center",
-                    va="center", fontsize=FONT_SIZE - 2)  # fmt: skip
-            x += block_size + 0.3
-        if n == 0:
-            ax.text(0, 0.4, "owns no position: lse = -inf, weight 0", va="center",
-                    fontsize=FONT_SIZE, color="#555555")  # fmt: skip
         ax.set_xlim(-0.1, width + 0.1)
         ax.set_ylim(-0.5, 0.9)
-        ax.text(-0.4, 0.4, f"rank {r}\n{_plural(n, 'position')}", ha="right", va="center",
-                fontsize=FONT_SIZE)  # fmt: skip
-        share = ", ".join(f"h{h} {float(shares[r, 0, h]):.2f}" for h in range(shares.shape[2]))
-        lse_text = ", ".join(
-            f"h{h} {float(v):.2f}" if torch.isfinite(v) else f"h{h} -inf"
-            for h, v in enumerate(lses[r, 0])
+        return ax, y
+
+    owner_ax, _ = row_axes(0)
+    colours, labels = [request_colour(r) for r in run.owner], [str(p) for p in range(seq_len)]
+    patches = boxes(owner_ax, 0, colours, labels, text_colour="white", font_size=FONT_SIZE - 1)
+    for patch, r in zip(patches, run.owner, strict=True):
+        patch.set_gid(f"owner-r{r}")
+    patches[-1].set(edgecolor=HIGHLIGHT, linewidth=2.2)
+    row_label(owner_ax, 0, "position\n(owner)")
+    block_points = block_size * 0.62 * WIDTH * 72 / (width + 0.2)
+    local_axes = []
+    for r in range(world_size):
+        ax, y = row_axes(r + 1)
+        local_axes.append(ax)
+        _paint_local_cache(ax, run, r, block_points)
+        lse = ", ".join(
+            f"h{h} {v:.2f}" if v > -math.inf else f"h{h} -inf" for h, v in enumerate(run.lses[r])
         )
-        fig.text(0.75, y + 0.5 * row_height / fig_height, f"lse: {lse_text}\nweight: {share}",
-                 fontsize=FONT_SIZE - 1, va="center")  # fmt: skip
-    errors = run["errors"][0]
+        share = ", ".join(f"h{h} {v:.2f}" for h, v in enumerate(run.shares[r]))
+        at = (0.75, y + 0.5 * ROW_HEIGHT / fig_height)
+        fig.text(*at, f"lse: {lse}\nweight: {share}", fontsize=FONT_SIZE - 1, va="center")
+    handles = [key(request_colour(r), f"rank {r}") for r in range(world_size)]
+    handles.append(key("white", "new token", HIGHLIGHT, linewidth=2))
+    anchor = (0.99, 1 - (ROW_TOP + 0.5 * ROW_HEIGHT) / fig_height)
     fig.legend(
-        handles=[Patch(facecolor=rank_colour(r), edgecolor=EDGE, label=f"rank {r}")
-                 for r in range(world_size)]
-        + [Patch(facecolor="white", edgecolor=HIGHLIGHT, linewidth=2, label="new token")],
-        loc="center right", bbox_to_anchor=(0.99, 1 - (top + 0.5 * row_height) / fig_height),
+        handles=handles,
+        loc="center right",
+        bbox_to_anchor=anchor,
         fontsize=FONT_SIZE - 1,
-        frameon=False, ncol=2,
-    )  # fmt: skip
+        frameon=False,
+        ncol=2,
+    )
+    errors = run.errors[0]
     fig.suptitle(
-        f"Context-parallel decode of position {seq_len - 1}: W = {_plural(world_size, 'rank')}, "
+        f"Context-parallel decode of position {seq_len - 1}: W = {plural(world_size, 'rank')}, "
         f"interleave I = {interleave}, block size B = {block_size}. Each rank attends to the "
         "positions it stores;\n"
         f"the merge weighs rank r by exp(lse_r - lse). Merged vs dense attention: max error "
@@ -458,33 +441,56 @@ def draw_cp_attention(
         fontsize=FONT_SIZE + 1,
     )
     fig.slotmap_run = {
-        "owner": owner,
-        "local_lens": [int(s.local_lens[0]) for s in states],
-        "shares": shares[:, 0].tolist(),
-        "errors": run["errors"],
+        "owner": run.owner,
+        "local_lens": run.local_lens,
+        "shares": run.shares,
+        "errors": run.errors,
         "local_axes": local_axes,
     }
     return fig
 
 
+ROW_TOP, ROW_HEIGHT = 0.8, 0.72  # the CP figure's title band and each row, in inches
+
+
+def _paint_local_cache(ax, run: CPAttentionRun, r: int, block_points: float) -> None:
+    """Rank ``r``'s own cache: its logical blocks, each under the physical block of its own
+    cache it is (rank 0's block 4 and rank 1's block 4 are different memory)."""
+    owned = [p for p in range(run.seq_len) if run.owner[p] == r]
+    n, size, x = run.local_lens[r], run.block_size, 0.0
+    for logical in range(-(-n // size) if n else 0):
+        chunk = owned[logical * size : (logical + 1) * size]
+        colours, labels = [request_colour(r)] * len(chunk), [str(p) for p in chunk]
+        drawn = boxes(ax, 0, colours, labels, x0=x, text_colour="white", font_size=FONT_SIZE - 1)
+        boxes(ax, 0, [EMPTY] * (size - len(chunk)), None, x0=x + len(chunk))
+        for patch in drawn:
+            patch.set_gid(f"local-r{r}")
+        physical = run.tables[r][logical]
+        names = [f"rank {r}'s block {physical}", f"r{r} block {physical}"]
+        label = first_fitting(names, 0.95 * block_points, FONT_SIZE - 2, str(physical))
+        ax.text(x + size / 2, -0.25, label, **CENTRE, fontsize=FONT_SIZE - 2)
+        x += size + 0.3
+    if n == 0:
+        ax.text(
+            0,
+            0.4,
+            "owns no position: lse = -inf, weight 0",
+            va="center",
+            fontsize=FONT_SIZE,
+            color="#555555",
+        )
+    row_label(ax, 0, f"rank {r}\n{plural(n, 'position')}")
+
+
 def cp_attention_widget(seq_len: int = 13, world_size: int = 2, interleave: int = 2):
     """``draw_cp_attention`` with sliders for the length, the ranks and the interleave
     (block size 4: interleaves 1, 2 and 4 divide it)."""
-    import ipywidgets as widgets
+    from slotmap.viz.live import choice, live_figure, slider
 
-    from slotmap.viz.live import live_figure
-
-    style = {"description_width": "initial"}
     controls = {
-        "seq_len": widgets.IntSlider(
-            value=seq_len, min=1, max=24, description="sequence length", style=style
-        ),
-        "world_size": widgets.IntSlider(
-            value=world_size, min=1, max=4, description="ranks W", style=style
-        ),
-        "interleave": widgets.Dropdown(
-            options=[1, 2, 4], value=interleave, description="interleave I", style=style
-        ),
+        "seq_len": slider("sequence length", seq_len, 1, 24),
+        "world_size": slider("ranks W", world_size, 1, 4),
+        "interleave": choice("interleave I", [1, 2, 4], interleave),
     }
     return live_figure(draw_cp_attention, controls)
 
