@@ -54,6 +54,8 @@ c.SharedPasswordAuthenticator.user_password = os.environ.get("SLOTMAP_HUB_PASSWO
 c.SharedPasswordAuthenticator.admin_password = os.environ.get("SLOTMAP_HUB_ADMIN_PASSWORD", "")
 c.Authenticator.admin_users = ADMINS
 c.Authenticator.allow_all = True  # anyone with the room's password gets their own server
+# A learner's name becomes a system user's: lower-case letters and digits only.
+c.Authenticator.username_pattern = r"^[a-z][a-z0-9]{0,30}$"
 
 # Each learner's server: their course copy synced first, then jupyterhub-singleuser on it.
 c.Spawner.cmd = [PYTHON, "-m", "slotmap", "workshop", "learner-server"]
