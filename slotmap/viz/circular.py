@@ -24,6 +24,7 @@ from slotmap.exercises.lesson04 import triton_remainder
 from slotmap.kernels.slot_mapping import compute_slot_mapping
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
+from slotmap.viz.draw import CENTRE, key, legend, row_label, shared_slots
 from slotmap.viz.style import (
     EDGE,
     EMPTY,
@@ -32,6 +33,7 @@ from slotmap.viz.style import (
     PAD,
     WIDTH,
     boxes,
+    figure,
     request_colour,
 )
 
@@ -49,6 +51,14 @@ class RingRun:
     batch_expected: list[int]  # from the oracle
     holder: list[int | None]  # slot j of the ring -> position it holds after the last write
     overwritten: list[list[int]]  # slot j -> positions written there before, oldest first
+
+    def state(self, j: int) -> str:
+        """Slot j of the ring: ``window`` (holds a position of the window), ``stale`` (an
+        older one) or ``empty`` (never written)."""
+        held = self.holder[j]
+        if held is None:
+            return "empty"
+        return "window" if held > self.position - self.window else "stale"
 
 
 def _slots(positions: list[int], block_number: int, block_size: int) -> tuple[list, list]:
@@ -76,121 +86,21 @@ def run_ring(position: int, window: int, block_size: int, block_number: int = 3)
             if holder[j] is not None:
                 overwritten[j].append(holder[j])
             holder[j] = p
-    return RingRun(
-        position,
-        window,
-        block_size,
-        block_number,
-        batch,
-        batch_slots,
-        batch_expected,
-        holder,
-        overwritten,
-    )
+    slots = (batch_slots, batch_expected)
+    return RingRun(position, window, block_size, block_number, batch, *slots, holder, overwritten)
 
 
 def draw_ring(position: int = 13, window: int = 6, block_size: int = 8, block_number: int = 3):
     """A ring buffer of ``block_size`` slots after writing positions 0..``position``, and the
     slots of the batch of the last ``window`` positions; returns a matplotlib Figure."""
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch, Wedge
 
     run = run_ring(position, window, block_size, block_number)
     fig = plt.figure(figsize=(WIDTH, 4.6))
     ring_ax = fig.add_axes([0.0, 0.02, 0.42, 0.8])
     batch_ax = fig.add_axes([0.44, 0.3, 0.55, 0.45])
-    for ax in (ring_ax, batch_ax):
-        ax.set_axis_off()
-    ring_ax.set_aspect("equal")
-    ring_ax.set_xlim(-1.45, 1.45)
-    ring_ax.set_ylim(-1.3, 1.3)
-    in_window = set(range(position - window + 1, position + 1))
-    step = 360.0 / block_size
-    base = block_number * block_size
-    for j in range(block_size):
-        # Slot j spans a wedge clockwise from the top.
-        start = 90 - (j + 1) * step
-        held = run.holder[j]
-        if held is None:
-            colour, gid = EMPTY, "ring-empty"
-        elif held in in_window:
-            colour, gid = request_colour(0), "ring-window"
-        else:
-            colour, gid = STALE, "ring-stale"
-        newest = held == position
-        wedge = Wedge(
-            (0, 0),
-            1.0,
-            start,
-            start + step,
-            width=0.45,
-            facecolor=colour,
-            edgecolor=HIGHLIGHT if newest else EDGE,
-            linewidth=2.6 if newest else 0.8,
-            zorder=3 if newest else 2,
-            gid=gid,
-        )
-        ring_ax.add_artist(wedge)
-        angle = math.radians(start + step / 2)
-        cos, sin = math.cos(angle), math.sin(angle)
-        label = "" if held is None else f"p {held}"
-        ring_ax.text(
-            0.775 * cos,
-            0.775 * sin,
-            label,
-            ha="center",
-            va="center",
-            fontsize=FONT_SIZE if block_size <= 12 else FONT_SIZE - 2,
-            color="white" if gid == "ring-window" else "black",
-        )
-        ring_ax.text(
-            1.16 * cos,
-            1.16 * sin,
-            str(base + j),
-            ha="center",
-            va="center",
-            fontsize=FONT_SIZE - 1,
-            color="#555555",
-        )
-    overwritten = sum(len(o) for o in run.overwritten)
-    ring_ax.text(
-        0, 0.08, f"block {block_number}", ha="center", va="center", fontsize=FONT_SIZE + 1
-    )
-    ring_ax.text(
-        0,
-        -0.14,
-        f"{overwritten} tokens\noverwritten",
-        ha="center",
-        va="center",
-        fontsize=FONT_SIZE - 1,
-        color="#555555",
-    )
-
-    # The batch of this step: position and slot of each token, from the kernel.
-    n = len(run.batch_positions)
-    pad = [s == PAD_SLOT_ID for s in run.batch_slots]
-    token_colours = [PAD if p else request_colour(0) for p in pad]
-    boxes(batch_ax, 1.1, token_colours, [str(p) for p in run.batch_positions], text_colour="white")
-    # A ring smaller than the window makes two tokens of one batch share a slot.
-    shared = {s for s in run.batch_slots if s != PAD_SLOT_ID and run.batch_slots.count(s) > 1}
-    slot_colours = [
-        PAD if p else HIGHLIGHT if s in shared else EMPTY
-        for p, s in zip(pad, run.batch_slots, strict=True)
-    ]
-    slot_labels = ["PAD" if p else str(s) for p, s in zip(pad, run.batch_slots, strict=True)]
-    patches = boxes(batch_ax, 0, slot_colours, slot_labels)
-    for patch, is_pad, slot in zip(patches, pad, run.batch_slots, strict=True):
-        patch.set_gid(
-            "batch-pad" if is_pad else "batch-collision" if slot in shared else "batch-slot"
-        )
-    batch_ax.text(-0.3, 1.5, "position", ha="right", va="center", fontsize=FONT_SIZE)
-    batch_ax.text(-0.3, 0.4, "slot", ha="right", va="center", fontsize=FONT_SIZE)
-    batch_ax.set_xlim(-2.2, max(n, 8) + 0.2)
-    batch_ax.set_ylim(-0.3, 2.1)
-    batch_ax.set_title(
-        f"the sliding window as one batch: the last {window} positions (kernel output)",
-        fontsize=FONT_SIZE,
-    )
+    _paint_ring(ring_ax, run)
+    shared = _paint_window_batch(batch_ax, run)
     agree = run.batch_slots == run.batch_expected
     verdict = "kernel = reference" if agree else "KERNEL DIFFERS FROM THE REFERENCE"
     if shared:
@@ -198,21 +108,15 @@ def draw_ring(position: int = 13, window: int = 6, block_size: int = 8, block_nu
             f"; the window ({window}) is larger than the ring ({block_size} slots): "
             f"tokens of this batch collide (red)"
         )
-    fig.legend(
-        handles=[
-            Patch(facecolor=request_colour(0), edgecolor=EDGE, label="in the window"),
-            Patch(facecolor=STALE, edgecolor=EDGE, label="older than the window"),
-            Patch(facecolor=EMPTY, edgecolor=EDGE, label="never written"),
-            Patch(facecolor="white", edgecolor=HIGHLIGHT, linewidth=2, label="newest token"),
-            Patch(facecolor=PAD, edgecolor=EDGE, label="PAD (negative position)"),
-            Patch(facecolor=HIGHLIGHT, edgecolor=EDGE, label="slot used twice in the batch"),
-        ],
-        loc="lower right",
-        bbox_to_anchor=(0.99, 0.02),
-        ncol=3,
-        fontsize=FONT_SIZE - 1,
-        frameon=False,
-    )
+    handles = [
+        key(request_colour(0), "in the window"),
+        key(STALE, "older than the window"),
+        key(EMPTY, "never written"),
+        key("white", "newest token", HIGHLIGHT, linewidth=2),
+        key(PAD, "PAD (negative position)"),
+        key(HIGHLIGHT, "slot used twice in the batch"),
+    ]
+    legend(fig, handles, loc="lower right", bbox_to_anchor=(0.99, 0.02), ncol=3)
     fig.suptitle(
         f"Ring buffer of one block ({block_size} slots), decoding position {position}: "
         f"slot = {block_number}·{block_size} + p mod {block_size}; negative p -> PAD\n" + verdict,
@@ -222,11 +126,66 @@ def draw_ring(position: int = 13, window: int = 6, block_size: int = 8, block_nu
     return fig
 
 
+RING_COLOURS = {"empty": EMPTY, "window": request_colour(0), "stale": STALE}
+
+
+def _paint_ring(ax, run: RingRun) -> None:
+    """Slot j is a wedge clockwise from the top, labelled with the position it holds (inside)
+    and its slot number (outside); the newest token's wedge edged in red."""
+    from matplotlib.patches import Wedge
+
+    ax.set_axis_off()
+    ax.set_aspect("equal")
+    ax.set_xlim(-1.45, 1.45)
+    ax.set_ylim(-1.3, 1.3)
+    step = 360.0 / run.block_size
+    size = FONT_SIZE if run.block_size <= 12 else FONT_SIZE - 2
+    for j in range(run.block_size):
+        start, held, state = 90 - (j + 1) * step, run.holder[j], run.state(j)
+        edge = (HIGHLIGHT, 2.6, 3) if held == run.position else (EDGE, 0.8, 2)
+        shape = ((0, 0), 1.0, start, start + step)
+        wedge = Wedge(*shape, width=0.45, facecolor=RING_COLOURS[state], gid=f"ring-{state}")
+        wedge.set(edgecolor=edge[0], linewidth=edge[1], zorder=edge[2])
+        ax.add_artist(wedge)
+        angle = math.radians(start + step / 2)
+        cos, sin = math.cos(angle), math.sin(angle)
+        label = "" if held is None else f"p {held}"
+        text_colour = "white" if state == "window" else "black"
+        ax.text(0.775 * cos, 0.775 * sin, label, **CENTRE, fontsize=size, color=text_colour)
+        slot = str(run.block_number * run.block_size + j)
+        ax.text(1.16 * cos, 1.16 * sin, slot, **CENTRE, fontsize=FONT_SIZE - 1, color="#555555")
+    overwritten = sum(len(o) for o in run.overwritten)
+    ax.text(0, 0.08, f"block {run.block_number}", **CENTRE, fontsize=FONT_SIZE + 1)
+    note = f"{overwritten} tokens\noverwritten"
+    ax.text(0, -0.14, note, **CENTRE, fontsize=FONT_SIZE - 1, color="#555555")
+
+
+def _paint_window_batch(ax, run: RingRun) -> set[int]:
+    """The batch of this step: position and slot of each token, from the kernel; returns the
+    slots two of its tokens share (a ring smaller than the window)."""
+    ax.set_axis_off()
+    pad = [s == PAD_SLOT_ID for s in run.batch_slots]
+    colours = [PAD if p else request_colour(0) for p in pad]
+    boxes(ax, 1.1, colours, [str(p) for p in run.batch_positions], text_colour="white")
+    shared = shared_slots(run.batch_slots)
+    pairs = list(zip(pad, run.batch_slots, strict=True))
+    colours = [PAD if p else HIGHLIGHT if s in shared else EMPTY for p, s in pairs]
+    patches = boxes(ax, 0, colours, ["PAD" if p else str(s) for p, s in pairs])
+    for patch, (is_pad, slot) in zip(patches, pairs, strict=True):
+        kind = "pad" if is_pad else "collision" if slot in shared else "slot"
+        patch.set_gid(f"batch-{kind}")
+    row_label(ax, 1.1, "position", -0.3)
+    row_label(ax, 0, "slot", -0.3)
+    ax.set_xlim(-2.2, max(len(run.batch_positions), 8) + 0.2)
+    ax.set_ylim(-0.3, 2.1)
+    title = f"the sliding window as one batch: the last {run.window} positions (kernel output)"
+    ax.set_title(title, fontsize=FONT_SIZE)
+    return shared
+
+
 def draw_remainder(block_size: int = 4, low: int = -9, high: int = 6, block_number: int = 3):
     """``p % B``: Python's floor, Triton's truncation (a kernel run), and the circular slot
     the production kernel gives, for positions ``low..high``."""
-    from slotmap.viz.style import figure
-
     positions = list(range(low, high + 1))
     pos = torch.tensor(positions, dtype=torch.int64, device=DEVICE)
     python = [p % block_size for p in positions]
@@ -254,17 +213,11 @@ def draw_remainder(block_size: int = 4, low: int = -9, high: int = 6, block_numb
     ]
     for ax, (label, colours, values, gid) in zip(axes, rows, strict=True):
         text_colour = "white" if gid == "slot" else "black"
-        patches = boxes(
-            ax,
-            0,
-            colours,
-            [str(v) for v in values],
-            font_size=FONT_SIZE - 1,
-            text_colour=text_colour,
-        )
+        labels = [str(v) for v in values]
+        patches = boxes(ax, 0, colours, labels, font_size=FONT_SIZE - 1, text_colour=text_colour)
         for patch, value in zip(patches, values, strict=True):
             patch.set_gid(f"{gid}-negative" if isinstance(value, int) and value < 0 else gid)
-        ax.text(-0.4, 0.4, label, ha="right", va="center", fontsize=FONT_SIZE)
+        row_label(ax, 0, label)
         ax.set_xlim(-0.2, len(positions) + 0.2)
         ax.set_ylim(-0.1, 0.9)
     fig.suptitle(
@@ -284,20 +237,11 @@ def draw_remainder(block_size: int = 4, low: int = -9, high: int = 6, block_numb
 
 def ring_widget(position: int = 13, window: int = 6, block_size: int = 8):
     """``draw_ring`` with sliders for the newest position, the window and the ring's size."""
-    import ipywidgets as widgets
+    from slotmap.viz.live import live_figure, slider
 
-    from slotmap.viz.live import live_figure
-
-    style = {"description_width": "initial"}
     controls = {
-        "position": widgets.IntSlider(
-            value=position, min=0, max=40, description="position", style=style
-        ),
-        "window": widgets.IntSlider(
-            value=window, min=1, max=16, description="window", style=style
-        ),
-        "block_size": widgets.IntSlider(
-            value=block_size, min=2, max=16, description="ring slots (block size)", style=style
-        ),
+        "position": slider("position", position, 0, 40),
+        "window": slider("window", window, 1, 16),
+        "block_size": slider("ring slots (block size)", block_size, 2, 16),
     }
     return live_figure(draw_ring, controls)

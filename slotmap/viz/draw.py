@@ -126,6 +126,12 @@ def key(colour: Any, label: str, edge: str = style.EDGE, **kwargs):
     return Patch(facecolor=colour, edgecolor=edge, label=label, **kwargs)
 
 
+def legend(owner, handles: list, **kwargs):
+    """A frameless legend of ``handles`` on a figure or axes, at the notes' size."""
+    kwargs = {"fontsize": style.FONT_SIZE - 1, "frameon": False, **kwargs}
+    return owner.legend(handles=handles, **kwargs)
+
+
 # ---------------------------------------------------------------------------------------------
 # A canvas measured in cells
 # ---------------------------------------------------------------------------------------------
