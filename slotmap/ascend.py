@@ -227,6 +227,7 @@ _SHOWN = (
     "GATHER_AS_FLOAT",
     "LANE_LOADS",
     "PARALLEL_TILES",
+    "parallel_tiles",
     "TOTAL_CP_WORLD_SIZE",
     "TOTAL_CP_RANK",
     "CP_KV_CACHE_INTERLEAVE_SIZE",
@@ -243,7 +244,7 @@ _SHOWN = (
 def describe(launch: dict) -> str:
     """``kernel`` and the constants that tell its configurations apart, on one line."""
     name = launch["kernel"].rsplit(":", 1)[1]
-    constants = launch["constants"]
+    constants = {**launch["constants"], **launch.get("values", {})}
     shown = [f"{k}={constants[k]}" for k in _SHOWN if k in constants]
     others = sorted(k for k, v in constants.items() if k not in _SHOWN and v is not None)
     shown += [f"{k}={constants[k]}" for k in others]

@@ -22,6 +22,9 @@ from typing import Any
 RECORD_VAR = "SLOTMAP_RECORD_LAUNCHES"
 # Keyword arguments of a launch that are not kernel parameters (Triton's launch options).
 LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "grid", "warmup"}
+# Runtime arguments whose value a launch records too: they shape the work a program does
+# (programs per request), where the compiler sees only their type.
+RECORDED_VALUES = {"parallel_tiles"}
 _TORCH_DTYPES = {
     "int8": "i8",
     "int16": "i16",
@@ -62,6 +65,7 @@ def describe_launch(fn: Any, args: tuple, kwargs: dict) -> dict:
     bound.apply_defaults()
     signature: dict[str, str] = {}
     constants: dict[str, Any] = {}
+    values: dict[str, Any] = {}
     for name, value in bound.arguments.items():
         annotation = str(parameters[name].annotation)
         if "constexpr" in annotation:
@@ -72,16 +76,20 @@ def describe_launch(fn: Any, args: tuple, kwargs: dict) -> dict:
             signature[name] = "constexpr"
         else:
             signature[name] = kind
-    return {
+            if name in RECORDED_VALUES:
+                values[name] = value
+    launch = {
         "kernel": f"{fn.__module__}:{fn.__qualname__}",
         "signature": signature,
         "constants": constants,
     }
+    return {**launch, "values": values} if values else launch
 
 
 def launch_key(launch: dict) -> str:
     """The identity of a specialisation: kernel, signature and constants."""
-    return json.dumps([launch["kernel"], launch["signature"], launch["constants"]], sort_keys=True)
+    fields = [launch["kernel"], launch["signature"], launch["constants"], launch.get("values", {})]
+    return json.dumps(fields, sort_keys=True)
 
 
 _seen: set[str] = set()

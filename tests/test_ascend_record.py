@@ -35,10 +35,10 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
 def test_the_npu_policy_makes_the_npu_choices_on_the_cpu_interpreter():
     code = (
         "import slotmap, triton\n"
-        "from slotmap.kernels import common, fused_groups\n"
-        "print(slotmap.BACKEND.name, slotmap.BACKEND.policy, common.DEFAULT_GATHER_AS_FLOAT,\n"
-        "      common.launch_shape(8192, 4, None, None, None),\n"
-        "      common.use_token_grid(256, 256, None, None),\n"
+        "from slotmap.kernels import fused_groups, launch, token_grid\n"
+        "print(slotmap.BACKEND.name, slotmap.BACKEND.policy, launch.DEFAULT_GATHER_AS_FLOAT,\n"
+        "      launch.launch_shape(8192, 4, None, None, None),\n"
+        "      token_grid.use_token_grid(256, 256, None, None),\n"
         "      fused_groups.use_lane_loads(None, None))\n"
     )
     npu = run_python(code, SLOTMAP_BACKEND="cpu", SLOTMAP_LAUNCH_POLICY="npu")
@@ -48,7 +48,7 @@ def test_the_npu_policy_makes_the_npu_choices_on_the_cpu_interpreter():
     assert cuda.returncode == 0, cuda.stderr
     gpu = "cpu cuda False (1024, 2, {'num_warps': 8}) True True"
     assert cuda.stdout.splitlines()[-1] == gpu
-    wrong = run_python("import slotmap", SLOTMAP_LAUNCH_POLICY="tpu")
+    wrong = run_python("import slotmap.backend", SLOTMAP_LAUNCH_POLICY="tpu")
     assert wrong.returncode != 0 and "SLOTMAP_LAUNCH_POLICY='tpu'" in wrong.stderr
 
 

@@ -100,7 +100,7 @@ MUTANTS = {
         "            slot_mapping_ptr,\n"
         "            num_tokens + part * TILE_BLOCK_SIZE,\n"
         "            max_num_tokens,\n"
-        "            PARALLEL_TILES,\n"
+        "            parallel_tiles,\n"
         "            PAD_ID,\n"
         "            TILE_BLOCK_SIZE,\n"
         "        )\n"

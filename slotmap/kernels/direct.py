@@ -36,7 +36,7 @@ from slotmap.layout import PAD_SLOT_ID, SlotLayout
 from slotmap.validate import check_slot_mapping_inputs, resolve_counts
 
 
-@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens"])
+@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "parallel_tiles"])
 def _compute_slot_mapping_direct_kernel(
     num_tokens,  # int: real tokens in the batch
     max_num_tokens,  # int: length of slot_mapping
@@ -54,7 +54,7 @@ def _compute_slot_mapping_direct_kernel(
     PAD_ID: tl.constexpr,
     TILE_BLOCK_SIZE: tl.constexpr,
     IS_CIRCULAR: tl.constexpr = False,
-    PARALLEL_TILES: tl.constexpr = 1,  # programs per request along grid axis 1
+    parallel_tiles=1,  # programs per request along grid axis 1 (runtime: one compile)
 ):
     # slot = block_table[q, pos // block_size] * block_size + pos % block_size, one load a lane
     req_idx = tl.program_id(0)
@@ -64,7 +64,7 @@ def _compute_slot_mapping_direct_kernel(
             slot_mapping_ptr,
             num_tokens + part * TILE_BLOCK_SIZE,
             max_num_tokens,
-            PARALLEL_TILES,
+            parallel_tiles,
             PAD_ID,
             TILE_BLOCK_SIZE,
         )
@@ -74,7 +74,7 @@ def _compute_slot_mapping_direct_kernel(
     end_idx = tl.minimum(tl.load(query_start_loc_ptr + req_idx + 1), num_tokens)
     block_table_row_ptr = block_table_ptr + req_idx * block_table_stride
     for tile_start in range(
-        start_idx + part * TILE_BLOCK_SIZE, end_idx, PARALLEL_TILES * TILE_BLOCK_SIZE
+        start_idx + part * TILE_BLOCK_SIZE, end_idx, parallel_tiles * TILE_BLOCK_SIZE
     ):
         offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
         mask = offsets < end_idx
@@ -220,13 +220,18 @@ def compute_slot_mapping_direct(
             # padding programs write the tail.
             kernel = _compute_slot_mapping_direct_tokens_kernel
             tile, grid, options = token_launch_shape(
-                num_tokens, max_num_tokens, num_reqs, knobs.tile_size, knobs.num_warps
+                num_tokens,
+                max_num_tokens,
+                num_reqs,
+                knobs.tile_size,
+                knobs.num_warps,
+                req_capacity=block_table.shape[0],
             )
         else:  # production's request grid, as the window kernel's
             kernel = _compute_slot_mapping_direct_kernel
             tile, parallel, options = launch_shape(num_tokens, num_reqs, *knobs.request_grid())
             grid = (num_reqs + 1, parallel)
-            options["PARALLEL_TILES"] = parallel
+            options["parallel_tiles"] = parallel
         constants = layout.constants() | options | {"TILE_BLOCK_SIZE": tile}
         plan = Plan(kernel, check_grid(grid), constants)
         if out is None:

@@ -28,7 +28,7 @@ from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, SlotLayout, window_size
 from slotmap.validate import check_slot_mapping_inputs, resolve_counts
 
 
-@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens"])
+@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "parallel_tiles"])
 def _compute_slot_mapping_kernel(
     num_tokens,  # int: real tokens in the batch (= query_start_loc[num_reqs])
     max_num_tokens,  # int: length of slot_mapping (a persistent buffer; past num_tokens: PAD_ID)
@@ -51,7 +51,7 @@ def _compute_slot_mapping_kernel(
     window_trace_ptr=None,  # [num_reqs, window_trace_width], int32: window base of each tile
     window_trace_width=0,  # int: tiles recorded per request
     TRACE_WINDOWS: tl.constexpr = False,  # teaching aid: record where each tile's window starts
-    PARALLEL_TILES: tl.constexpr = 1,  # programs per request along grid axis 1 (1: production)
+    parallel_tiles=1,  # programs per request along grid axis 1 (1: production)
 ):
     # slot = block_table[q, pos // block_size] * block_size + pos % block_size
     # e.g. block_size 4, row [7, 2]: positions 0..5 -> slots 28 29 30 31 8 9
@@ -67,7 +67,7 @@ def _compute_slot_mapping_kernel(
             slot_mapping_ptr,
             num_tokens + part * TILE_BLOCK_SIZE,
             max_num_tokens,
-            PARALLEL_TILES,
+            parallel_tiles,
             PAD_ID,
             TILE_BLOCK_SIZE,
         )
@@ -82,7 +82,7 @@ def _compute_slot_mapping_kernel(
 
     # One tile of TILE_BLOCK_SIZE tokens at a time; lanes past the request's end are masked.
     for tile_start in range(
-        start_idx + part * TILE_BLOCK_SIZE, end_idx, PARALLEL_TILES * TILE_BLOCK_SIZE
+        start_idx + part * TILE_BLOCK_SIZE, end_idx, parallel_tiles * TILE_BLOCK_SIZE
     ):
         offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
         mask = offsets < end_idx
@@ -222,7 +222,7 @@ def window_kernel_constants(
         TILE_BLOCK_SIZE=tile_size,
         BLOCK_TABLE_WINDOW_SIZE=window_size(tile_size, layout.block_size),
         GATHER_AS_FLOAT=gather_as_float,
-        PARALLEL_TILES=parallel_tiles,
+        parallel_tiles=parallel_tiles,
     )
 
 

@@ -319,6 +319,7 @@ def token_launch_shape(
     num_reqs: int,
     tile_size: int | None,
     num_warps: int | None,
+    req_capacity: int = 0,
 ) -> tuple[int, tuple[int], dict]:
     """(tile, grid, launch options) of a token-grid launch; None picks, a number is taken.
 
@@ -326,7 +327,9 @@ def token_launch_shape(
       interpreter takes the lessons' 1024. Small tiles on one warp win on decode and mixed
       batches (no cross-warp reduction; swept on the H200, docs/performance.md);
     * warps: one up to 64 lanes, 4 above;
-    * the kernel's ``num_reqs``, ``REQ_LANES`` (request ends a miss loads) and
+    * the kernel's ``num_reqs``, ``REQ_LANES`` (request ends a miss loads: sized for
+      ``req_capacity``, the block table's rows, so that a serving loop whose batch grows and
+      shrinks compiles one kernel, not one per power of two of requests) and
       ``PAD_TILE_SIZE``, and ``EARLY_ENDS``: a batch that cannot be all decode
       (``num_tokens != num_reqs``) samples the request ends up front, beside the positions;
       a possible decode batch loads them only when its guess misses.
@@ -345,7 +348,7 @@ def token_launch_shape(
     options = warps_option(tile_size, num_warps)
     options.update(
         num_reqs=num_reqs,
-        REQ_LANES=triton.next_power_of_2(max(num_reqs, 1)),
+        REQ_LANES=triton.next_power_of_2(max(num_reqs, min(req_capacity, MAX_TOKEN_GRID_REQS), 1)),
         PAD_TILE_SIZE=PAD_TILE,
         EARLY_ENDS=num_tokens != num_reqs,
     )

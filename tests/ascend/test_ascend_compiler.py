@@ -81,7 +81,7 @@ def test_the_npu_policy_never_launches_a_gpu_only_variant():
         # Production's single-group launch is one program a request; only the fused kernel
         # spreads requests over parallel tiles (as vllm-ascend's adaptive fused kernel does).
         if "fused_groups" not in launch["kernel"]:
-            assert launch["constants"].get("PARALLEL_TILES", 1) == 1, ascend.describe(launch)
+            assert launch.get("values", {}).get("parallel_tiles", 1) == 1, ascend.describe(launch)
 
 
 def test_the_window_gathers_inside_a_contiguous_window_with_no_scalar_loop(compiled):
