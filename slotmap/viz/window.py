@@ -23,6 +23,7 @@ from slotmap.exercises.lesson03 import launch_production_with_window
 from slotmap.kernels.slot_mapping import compute_slot_mapping
 from slotmap.layout import cdiv, next_power_of_2, window_size
 from slotmap.reference import slot_mapping_oracle, window_bases_oracle
+from slotmap.viz.draw import key, legend, row_label
 from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, boxes, figure
 
 TILE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
@@ -40,6 +41,13 @@ def example_block_table(entries: int, seed: int = 3) -> list[int]:
     numbers = list(range(10, 10 + 2 * entries))
     random.Random(seed).shuffle(numbers)
     return numbers[:entries]
+
+
+def _request(positions: list[int], row: list[int]):
+    """(query_start_loc, positions, block_table) of one request on the active backend."""
+    qsl = torch.tensor([0, len(positions)], dtype=torch.int32, device=DEVICE)
+    pos = torch.tensor(positions, dtype=torch.int64, device=DEVICE)
+    return qsl, pos, torch.tensor([row], dtype=torch.int32, device=DEVICE)
 
 
 @dataclass
@@ -81,27 +89,16 @@ def run_windows(
     positions = list(range(first_position, first_position + num_tokens))
     entries = (positions[-1] // block_size + 1 if positions else 1) + 2
     row = example_block_table(entries)
-    qsl = torch.tensor([0, num_tokens], dtype=torch.int32, device=DEVICE)
-    pos = torch.tensor(positions, dtype=torch.int64, device=DEVICE)
-    table = torch.tensor([row], dtype=torch.int32, device=DEVICE)
+    qsl, pos, table = _request(positions, row)
     tiles = cdiv(num_tokens, tile_size)
     trace = torch.full((1, max(tiles, 1)), -1, dtype=torch.int32, device=DEVICE)
-    slots = compute_slot_mapping(
-        qsl, pos, table, block_size, tile_size=tile_size, window_trace=trace
-    )
-    expected = slot_mapping_oracle(qsl.cpu(), pos.cpu(), table.cpu(), block_size)
-    oracle_bases = window_bases_oracle(qsl.cpu(), pos.cpu(), block_size, tile_size=tile_size)
-    return WindowRun(
-        positions,
-        row,
-        block_size,
-        tile_size,
-        window_size(tile_size, block_size),
-        slots.cpu().tolist(),
-        expected.tolist(),
-        trace.cpu()[0, :tiles].tolist(),
-        oracle_bases[0],
-    )
+    options = {"tile_size": tile_size, "window_trace": trace}
+    slots = compute_slot_mapping(qsl, pos, table, block_size, **options).cpu().tolist()
+    expected = slot_mapping_oracle(qsl.cpu(), pos.cpu(), table.cpu(), block_size).tolist()
+    bases = window_bases_oracle(qsl.cpu(), pos.cpu(), block_size, tile_size=tile_size)[0]
+    window = window_size(tile_size, block_size)
+    traced = trace.cpu()[0, :tiles].tolist()
+    return WindowRun(positions, row, block_size, tile_size, window, slots, expected, traced, bases)
 
 
 def _window_outline(ax, base: int, window: int, row_length: int, y: float, colour: str):
@@ -109,29 +106,13 @@ def _window_outline(ax, base: int, window: int, row_length: int, y: float, colou
     from matplotlib.patches import Rectangle
 
     inside = max(0, min(window, row_length - base))
-    frame = Rectangle(
-        (base - 0.08, y - 0.12),
-        inside + 0.16,
-        1.04,
-        fill=False,
-        edgecolor=colour,
-        linewidth=2.4,
-        gid="window",
-    )
+    frame = Rectangle((base - 0.08, y - 0.12), inside + 0.16, 1.04, fill=False, gid="window")
+    frame.set(edgecolor=colour, linewidth=2.4)
     ax.add_artist(frame)
     if inside < window:
-        ax.add_artist(
-            Rectangle(
-                (base + inside, y - 0.12),
-                window - inside,
-                1.04,
-                fill=False,
-                edgecolor=colour,
-                linewidth=1.4,
-                linestyle="--",
-                gid="window-past-row",
-            )
-        )
+        past = Rectangle((base + inside, y - 0.12), window - inside, 1.04, fill=False)
+        past.set(edgecolor=colour, linewidth=1.4, linestyle="--", gid="window-past-row")
+        ax.add_artist(past)
     return frame
 
 
@@ -149,109 +130,73 @@ def draw_windows(
     fig, axes = figure(rows=1 + run.tiles, height_per_row=0.7)
     fig.set_figheight(fig.get_figheight() + 1.2)  # title, legend, entry numbers
     height = fig.get_figheight()
-    fig.subplots_adjust(
-        left=0.2, right=0.98, top=1 - 0.95 / height, bottom=0.3 / height, hspace=0.5
-    )
-    token_ax = axes[0]
+    top, bottom = 1 - 0.95 / height, 0.3 / height
+    fig.subplots_adjust(left=0.2, right=0.98, top=top, bottom=bottom, hspace=0.5)
     colours = [tile_colour(t) for t in range(run.tiles) for _ in run.tile_tokens(t)]
-    for patch in boxes(
-        token_ax,
-        0,
-        colours,
-        [str(p) for p in run.positions],
-        text_colour="white",
-        font_size=FONT_SIZE - 1,
-    ):
+    labels = [str(p) for p in run.positions]
+    for patch in boxes(axes[0], 0, colours, labels, text_colour="white", font_size=FONT_SIZE - 1):
         patch.set_gid("token")
-    token_ax.text(-0.6, 0.4, "positions\n(by tile)", ha="right", va="center", fontsize=FONT_SIZE)
+    row_label(axes[0], 0, "positions\n(by tile)", -0.6)
     mismatched = [t for t in range(run.tiles) if run.bases[t] != run.expected_bases[t]]
     for tile in range(run.tiles):
-        ax = axes[1 + tile]
-        base = run.bases[tile]
-        picked = run.picked_entries(tile)
-        fills = []
-        for entry in range(len(row)):
-            if entry in picked:
-                fills.append(tile_colour(tile))
-            elif base <= entry < base + run.window:
-                fills.append(WINDOW_FILL)
-            else:
-                fills.append(EMPTY)
-        patches = boxes(ax, 0, fills, [str(b) for b in row], font_size=FONT_SIZE - 1)
-        for entry, patch in enumerate(patches):
-            patch.set_gid("picked" if entry in picked else "entry")
-        for entry in picked:
-            ax.texts[entry].set_color("white")
-        _window_outline(
-            ax, base, run.window, len(row), 0, HIGHLIGHT if tile in mismatched else EDGE
-        )
-        tokens = run.tile_tokens(tile)
-        first, last = run.positions[tokens[0]], run.positions[tokens[-1]]
-        ax.text(
-            -0.6,
-            0.4,
-            f"tile {tile}: positions {first}–{last}\nwindow = entries "
-            f"{base}–{base + run.window - 1}",
-            ha="right",
-            va="center",
-            fontsize=FONT_SIZE,
-        )
+        _paint_tile(axes[1 + tile], run, tile, tile in mismatched)
+    grey = {"color": "#555555", "fontsize": FONT_SIZE - 1}
     for entry in range(len(row)):
-        axes[-1].text(
-            entry + 0.5,
-            -0.2,
-            str(entry),
-            ha="center",
-            va="top",
-            color="#555555",
-            fontsize=FONT_SIZE - 1,
-        )
-    axes[-1].text(
-        -0.6,
-        -0.45,
-        "entry = logical block",
-        ha="right",
-        va="center",
-        color="#555555",
-        fontsize=FONT_SIZE - 1,
-    )
+        axes[-1].text(entry + 0.5, -0.2, str(entry), ha="center", va="top", **grey)
+    axes[-1].text(-0.6, -0.45, "entry = logical block", ha="right", va="center", **grey)
     for ax in axes:
         ax.set_xlim(-0.2, width + 0.2)
         ax.set_ylim(-0.3, 1.05)
     wrong = sum(g != e for g, e in zip(run.slots, run.expected, strict=True))
     verdict = (
-        "kernel's slots = reference"
-        if wrong == 0
-        else (f"{wrong} slots differ from the reference")
+        "kernel's slots = reference" if wrong == 0 else f"{wrong} slots differ from the reference"
     )
     trace = (
         "recorded window bases = window_bases_oracle"
         if not mismatched
-        else (f"window bases of tiles {mismatched} differ from window_bases_oracle")
+        else f"window bases of tiles {mismatched} differ from window_bases_oracle"
     )
     fig.suptitle(
         f"One request, blocks of {block_size}, tiles of {tile_size}: BLOCK_TABLE_WINDOW_SIZE = "
         f"next_pow2(cdiv({tile_size}, {block_size}) + 1) = {run.window}\n{verdict}; {trace}",
         fontsize=FONT_SIZE + 1,
     )
-    from matplotlib.patches import Patch
-
-    fig.legend(
-        handles=[
-            Patch(facecolor=tile_colour(0), edgecolor=EDGE, label="picked by a lane of the tile"),
-            Patch(facecolor=WINDOW_FILL, edgecolor=EDGE, label="loaded by the window, unused"),
-            Patch(facecolor=EMPTY, edgecolor=EDGE, label="not loaded"),
-            Patch(facecolor="none", edgecolor=EDGE, linewidth=2.4, label="the window"),
-            Patch(facecolor="none", edgecolor=EDGE, linestyle="--", label="past the row: masked"),
-        ],
-        loc="upper right",
-        bbox_to_anchor=(0.98, 1 - 0.5 / height),
-        ncol=5,
-        fontsize=FONT_SIZE - 1,
-        frameon=False,
-    )
+    handles = [
+        key(tile_colour(0), "picked by a lane of the tile"),
+        key(WINDOW_FILL, "loaded by the window, unused"),
+        key(EMPTY, "not loaded"),
+        key("none", "the window", linewidth=2.4),
+        key("none", "past the row: masked", linestyle="--"),
+    ]
+    legend(fig, handles, loc="upper right", bbox_to_anchor=(0.98, 1 - 0.5 / height), ncol=5)
     fig.slotmap_run = run  # what was drawn, for tests and curious learners
     return fig
+
+
+def _paint_tile(ax, run: WindowRun, tile: int, mismatched: bool) -> None:
+    """The block-table row as tile ``tile`` saw it: the entries its lanes picked, those its
+    window loaded unused, the rest; its window framed (in red where the trace disagrees)."""
+    row, base, picked = run.block_table_row, run.bases[tile], run.picked_entries(tile)
+    fills = [
+        tile_colour(tile)
+        if e in picked
+        else WINDOW_FILL
+        if base <= e < base + run.window
+        else EMPTY
+        for e in range(len(row))
+    ]
+    patches = boxes(ax, 0, fills, [str(b) for b in row], font_size=FONT_SIZE - 1)
+    for entry, patch in enumerate(patches):
+        patch.set_gid("picked" if entry in picked else "entry")
+    for entry in picked:
+        ax.texts[entry].set_color("white")
+    _window_outline(ax, base, run.window, len(row), 0, HIGHLIGHT if mismatched else EDGE)
+    tokens = run.tile_tokens(tile)
+    first, last = run.positions[tokens[0]], run.positions[tokens[-1]]
+    caption = (
+        f"tile {tile}: positions {first}–{last}\nwindow = entries {base}–{base + run.window - 1}"
+    )
+    row_label(ax, 0, caption, -0.6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,9 +232,7 @@ def run_failure(
         random.Random(seed).shuffle(positions)
     entries = max(positions) // block_size + 1
     row = example_block_table(entries, seed)
-    qsl = torch.tensor([0, num_tokens], dtype=torch.int32, device=DEVICE)
-    pos = torch.tensor(positions, dtype=torch.int64, device=DEVICE)
-    table = torch.tensor([row], dtype=torch.int32, device=DEVICE)
+    qsl, pos, table = _request(positions, row)
     try:
         compute_slot_mapping(qsl, pos, table, block_size, tile_size=tile_size)
         message = "compute_slot_mapping accepts this input."
@@ -306,21 +249,11 @@ def run_failure(
         )
     else:
         window = window_size(tile_size, block_size)
-        slots = compute_slot_mapping(
-            qsl, pos, table, block_size, tile_size=tile_size, validate=False
-        )
-    expected = slot_mapping_oracle(qsl.cpu(), pos.cpu(), table.cpu(), block_size)
-    return FailureRun(
-        mode,
-        positions,
-        row,
-        block_size,
-        tile_size,
-        window,
-        slots.cpu().tolist(),
-        expected.tolist(),
-        message,
-    )
+        options = {"tile_size": tile_size, "validate": False}
+        slots = compute_slot_mapping(qsl, pos, table, block_size, **options)
+    expected = slot_mapping_oracle(qsl.cpu(), pos.cpu(), table.cpu(), block_size).tolist()
+    sizes = (block_size, tile_size, window)
+    return FailureRun(mode, positions, row, *sizes, slots.cpu().tolist(), expected, message)
 
 
 def draw_window_failure(
@@ -349,32 +282,23 @@ def draw_window_failure(
         ),
     ]
     for ax, (label, colours, values, gid) in zip(axes, rows, strict=False):
-        patches = boxes(
-            ax,
-            0,
-            colours,
-            [str(v) for v in values],
-            font_size=FONT_SIZE - 1,
-            text_colour="white" if gid == "token" else "black",
-        )
+        text_colour = "white" if gid == "token" else "black"
+        labels = [str(v) for v in values]
+        patches = boxes(ax, 0, colours, labels, font_size=FONT_SIZE - 1, text_colour=text_colour)
         for token, patch in enumerate(patches):
             patch.set_gid("wrong" if gid == "kernel" and token in wrong else gid)
-        ax.text(-0.5, 0.4, label, ha="right", va="center", fontsize=FONT_SIZE)
+        row_label(ax, 0, label, -0.5)
         ax.set_xlim(-0.2, max(num_tokens, 1) + 0.2)
         ax.set_ylim(-0.2, 1.0)
-    verdict = axes[3]
     ok = run.launcher_message.startswith("compute_slot_mapping accepts")
-    verdict.text(
-        0.02,
-        verdict.get_position().y1,
-        "\n".join(textwrap.wrap(run.launcher_message, 108)),
-        ha="left",
-        va="top",
-        fontsize=FONT_SIZE - 0.5,
-        color="black" if ok else HIGHLIGHT,
-        family="monospace",
-        transform=fig.transFigure,
-    )
+    text = "\n".join(textwrap.wrap(run.launcher_message, 108))
+    font = {
+        "fontsize": FONT_SIZE - 0.5,
+        "family": "monospace",
+        "color": "black" if ok else HIGHLIGHT,
+    }
+    at = (0.02, axes[3].get_position().y1)  # in the figure, on the verdict's axes
+    axes[3].text(*at, text, ha="left", va="top", transform=fig.transFigure, **font)
     fig.suptitle(
         f"{mode}: blocks of {block_size}, tiles of {tile_size}, window of {run.window} "
         f"entries — {len(wrong)} of {num_tokens} slots wrong (red)",
@@ -391,24 +315,13 @@ def window_widget(
     tile_size: int = 8, block_size: int = 4, first_position: int = 5, num_tokens: int = 22
 ):
     """``draw_windows`` with sliders for the tile size, block size, first position, length."""
-    import ipywidgets as widgets
+    from slotmap.viz.live import choice, live_figure, slider
 
-    from slotmap.viz.live import live_figure
-
-    style = {"description_width": "initial"}
     controls = {
-        "tile_size": widgets.Dropdown(
-            options=[4, 8, 16, 32], value=tile_size, description="tile size", style=style
-        ),
-        "block_size": widgets.IntSlider(
-            value=block_size, min=1, max=16, description="block size", style=style
-        ),
-        "first_position": widgets.IntSlider(
-            value=first_position, min=0, max=40, description="first position", style=style
-        ),
-        "num_tokens": widgets.IntSlider(
-            value=num_tokens, min=1, max=40, description="tokens", style=style
-        ),
+        "tile_size": choice("tile size", [4, 8, 16, 32], tile_size),
+        "block_size": slider("block size", block_size, 1, 16),
+        "first_position": slider("first position", first_position, 0, 40),
+        "num_tokens": slider("tokens", num_tokens, 1, 40),
     }
     return live_figure(draw_windows, controls)
 
@@ -421,27 +334,14 @@ def window_failure_widget(
     num_tokens: int = 24,
 ):
     """``draw_window_failure`` with a dropdown for what to break and sliders for the sizes."""
-    import ipywidgets as widgets
+    from slotmap.viz.live import choice, live_figure, slider
 
-    from slotmap.viz.live import live_figure
-
-    style = {"description_width": "initial"}
     controls = {
-        "mode": widgets.Dropdown(
-            options=list(FAILURE_MODES), value=mode, description="break", style=style
-        ),
-        "tile_size": widgets.Dropdown(
-            options=[4, 8, 16], value=tile_size, description="tile size", style=style
-        ),
-        "block_size": widgets.IntSlider(
-            value=block_size, min=1, max=8, description="block size", style=style
-        ),
-        "first_position": widgets.IntSlider(
-            value=first_position, min=0, max=16, description="first position", style=style
-        ),
-        "num_tokens": widgets.IntSlider(
-            value=num_tokens, min=1, max=32, description="tokens", style=style
-        ),
-        "seed": widgets.IntSlider(value=0, min=0, max=9, description="shuffle seed", style=style),
+        "mode": choice("break", list(FAILURE_MODES), mode),
+        "tile_size": choice("tile size", [4, 8, 16], tile_size),
+        "block_size": slider("block size", block_size, 1, 8),
+        "first_position": slider("first position", first_position, 0, 16),
+        "num_tokens": slider("tokens", num_tokens, 1, 32),
+        "seed": slider("shuffle seed", 0, 0, 9),
     }
     return live_figure(draw_window_failure, controls)
