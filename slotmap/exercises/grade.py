@@ -77,6 +77,8 @@ def execute_notebook(path: Path, *, timeout: int = 300, allow_errors: bool = Fal
         kernel_name="python3",
         allow_errors=allow_errors,
         resources={"metadata": {"path": str(path.parent)}},
+        # Every output is in by then; a graceful shutdown waits seconds for torch's exit.
+        shutdown_kernel="immediate",
     )
     pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     client.execute(env=dict(os.environ, PYTHONPATH=pythonpath))
