@@ -11,13 +11,14 @@ a shorter grid, to show what a missing program leaves behind.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from slotmap.viz import style
+from slotmap.viz import draw, style
 
 POISON = -999  # every output cell, and the cells past its end, hold this before the launch
 
@@ -85,18 +86,11 @@ def run_tiles(
     programs = num_reqs + 1 if programs is None else int(programs)
     if not 1 <= programs <= num_reqs + 1:
         raise ValueError(f"programs must be in 1..{num_reqs + 1}, got {programs}")
-    starts = [0]
-    for n in lengths:
-        starts.append(starts[-1] + n)
+    starts = draw.starts_of(lengths)
     positions = [p for n in lengths for p in range(n)]
     blocks = [max(1, -(-n // block_size)) for n in lengths]
     # Few physical blocks, so that slots stay short enough to print inside a cell.
-    pool = random.Random(seed).sample(range(sum(blocks) + 6), sum(blocks))
-    width = max(blocks, default=1)
-    table, used = [], 0
-    for count in blocks:
-        table.append(pool[used : used + count] + [0] * (width - count))
-        used += count
+    table = draw.scattered_table(blocks, sum(blocks) + 6, random.Random(seed))
     max_num_tokens = starts[-1] + padding
     tiles = max((-(-n // tile_size) for n in lengths), default=0) + 1
 
@@ -143,7 +137,7 @@ def draw_tiles(
 
 def draw_run(run: TileRun):
     """Draw a ``TileRun`` (see ``draw_tiles``)."""
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Rectangle
 
     tile = run.tile_size
     width = run.max_num_tokens + tile
@@ -156,96 +150,77 @@ def draw_run(run: TileRun):
     fig, (ax,) = style.figure(1, height_per_row=(rows + 1.6) * row_inches)
     ax.set_xlim(-0.2 * max(width, 16), max(width, 16) + 0.2)
     ax.set_ylim(rows + 0.1, -1.0)
-
-    def cell(x, y, colour, label, gid, *, hatch=None, text_colour="black", edge=style.EDGE):
-        patch = Rectangle((x, y), 1, 0.8, facecolor=colour, edgecolor=edge, linewidth=0.5,
-                          hatch=hatch)  # fmt: skip
-        patch.set_gid(gid)
-        ax.add_artist(patch)
-        if label != "":
-            ax.text(x + 0.5, y + 0.4, str(label), ha="center", va="center", fontsize=font,
-                    color=text_colour, gid=gid)  # fmt: skip
-
-    def title(y, text, colour="black"):
-        ax.text(-0.3, y + 0.4, text, ha="right", va="center", fontsize=style.FONT_SIZE,
-                color=colour)  # fmt: skip
+    cell = functools.partial(draw.cell, ax, size=font, linewidth=0.5)
+    masked = {"hatch": "xxx", "edge": style.PAD}
 
     def outline(x, y):
-        patch = Rectangle((x - 0.06, y - 0.08), tile + 0.12, 0.96, fill=False,
-                          edgecolor="black", linewidth=1.6)  # fmt: skip
-        patch.set_gid("tile")
-        ax.add_artist(patch)
+        frame = Rectangle((x - 0.06, y - 0.08), tile + 0.12, 0.96, fill=False, gid="tile")
+        ax.add_artist(frame)
+        frame.set(edgecolor="black", linewidth=1.6)
 
-    def request_of(token):
-        return next(q for q in range(run.num_reqs) if token < run.starts[q + 1])
+    def request_colour(token):
+        return style.request_colour(
+            next(q for q in range(run.num_reqs) if token < run.starts[q + 1])
+        )
 
     # Row 0: the batch as the kernel sees it.
-    title(0, "batch (position)")
+    draw.row_label(ax, 0, "batch (position)", -0.3)
     for token in range(run.num_tokens):
-        cell(token, 0, style.request_colour(request_of(token)), run.positions[token], "batch",
-             text_colour="white")  # fmt: skip
+        cell(token, 0, request_colour(token), run.positions[token], "batch", text_colour="white")
     for token in range(run.num_tokens, run.max_num_tokens):
         cell(token, 0, style.PAD, "", "batch-pad")
     for x in range(run.max_num_tokens, width):
         cell(x, 0, "white", "", "past-end", hatch="...", edge=style.PAD)
 
-    # One row per program: the tiles it ran and the lanes of each.
+    # One row per program: the tiles it ran and the lanes of each (masked past its end).
     output = run.output
     for program in range(run.programs):
         y = 1.3 + program
         if program == padding_program:
-            title(y, f"program {program} (padding)")
-            for start in run.padding_tiles():
-                for x in range(start, start + tile):
-                    if x < run.max_num_tokens:
-                        cell(x, y, style.PAD, output[x], "lane")
-                    else:
-                        cell(x, y, "white", "", "masked", hatch="xxx", edge=style.PAD)
-                outline(start, y)
-            continue
-        title(y, f"program {program} (request {program})", style.request_colour(program))
-        end = run.starts[program + 1]
-        for start in run.tiles_run(program):
+            draw.row_label(ax, y, f"program {program} (padding)", -0.3)
+            colour, text, end, starts = style.PAD, "black", run.max_num_tokens, run.padding_tiles()
+        else:
+            colour = style.request_colour(program)
+            caption = f"program {program} (request {program})"
+            draw.row_label(ax, y, caption, -0.3, color=colour)
+            text, end, starts = "white", run.starts[program + 1], run.tiles_run(program)
+        for start in starts:
             for x in range(start, start + tile):
                 if x < end:
-                    cell(x, y, style.request_colour(program), output[x], "lane",
-                         text_colour="white")  # fmt: skip
+                    cell(x, y, colour, output[x], "lane", text_colour=text)
                 else:
-                    cell(x, y, "white", "", "masked", hatch="xxx", edge=style.PAD)
+                    cell(x, y, "white", "", "masked", **masked)
             outline(start, y)
     if missing:
         names = ", ".join(str(q) for q in missing)
-        ax.text(run.max_num_tokens / 2, 1.3 + run.programs + 0.4,
-                f"no program ran for request {names}: the last program always pads",
-                ha="center", va="center", fontsize=style.FONT_SIZE,
-                color=style.HIGHLIGHT)  # fmt: skip
+        at = (run.max_num_tokens / 2, 1.3 + run.programs + 0.4)
+        note = f"no program ran for request {names}: the last program always pads"
+        ax.text(*at, note, **draw.CENTRE, fontsize=style.FONT_SIZE, color=style.HIGHLIGHT)
 
     # Last row: the output after the run (and the cells past its end).
     y = rows - 0.6
-    title(y, "slot_mapping after the run")
+    draw.row_label(ax, y, "slot_mapping after the run", -0.3)
     for x, value in enumerate(run.buffer):
-        if x >= run.max_num_tokens:
-            written = value != POISON
-            cell(x, y, style.HIGHLIGHT if written else "white", value if written else "",
-                 "guard-written" if written else "guard", hatch=None if written else "...",
-                 edge=style.PAD)  # fmt: skip
+        if x >= run.max_num_tokens and value != POISON:
+            cell(x, y, style.HIGHLIGHT, value, "guard-written", edge=style.PAD)
+        elif x >= run.max_num_tokens:
+            cell(x, y, "white", "", "guard", hatch="...", edge=style.PAD)
         elif value == POISON:
-            cell(x, y, "white", "?", "unwritten", text_colour=style.HIGHLIGHT,
-                 edge=style.HIGHLIGHT)  # fmt: skip
+            red = style.HIGHLIGHT
+            cell(x, y, "white", "?", "unwritten", text_colour=red, edge=red)
         elif x >= run.num_tokens:
             cell(x, y, style.PAD, value, "out-pad")
         else:
-            cell(x, y, style.request_colour(request_of(x)), value, "out", text_colour="white")
+            cell(x, y, request_colour(x), value, "out", text_colour="white")
 
     handles = [
-        Patch(facecolor="white", edgecolor="black", linewidth=1.6, label=f"a tile ({tile} lanes)"),
-        Patch(facecolor="white", edgecolor=style.PAD, hatch="xxx", label="masked lane"),
-        Patch(facecolor=style.PAD, edgecolor=style.EDGE, label="PAD_ID (-1)"),
-        Patch(facecolor="white", edgecolor=style.PAD, hatch="...", label="past the output's end"),
-        Patch(facecolor="white", edgecolor=style.HIGHLIGHT, label="? never written"),
+        draw.key("white", f"a tile ({tile} lanes)", "black", linewidth=1.6),
+        draw.key("white", "masked lane", style.PAD, hatch="xxx"),
+        draw.key(style.PAD, "PAD_ID (-1)"),
+        draw.key("white", "past the output's end", style.PAD, hatch="..."),
+        draw.key("white", "? never written", style.HIGHLIGHT),
     ]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5,
-              fontsize=style.FONT_SIZE - 1, frameon=False)  # fmt: skip
+    draw.legend(ax, handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5)
     ax.set_title(
         f"grid ({run.programs},): {run.num_reqs} requests, TILE_BLOCK_SIZE={tile}, "
         f"num_tokens={run.num_tokens}, max_num_tokens={run.max_num_tokens}",
@@ -259,26 +234,16 @@ def tiles_widget(lengths: Sequence[int] = (5, 11, 3), tile_size: int = 4, paddin
     that launches one program fewer; every change re-runs the kernel and redraws."""
     import ipywidgets as widgets
 
-    from slotmap.viz.live import columns, live_figure
+    from slotmap.viz.live import choice, live_figure, request_sliders, slider, split_columns
 
-    lengths = list(lengths) + [0] * (3 - len(lengths))
-    controls = {
-        f"request_{q}": widgets.IntSlider(value=n, min=0, max=12, description=f"request {q}")
-        for q, n in enumerate(lengths[:3])
-    }
-    controls["tile_size"] = widgets.Dropdown(
-        options=[2, 4, 8], value=tile_size, description="tile size"
-    )
-    controls["padding"] = widgets.IntSlider(
-        value=padding, min=0, max=10, description="padding tail"
-    )
+    controls = request_sliders(lengths, 12)
+    controls["tile_size"] = choice("tile size", [2, 4, 8], tile_size, wide=False)
+    controls["padding"] = slider("padding tail", padding, 0, 10, False)
     controls["short"] = widgets.Checkbox(value=False, description="launch one program fewer")
-    names = list(controls)
-    layout = columns([controls[n] for n in names[:3]], [controls[n] for n in names[3:]])
 
-    def draw(request_0, request_1, request_2, tile_size, padding, short):
+    def redraw(request_0, request_1, request_2, tile_size, padding, short):
         counts = [request_0, request_1, request_2]
         programs = len(counts) if short else None
         return draw_tiles(counts, 4, tile_size, padding, programs=programs)
 
-    return live_figure(draw, controls, layout)
+    return live_figure(redraw, controls, split_columns(controls, 3))
