@@ -298,3 +298,17 @@ def test_confirm_names_each_pass_that_slotmap_grade_does_not_hold(tmp_path, caps
     grades[0]["results"]["01.slot_mapping"] = "PASS"
     (tmp_path / "grades.json").write_text(json.dumps(grades))
     assert main(["workshop", "confirm", *arguments]) == 0
+
+
+def test_a_learners_server_is_jupyterhub_singleuser_with_the_labs_options(tmp_path):
+    from slotmap.workshop import learner_server_command
+
+    course = tmp_path / "slotmap-course"
+    course.mkdir()
+    (course / ".slotmap-course").write_text("")
+    command = learner_server_command(course, ["--debug"])
+    assert command[1:3] == ["-m", "jupyterhub.singleuser"] and command[-1] == "--debug"
+    assert f"--ServerApp.root_dir={course.resolve()}" in command
+    assert "--ContentsManager.pre_save_hook=slotmap.cli.keep_course_notebooks_clean" in command
+    # The hub says where the server listens: not the lab's loopback default.
+    assert not [option for option in command if option.startswith("--ServerApp.ip")]
