@@ -31,6 +31,7 @@ from slotmap.exercises.lesson08 import (
     lookup,
     model_us,
 )
+from slotmap.viz.draw import key
 from slotmap.viz.style import EDGE, FONT_SIZE, WIDTH
 
 VARIANT_COLOURS = {
@@ -167,14 +168,8 @@ def draw_variants(
     variants = [v for v in VARIANT_COLOURS if v in records]
     heights = [records[v]["us"] for v in variants]
     fig, ax = plt.subplots(figsize=(WIDTH, 4.4))
-    bars = ax.bar(
-        range(len(variants)),
-        heights,
-        0.7,
-        color=[VARIANT_COLOURS[v] for v in variants],
-        edgecolor=EDGE,
-        linewidth=0.6,
-    )
+    colours = [VARIANT_COLOURS[v] for v in variants]
+    bars = ax.bar(range(len(variants)), heights, 0.7, color=colours, edgecolor=EDGE, linewidth=0.6)
     for bar, variant in zip(bars, variants, strict=True):
         bar.set_gid(f"bar-{variant}")
     handles = []
@@ -198,15 +193,8 @@ def draw_variants(
             ax.plot([index - 0.42, index + 0.42], [value, value], color="black", linewidth=2.4,
                     solid_capstyle="butt", gid=f"predicted-{variant}")  # fmt: skip
         if predicted:
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    color="black",
-                    linewidth=2.4,
-                    label="model: max(floor, bytes / bandwidth)",
-                )  # fmt: skip
-            )
+            model = "model: max(floor, bytes / bandwidth)"
+            handles.append(Line2D([], [], color="black", linewidth=2.4, label=model))
     for index, (variant, us) in enumerate(zip(variants, heights, strict=True)):
         above = max(us, predicted.get(variant, 0.0))  # the label clears the model's tick
         ax.text(index, above * 1.08, f"{us:.3g}", ha="center", va="bottom",
@@ -220,8 +208,7 @@ def draw_variants(
     ax.set_ylabel(f"µs per call ({mode})", fontsize=FONT_SIZE)
     ax.tick_params(axis="y", labelsize=FONT_SIZE - 1)
     ax.legend(handles=handles, loc="upper left", fontsize=FONT_SIZE - 1, frameon=False)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["top", "right"]].set_visible(False)
     num_tokens, max_num_tokens = SHAPE_TOKENS.get(shape, (None, None))
     about = "" if num_tokens is None else f" ({num_tokens:,} tokens, padded to {max_num_tokens:,})"
     what = (
@@ -254,16 +241,9 @@ def draw_eager_vs_graph(variant: str = "direct", block_size: int = 128, data: di
     for j, (v, m) in enumerate(series):
         heights = [lookup(data, s, block_size, v, m)["us"] for s in shapes]
         values[(v, m)] = heights
-        bars = ax.bar(
-            [i + (j - (len(series) - 1) / 2) * width for i in range(len(shapes))],
-            heights,
-            width,
-            color=VARIANT_COLOURS[v],
-            edgecolor=EDGE,
-            linewidth=0.6,
-            hatch="" if m == "graph" else "//",
-            label=f"{v}, {m}",
-        )
+        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(shapes))]
+        look = {"color": VARIANT_COLOURS[v], "hatch": "" if m == "graph" else "//"}
+        bars = ax.bar(xs, heights, width, edgecolor=EDGE, linewidth=0.6, label=f"{v}, {m}", **look)
         for bar, us in zip(bars, heights, strict=True):
             bar.set_gid(f"bar-{v}-{m}")
             ax.text(bar.get_x() + bar.get_width() / 2, us * 1.08, f"{us:.3g}", ha="center",
@@ -275,8 +255,7 @@ def draw_eager_vs_graph(variant: str = "direct", block_size: int = 128, data: di
     ax.set_xticklabels(shapes, fontsize=FONT_SIZE)
     ax.set_ylabel("µs per call", fontsize=FONT_SIZE)
     ax.legend(ncol=len(series), loc="upper left", fontsize=FONT_SIZE - 1, frameon=False)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["top", "right"]].set_visible(False)
     ax.set_title(
         f"{variant} kernel and an empty kernel, block {block_size}: eager (hatched) pays the "
         f"host's launch every call, a graph replays it\n{describe(data)}",
@@ -302,7 +281,6 @@ def draw_prediction(data: dict | None = None):
     it): on the diagonal the kernel runs at the model's floor."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
     from matplotlib.ticker import FuncFormatter
 
     data = data if data is not None else results()
@@ -318,13 +296,13 @@ def draw_prediction(data: dict | None = None):
             continue
         checked = committed and (r["shape"], r["block_size"], r["variant"]) in AT_THE_FLOOR
         points.append(dict(record=r, predicted=predicted, measured=r["us"], checked=checked))
+        colour, marker = VARIANT_COLOURS[r["variant"]], SHAPE_MARKERS.get(r["shape"], "o")
+        look = {"s": 90 if r["shape"] == "huge" else 45, "marker": marker, "edgecolor": colour}
         ax.scatter(
             predicted,
             r["us"],
-            s=90 if r["shape"] == "huge" else 45,
-            marker=SHAPE_MARKERS.get(r["shape"], "o"),
-            facecolor=VARIANT_COLOURS[r["variant"]] if checked else "none",
-            edgecolor=VARIANT_COLOURS[r["variant"]],
+            facecolor=colour if checked else "none",
+            **look,
             linewidth=1.4,
             zorder=3,
         )
@@ -345,19 +323,18 @@ def draw_prediction(data: dict | None = None):
     ax.set_ylabel(f"measured µs ({mode})", fontsize=FONT_SIZE)
     variants = [v for v in KERNELS if any(p["record"]["variant"] == v for p in points)]
     shapes = [s for s in SHAPE_MARKERS if any(p["record"]["shape"] == s for p in points)]
-    handles = [Patch(facecolor=VARIANT_COLOURS[v], edgecolor=EDGE, label=v) for v in variants]
+    handles = [key(VARIANT_COLOURS[v], v) for v in variants]
     handles += [
         Line2D([], [], marker=SHAPE_MARKERS[s], linestyle="", color="#555555", label=s)
         for s in shapes
     ]
     handles += [
-        Patch(facecolor="#d9f0d3", label="measured 1 to 1.25x the model"),
+        key("#d9f0d3", "measured 1 to 1.25x the model", edge=None),
         Line2D([], [], marker="o", linestyle="", markerfacecolor="none",
                markeredgecolor="#555555", label="hollow: not in 08.predict_time's check"),
     ]  # fmt: skip
     ax.legend(handles=handles, loc="upper left", fontsize=FONT_SIZE - 1, ncol=2, frameon=False)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["top", "right"]].set_visible(False)
     ax.set_title(
         f"The model against every measured kernel ({len(points)} records)\n{describe(data)}",
         fontsize=FONT_SIZE + 1,
@@ -374,25 +351,19 @@ def perf_widget(data: dict | None = None, shape: str | None = None):
     """``draw_variants`` with a shape, a block size and a mode to pick."""
     import ipywidgets as widgets
 
-    from slotmap.viz.live import live_figure
+    from slotmap.viz.live import WIDE, choice, live_figure
 
     data = data if data is not None else results()
     shapes = shapes_of(data)
-    style = {"description_width": "initial"}
     controls = {
-        "shape": widgets.Dropdown(
-            options=shapes,
-            value=shape if shape in shapes else shapes[-1],
-            description="shape",
-            style=style,
-        ),
+        "shape": choice("shape", shapes, shape if shape in shapes else shapes[-1]),
         "block_size": widgets.ToggleButtons(
-            options=block_sizes_of(data), description="block size", style=style
+            options=block_sizes_of(data), description="block size", style=WIDE
         ),
-        "mode": widgets.ToggleButtons(options=modes_of(data), description="mode", style=style),
+        "mode": widgets.ToggleButtons(options=modes_of(data), description="mode", style=WIDE),
     }
 
-    def draw(shape: str, block_size: int, mode: str):
+    def redraw(shape: str, block_size: int, mode: str):
         return draw_variants(shape, block_size, mode, data)
 
-    return live_figure(draw, controls)
+    return live_figure(redraw, controls)
