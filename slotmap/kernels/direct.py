@@ -210,30 +210,18 @@ def compute_slot_mapping_direct(
         num_tokens, max_num_tokens = resolve_counts(
             *tensors[:2], num_tokens, max_num_tokens, validate
         )
-        num_reqs = query_start_loc.numel() - 1
         check_slot_mapping_inputs(
             layout, *tensors[:2], block_table, num_tokens, max_num_tokens, out=out, full=validate
         )
         check_launch_device(positions)
-        if use_token_grid(num_tokens, num_reqs, knobs.token_parallel, knobs.parallel_tiles):
-            # The token grid: program i maps batch tokens [i * tile, (i + 1) * tile), then
-            # padding programs write the tail.
-            kernel = _compute_slot_mapping_direct_tokens_kernel
-            tile, grid, options = token_launch_shape(
-                num_tokens,
-                max_num_tokens,
-                num_reqs,
-                knobs.tile_size,
-                knobs.num_warps,
-                req_capacity=block_table.shape[0],
-            )
-        else:  # production's request grid, as the window kernel's
-            kernel = _compute_slot_mapping_direct_kernel
-            tile, parallel, options = launch_shape(num_tokens, num_reqs, *knobs.request_grid())
-            grid = (num_reqs + 1, parallel)
-            options["parallel_tiles"] = parallel
-        constants = layout.constants() | options | {"TILE_BLOCK_SIZE": tile}
-        plan = Plan(kernel, check_grid(grid), constants)
+        plan = direct_plan(
+            layout,
+            knobs,
+            num_tokens,
+            max_num_tokens,
+            query_start_loc.numel() - 1,
+            block_table.shape[0],
+        )
         if out is None:
             out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
         remember_plan(key, plan, (*tensors[:4], out))
@@ -248,3 +236,34 @@ def compute_slot_mapping_direct(
     )
     plan.kernel[plan.grid](*args, **plan.constants)
     return out
+
+
+def direct_plan(
+    layout: SlotLayout,
+    knobs: LaunchKnobs,
+    num_tokens: int,
+    max_num_tokens: int,
+    num_reqs: int,
+    req_capacity: int,
+) -> Plan:
+    """The direct kernels' launch for a batch: arithmetic only, no tensor read (the launcher,
+    ``SlotMapper`` and warm-up). ``req_capacity``: the block table's rows."""
+    if use_token_grid(num_tokens, num_reqs, knobs.token_parallel, knobs.parallel_tiles):
+        # The token grid: program i maps batch tokens [i * tile, (i + 1) * tile), then
+        # padding programs write the tail.
+        kernel = _compute_slot_mapping_direct_tokens_kernel
+        tile, grid, options = token_launch_shape(
+            num_tokens,
+            max_num_tokens,
+            num_reqs,
+            knobs.tile_size,
+            knobs.num_warps,
+            req_capacity=req_capacity,
+        )
+    else:  # production's request grid, as the window kernel's
+        kernel = _compute_slot_mapping_direct_kernel
+        tile, parallel, options = launch_shape(num_tokens, num_reqs, *knobs.request_grid())
+        grid = (num_reqs + 1, parallel)
+        options["parallel_tiles"] = parallel
+    constants = layout.constants() | options | {"TILE_BLOCK_SIZE": tile}
+    return Plan(kernel, check_grid(grid), constants)

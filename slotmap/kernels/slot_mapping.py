@@ -163,8 +163,7 @@ def compute_slot_mapping(
         num_tokens, max_num_tokens = resolve_counts(
             *tensors[:2], num_tokens, max_num_tokens, validate
         )
-        num_reqs = query_start_loc.numel() - 1
-        tile, parallel, options = launch_shape(num_tokens, num_reqs, *knobs.request_grid())
+        plan = window_plan(layout, knobs, num_tokens, query_start_loc.numel() - 1)
         check_slot_mapping_inputs(
             layout,
             *tensors[:2],
@@ -173,14 +172,9 @@ def compute_slot_mapping(
             max_num_tokens,
             out=out,
             full=validate,
-            tile_size=tile,
+            tile_size=plan.constants["TILE_BLOCK_SIZE"],
         )
         check_launch_device(positions)
-        # Production's request grid: program (q, p) maps tiles p, p + P, ... of request q;
-        # the last row of programs pads the tail.
-        grid = check_grid((num_reqs + 1, parallel))
-        constants = window_kernel_constants(layout, tile, parallel, knobs.window_gather_as_float)
-        plan = Plan(_compute_slot_mapping_kernel, grid, constants | options)
         if out is None:
             out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
         if cached:
@@ -197,6 +191,17 @@ def compute_slot_mapping(
     )
     plan.kernel[plan.grid](*args, **plan.constants, **trace)
     return out
+
+
+def window_plan(layout: SlotLayout, knobs: LaunchKnobs, num_tokens: int, num_reqs: int) -> Plan:
+    """The window kernel's launch for a batch of ``num_tokens`` tokens in ``num_reqs``
+    requests: arithmetic only, no tensor read (the launcher, ``SlotMapper`` and warm-up)."""
+    tile, parallel, options = launch_shape(num_tokens, num_reqs, *knobs.request_grid())
+    # Production's request grid: program (q, p) maps tiles p, p + P, ... of request q; the
+    # last row of programs pads the tail.
+    grid = check_grid((num_reqs + 1, parallel))
+    constants = window_kernel_constants(layout, tile, parallel, knobs.window_gather_as_float)
+    return Plan(_compute_slot_mapping_kernel, grid, constants | options)
 
 
 def window_trace_arguments(window_trace: Tensor | None, num_reqs: int) -> dict:
