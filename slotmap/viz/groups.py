@@ -337,6 +337,11 @@ class ReplayRun:
     def ring_collisions(self) -> set[int]:
         return shared_slots(self.after[1][: self.num_tokens])
 
+    def prefix_slots(self) -> dict[int, int]:
+        """slot -> position of request 0's cached prefix, in its shared blocks."""
+        b, row = self.block_size, self.full_table[0]
+        return {row[p // b] * b + p % b: p for p in range(self.cached)}
+
     def replayed(self) -> list[bool]:
         """Per batch token: is its position replayed?"""
         flags = []
@@ -424,69 +429,20 @@ def draw_replay_run(run: ReplayRun):
     y_table = 6.3
     y_cache = y_table + 2 + 1.4
     per_line = max(1, int((width + GAP) // (b + GAP)))
-    replayed = run.replayed()
     collisions = run.ring_collisions()
-    canvas = Canvas(width, y_cache + -(-run.num_blocks // per_line) * 2.0 + 0.2, left=0.2,
-                    title_lines=4 if collisions else 3)  # fmt: skip
+    height = y_cache + -(-run.num_blocks // per_line) * 2.0 + 0.2
+    canvas = Canvas(width, height, left=0.2, title_lines=4 if collisions else 3)
 
-    rows = [
-        ("token's position", None, "token"),
-        ("group 0 (full, cacheable)", run.before[0], "before"),
-        ("then pad_replayed_slots", run.after[0], "after"),
-        (f"group 1 (ring of {run.ring_size}), after it", run.after[1], "ring"),
-    ]
-    canvas.heading(0, "batch tokens (colour: request; red outline: replayed position)")
-    token = 0
-    for request, row in enumerate(run.positions):
-        colour = style.request_colour(request)
-        for position in row:
-            for y, (_, values, gid) in enumerate(rows):
-                label = position if values is None else values[token]
-                pad = label == -1
-                edge = style.HIGHLIGHT if replayed[token] and y < 2 else style.EDGE
-                kind = f"{gid}-pad" if pad else gid
-                if y == 0 and replayed[token]:
-                    kind = "replayed"
-                if gid == "ring" and label in collisions:
-                    edge, kind = style.HIGHLIGHT, "ring-collision"
-                canvas.cell(token, y * 1.2, style.PAD if pad else colour,
-                            "PAD" if pad else label, kind,
-                            text_colour="black" if pad else "white", edge=edge,
-                            linewidth=2.2 if edge == style.HIGHLIGHT else 0.6)  # fmt: skip
-            token += 1
-    for y, (title, _, _) in enumerate(rows):
-        canvas.row_title(y * 1.2, title)
-
-    # The full-attention group's block table: request 0's first blocks are shared.
-    shared_blocks = run.cached // b
-    canvas.heading(
-        y_table,
-        f"group 0's block table: request 0's first {shared_blocks} blocks come from the prefix "
-        "cache, shared with other requests (hatched)",
-    )
-    for request, row in enumerate(run.full_table):
-        canvas.note(-0.25, y_table + request + 0.4, f"request {request}", ha="right",
-                    va="center", color="black")  # fmt: skip
-        for k, physical in enumerate(row):
-            on = k < run.full_used[request]
-            is_shared = request == 0 and k < shared_blocks
-            canvas.cell(k, y_table + request,
-                        SHARED if is_shared else style.request_colour(request) if on
-                        else style.EMPTY, physical if on else "",
-                        "shared-entry" if is_shared else "table-entry" if on else "table-unused",
-                        text_colour="black" if is_shared else "white",
-                        hatch="///" if is_shared else None)  # fmt: skip
-
+    _paint_replay_rows(canvas, run)
+    _paint_shared_table(canvas, run, y_table)
     # The cache: shared blocks hold the cached prefix; this batch's writes after the padding.
     landed = draw.landed(run.positions, run.after[0])
-    shared = {}
-    for p in range(run.cached):
-        physical = run.full_table[0][p // b]
-        shared[physical * b + p % b] = p
-    for slot in landed:
-        shared.pop(slot, None)
-    canvas.heading(y_cache, "group 0's KV cache after this step (hatched blue: the shared "
-                   "prefix; in a request's colour: its earlier steps)")  # fmt: skip
+    shared = {slot: p for slot, p in run.prefix_slots().items() if slot not in landed}
+    canvas.heading(
+        y_cache,
+        "group 0's KV cache after this step (hatched blue: the shared prefix; in a request's "
+        "colour: its earlier steps)",
+    )
     canvas.row_title(y_cache, "slots")
     earlier = draw.earlier(run.positions[1:], run.full_table[1:], b)
     earlier = {slot: (1, p) for slot, (_, p) in earlier.items()}  # request 1's earlier steps
@@ -516,6 +472,62 @@ def draw_replay_run(run: ReplayRun):
     canvas.title("\n".join(lines))
     canvas.fig.slotmap_run = run
     return canvas.fig
+
+
+def _paint_replay_rows(canvas: Canvas, run: ReplayRun) -> None:
+    """The batch's positions, group 0's slots before and after the padding, and the ring's:
+    replayed positions outlined in red in the first two rows, a ring collision in the last."""
+    rows = [
+        ("token's position", None, "token"),
+        ("group 0 (full, cacheable)", run.before[0], "before"),
+        ("then pad_replayed_slots", run.after[0], "after"),
+        (f"group 1 (ring of {run.ring_size}), after it", run.after[1], "ring"),
+    ]
+    canvas.heading(0, "batch tokens (colour: request; red outline: replayed position)")
+    replayed, collisions = run.replayed(), run.ring_collisions()
+    token = 0
+    for request, row in enumerate(run.positions):
+        colour = style.request_colour(request)
+        for position in row:
+            for y, (_, values, gid) in enumerate(rows):
+                label = position if values is None else values[token]
+                pad = label == -1
+                edge = style.HIGHLIGHT if replayed[token] and y < 2 else style.EDGE
+                kind = f"{gid}-pad" if pad else gid
+                if y == 0 and replayed[token]:
+                    kind = "replayed"
+                if gid == "ring" and label in collisions:
+                    edge, kind = style.HIGHLIGHT, "ring-collision"
+                look = {"edge": edge, "linewidth": 2.2 if edge == style.HIGHLIGHT else 0.6}
+                look["text_colour"] = "black" if pad else "white"
+                fill, text = (style.PAD, "PAD") if pad else (colour, label)
+                canvas.cell(token, y * 1.2, fill, text, kind, **look)
+            token += 1
+    for y, (title, _, _) in enumerate(rows):
+        canvas.row_title(y * 1.2, title)
+
+
+def _paint_shared_table(canvas: Canvas, run: ReplayRun, y_table: float) -> None:
+    """The full-attention group's block table: request 0's first blocks are shared."""
+    shared_blocks = run.cached // run.block_size
+    canvas.heading(
+        y_table,
+        f"group 0's block table: request 0's first {shared_blocks} blocks come from the prefix "
+        "cache, shared with other requests (hatched)",
+    )
+    for request, row in enumerate(run.full_table):
+        at = (-0.25, y_table + request + 0.4)
+        canvas.note(*at, f"request {request}", ha="right", va="center", color="black")
+        for k, physical in enumerate(row):
+            on, is_shared = k < run.full_used[request], request == 0 and k < shared_blocks
+            if is_shared:
+                look = (SHARED, "shared-entry", {"text_colour": "black", "hatch": "///"})
+            elif on:
+                look = (style.request_colour(request), "table-entry", {"text_colour": "white"})
+            else:
+                look = (style.EMPTY, "table-unused", {"text_colour": "white"})
+            fill, gid, extra = look
+            canvas.cell(k, y_table + request, fill, physical if on else "", gid, **extra)
 
 
 def replay_widget(cached_blocks: int = 3, window: int = 5, new_tokens: int = 3):

@@ -143,79 +143,8 @@ def draw_hybrid_run(run: HybridRun):
     slot_row = draw.SlotRow("kernel's slot", run.slots, "slot", "pad-slot")
     canvas.token_rows(0, run.positions, [slot_row], run.max_num_tokens)
 
-    # Block tables: the manager's entry k spans the attention blocks k * K/B .. (k + 1) * K/B
-    # - 1 that expand_block_table puts under it.
-    canvas.heading(
-        y_table,
-        f"block tables: the manager's physical KV blocks (K = {plural(kv, 'token')}) over the "
-        f"attention blocks (B = {plural(size, 'token')}) the kernel indexes",
-    )
-    for request, (kv_row, row) in enumerate(zip(run.kv_table, run.table, strict=True)):
-        y = y_table + request * 2.6
-        canvas.row_title(y, f"request {request}: KV blocks")
-        canvas.row_title(y + 1, "attention blocks")
-        for k, physical in enumerate(kv_row):
-            used = k < run.kv_used[request]
-            colour = style.request_colour(request) if used else style.EMPTY
-            kind = "entry" if used else "unused"
-            label = physical if used else ""
-            canvas.cell(
-                k * per,
-                y,
-                colour,
-                label,
-                f"kv-{kind}",
-                wide=per,
-                text_colour="white",
-                linewidth=1.4,
-            )
-            for j in range(per):
-                label = row[k * per + j] if used else ""
-                gid = f"attention-{kind}"
-                canvas.cell(k * per + j, y + 1, colour, label, gid, text_colour="white")
-        # The kernel's logical (attention) block b reads entry b of the expanded row.
-        for a in range(len(row)):
-            canvas.note(a + 0.5, y + 1.9, f"{a}", ha="center", va="top")
-        canvas.note(-0.25, y + 1.9, "logical block", ha="right", va="top")
-
-    # The cache: physical KV block k = attention blocks k * K/B .. (k + 1) * K/B - 1, K slots;
-    # what earlier steps wrote: the positions before each request's first one (a later chunk).
-    earlier = draw.earlier(run.positions, run.kv_table, kv)
-    canvas.heading(
-        y_cache - 0.45,
-        f"KV cache: {plural(run.num_kv_blocks, 'physical KV block')} of K = "
-        f"{plural(kv, 'slot')}, each K/B = {plural(per, 'attention block')} (numbered above) "
-        f"of B = {size}\nlabel: the position stored there"
-        + ("; hatched: written by earlier steps" if earlier else ""),
-    )
-    canvas.row_title(y_cache, "slots")
-    formats = [
-        "KV block {k}: slots {first}-{last}",
-        "KV block {k}: {first}-{last}",
-        "KV block {k}",
-        "KV {k}",
-        "{k}",
-    ]
-    landed = draw.landed(run.positions, run.slots)
-    origins = canvas.cache(
-        y_cache,
-        kv,
-        run.num_kv_blocks,
-        landed,
-        "cache",
-        formats=formats,
-        line_height=2.3,
-        earlier=earlier,
-        caption_gid="kv-block-label",
-    )
-    # Attention-block borders inside each physical block, and the physical block's outline.
-    for physical, (x0, y) in enumerate(origins):
-        for j in range(per):
-            canvas.cell(x0 + j * size, y, "none", "", "attention-block", wide=size, linewidth=1.6)
-            at = (x0 + j * size + size / 2, y - 0.08)
-            canvas.note(*at, str(physical * per + j), ha="center", va="bottom")
-        canvas.cell(x0, y, "none", "", "kv-block", wide=kv, linewidth=2.2, edge="black")
-
+    _paint_tables(canvas, run, y_table)
+    _paint_kv_cache(canvas, run, y_cache)
     agree = run.slots == run.expected
     same = run.slots[: run.num_tokens] == run.whole[: run.num_tokens]
     verdict = "kernel = reference" if agree else "KERNEL DIFFERS FROM THE REFERENCE"
@@ -231,6 +160,70 @@ def draw_hybrid_run(run: HybridRun):
     )
     canvas.fig.slotmap_run = run
     return canvas.fig
+
+
+def _paint_tables(canvas: Canvas, run: HybridRun, y_table: float) -> None:
+    """Block tables: the manager's entry k spans the attention blocks k * K/B .. (k + 1) * K/B
+    - 1 that expand_block_table puts under it."""
+    size, per, kv = run.block_size, run.blocks_per_kv_block, run.kv_cache_block_size
+    canvas.heading(
+        y_table,
+        f"block tables: the manager's physical KV blocks (K = {plural(kv, 'token')}) over the "
+        f"attention blocks (B = {plural(size, 'token')}) the kernel indexes",
+    )
+    for request, (kv_row, row) in enumerate(zip(run.kv_table, run.table, strict=True)):
+        y = y_table + request * 2.6
+        canvas.row_title(y, f"request {request}: KV blocks")
+        canvas.row_title(y + 1, "attention blocks")
+        for k, physical in enumerate(kv_row):
+            used = k < run.kv_used[request]
+            colour = style.request_colour(request) if used else style.EMPTY
+            kind, white = ("entry" if used else "unused"), {"text_colour": "white"}
+            label = physical if used else ""
+            canvas.cell(k * per, y, colour, label, f"kv-{kind}", wide=per, linewidth=1.4, **white)
+            for j in range(per):
+                label = row[k * per + j] if used else ""
+                canvas.cell(k * per + j, y + 1, colour, label, f"attention-{kind}", **white)
+        # The kernel's logical (attention) block b reads entry b of the expanded row.
+        for a in range(len(row)):
+            canvas.note(a + 0.5, y + 1.9, f"{a}", ha="center", va="top")
+        canvas.note(-0.25, y + 1.9, "logical block", ha="right", va="top")
+
+
+KV_CAPTIONS = (
+    "KV block {k}: slots {first}-{last}",
+    "KV block {k}: {first}-{last}",
+    "KV block {k}",
+    "KV {k}",
+    "{k}",
+)
+
+
+def _paint_kv_cache(canvas: Canvas, run: HybridRun, y_cache: float) -> None:
+    """Physical KV block k = attention blocks k * K/B .. (k + 1) * K/B - 1, K slots; what
+    earlier steps wrote: the positions before each request's first one (a later chunk)."""
+    size, per, kv = run.block_size, run.blocks_per_kv_block, run.kv_cache_block_size
+    earlier = draw.earlier(run.positions, run.kv_table, kv)
+    canvas.heading(
+        y_cache - 0.45,
+        f"KV cache: {plural(run.num_kv_blocks, 'physical KV block')} of K = "
+        f"{plural(kv, 'slot')}, each K/B = {plural(per, 'attention block')} (numbered above) "
+        f"of B = {size}\nlabel: the position stored there"
+        + ("; hatched: written by earlier steps" if earlier else ""),
+    )
+    canvas.row_title(y_cache, "slots")
+    landed = draw.landed(run.positions, run.slots)
+    look = {"formats": KV_CAPTIONS, "line_height": 2.3, "caption_gid": "kv-block-label"}
+    origins = canvas.cache(
+        y_cache, kv, run.num_kv_blocks, landed, "cache", earlier=earlier, **look
+    )
+    # Attention-block borders inside each physical block, and the physical block's outline.
+    for physical, (x0, y) in enumerate(origins):
+        for j in range(per):
+            canvas.cell(x0 + j * size, y, "none", "", "attention-block", wide=size, linewidth=1.6)
+            at = (x0 + j * size + size / 2, y - 0.08)
+            canvas.note(*at, str(physical * per + j), ha="center", va="bottom")
+        canvas.cell(x0, y, "none", "", "kv-block", wide=kv, linewidth=2.2, edge="black")
 
 
 def hybrid_widget(
