@@ -32,6 +32,7 @@ REFERENCES = (
     "window_bases_oracle",
 )
 LAYOUT = ("PAD_SLOT_ID", "PRODUCTION_TILE", "SlotLayout", "expand_block_table", "window_size")
+SERVING = ("SlotMapper", "warmup")
 BACKEND_NAMES = ("BACKEND", "DEVICE")
 
 _HOMES = {
@@ -39,9 +40,10 @@ _HOMES = {
     **dict.fromkeys(REFERENCES, "slotmap.reference"),
     **dict.fromkeys(LAYOUT, "slotmap.layout"),
     **dict.fromkeys(BACKEND_NAMES, "slotmap.backend"),
+    **dict.fromkeys(SERVING, "slotmap.serving"),
 }
 
-__all__ = [*LAUNCHERS, *REFERENCES, *LAYOUT, *BACKEND_NAMES]
+__all__ = [*LAUNCHERS, *REFERENCES, *LAYOUT, *SERVING, *BACKEND_NAMES]
 
 
 def __getattr__(name: str) -> Any:

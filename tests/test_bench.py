@@ -65,6 +65,18 @@ def test_launcher_overhead_is_recorded(written) -> None:
     }
 
 
+def test_the_serving_trace_is_measured_exactly(written) -> None:
+    folder, result = written
+    serving = result["serving"]
+    assert serving["exact"] is True and serving["steps"] == len(serving["tokens_per_step"]) > 2
+    assert len(set(serving["tokens_per_step"])) > 1  # num_tokens changes from step to step
+    assert set(serving["host_us_per_step"]) == {"raw", "mapper", "launcher", "empty"}
+    assert serving["variants_warmed"] >= 1
+    assert set(serving["mapper_over_raw"]) == {"median", "p95", "max"}
+    assert "## A serving trace (" in (folder / "tiny.md").read_text()
+    assert any(row["target"].startswith("serving trace") for row in result["targets"])
+
+
 def test_markdown_and_plot_are_written(written) -> None:
     folder, _ = written
     table = (folder / "tiny.md").read_text()

@@ -83,6 +83,7 @@ def test_the_public_names_separate_launchers_from_references() -> None:
         *slotmap.LAUNCHERS,
         *slotmap.REFERENCES,
         *slotmap.LAYOUT,
+        *slotmap.SERVING,
         *slotmap.BACKEND_NAMES,
     }
     for name in slotmap.__all__:
