@@ -174,9 +174,10 @@ def judge_window_size(candidate: Callable[[int, int], int], case: tuple[int, int
             + _mid_block_failure(tile_size, block_size, window),
             expected,
             window,
-            f"cdiv({tile_size}, {block_size}) = {plural(cdiv(tile_size, block_size), 'block')} "
-            "cover a tile that starts on a block boundary; one that starts mid-block spans one "
-            "more.",
+            "A tile that starts on a block boundary touches "
+            f"{plural(cdiv(tile_size, block_size), 'block')} here; one that starts on the last "
+            f"offset of a block ({block_size - 1}) touches the most. Count the blocks in that "
+            "worst case.",
         )
     if window > expected:
         raise Wrong(
@@ -185,7 +186,7 @@ def judge_window_size(candidate: Callable[[int, int], int], case: tuple[int, int
             expected,
             window,
             "Each tile loads the whole window: on Ascend it sits in the 192 KB Unified Buffer. "
-            "Use the smallest power of two that holds cdiv(tile, block_size) + 1 entries.",
+            "Hold the blocks of the worst-placed tile, rounded up to a power of two, no more.",
         )
 
 
@@ -196,7 +197,10 @@ register(
         cases=_window_size_cases,
         strategy=_window_size_strategy,
         judge=judge_window_size,
-        hint="next_power_of_2(cdiv(tile_size, block_size) + 1)",
+        hint="A tile is tile_size contiguous positions. Where can its first position fall "
+        "inside a block (on a boundary, or as late as the block's last offset)? Count the blocks "
+        "the tile touches in the worst case; the window is a tl.arange, so its length is a "
+        "power of two.",
         max_examples=60,
     )
 )
@@ -287,8 +291,9 @@ register(
         cases=_window_kernel_cases,
         strategy=_window_kernel_strategy,
         judge=judge_window_kernel,
-        hint="block_idx_base = tl.min(tl.where(mask, block_indices, INT32_MAX), axis=0); load "
-        "BLOCK_TABLE_WINDOW_SIZE entries from there; tl.gather(window, relative index, 0).",
+        hint="The window starts at the smallest logical block among the tile's valid lanes (a "
+        "masked lane must not lower that minimum); load BLOCK_TABLE_WINDOW_SIZE entries from "
+        "there, and gather each lane's entry by its index relative to that start.",
         max_examples=30,
     )
 )

@@ -58,9 +58,9 @@ def group_window(tile_size: int, block_sizes: Sequence[int], circular: Sequence[
 
 
 WINDOW_HINT = (
-    "The window must hold every block a tile of any group can touch: "
-    "next_power_of_2(cdiv(tile_size, b) + 1) for b the smallest block size among the groups "
-    "that are not circular; a circular group reads entry 0 only (1 when all are circular)."
+    "The window must hold every block a tile of any group can touch: the group with the "
+    "smallest blocks among those that are not circular sets the worst case, as in exercise "
+    "03.window_size; a circular group reads entry 0 only (1 when all are circular)."
 )
 
 
@@ -486,8 +486,8 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
                         f"{case.block_sizes[g]}: each group's programs must load their own "
                         "group's block size",
                         want[: case.num_tokens], real,
-                        "block_size = tl.load(block_sizes_ptr + group_idx), used for the block "
-                        "index, the offset and the slot.",
+                        "Load the program's own group's block size from block_sizes, and use "
+                        "it for the block index, the offset and the slot.",
                     )  # fmt: skip
         wrong = explain_slot_mapping(
             case.group(g), want, [POISON] * GUARD + got + [POISON] * GUARD
