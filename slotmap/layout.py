@@ -127,7 +127,9 @@ class SlotLayout:
     ``kv_cache_block_size``: tokens per physical block (None: ``block_size``; a multiple of it
     for hybrid blocks); ``cp_*``: context parallelism (world size, this rank, tokens per
     segment); ``circular``: a ring buffer of one block per row; ``pad_id``: the slot of a
-    token that has none here.
+    token that has none here; ``enabled``: False for a group that maps no token (a Mamba
+    state group): every token gets ``pad_id`` and its block table is never read
+    (docs/semantics.md §4).
     """
 
     block_size: int
@@ -137,6 +139,7 @@ class SlotLayout:
     cp_interleave: int = 1
     circular: bool = False
     pad_id: int = PAD_SLOT_ID
+    enabled: bool = True
 
     def __post_init__(self) -> None:
         block_size = check_at_least_one("block_size", self.block_size)
@@ -169,9 +172,16 @@ class SlotLayout:
             cp_interleave=interleave,
             circular=bool(self.circular),
             pad_id=check_pad_id(self.pad_id),
+            enabled=bool(self.enabled),
         )
         for name, value in fields.items():
             object.__setattr__(self, name, value)
+        # Launchers key their plans by layouts on every call: hash once.
+        object.__setattr__(self, "_hash", hash(tuple(fields.values())))
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")  # an ``unchecked`` layout has none
+        return hash(tuple(self.__dict__.values())) if cached is None else cached
 
     @staticmethod
     def of(
@@ -182,15 +192,16 @@ class SlotLayout:
         cp_interleave: int = 1,
         circular: bool = False,
         pad_id: int = PAD_SLOT_ID,
+        enabled: bool = True,
     ) -> SlotLayout:
         """``SlotLayout(...)``, remembered: a launcher's hot path builds it on every call."""
         args = (block_size, kv_cache_block_size, cp_world_size, cp_rank, cp_interleave)
         try:
-            return _layout_of(*args, circular, pad_id)
+            return _layout_of(*args, circular, pad_id, enabled)
         except TypeError as exc:
             if "unhashable" not in str(exc):
                 raise
-            return SlotLayout(*args, circular, pad_id)  # names the bad argument
+            return SlotLayout(*args, circular, pad_id, enabled)  # names the bad argument
 
     @staticmethod
     def unchecked(block_size: int, kv_cache_block_size: int, *more: object) -> SlotLayout:
@@ -204,7 +215,8 @@ class SlotLayout:
         return layout
 
     def fields(self) -> dict:
-        """The layout as keyword arguments of the public functions (``token_slot``...)."""
+        """The layout as keyword arguments of the public functions (``token_slot``...); a
+        group's ``enabled`` flag is not one of them (only the multi-group functions take it)."""
         return {field: getattr(self, field) for field in _FIELDS}
 
     @property
@@ -230,6 +242,9 @@ class SlotLayout:
         block 0 and offset 0, so the result can always index a block table.
         """
         pos = positions.to(torch.int64)
+        if not self.enabled:
+            zeros = torch.zeros_like(pos)
+            return zeros, zeros, torch.zeros_like(pos, dtype=torch.bool)
         if self.circular:
             has_slot = pos >= 0
             # Guard before the arithmetic: torch's % floors, C's truncates; neither may see p < 0.
@@ -248,7 +263,8 @@ class SlotLayout:
         return torch.where(has_slot, block, 0), torch.where(has_slot, offset, 0), has_slot
 
 
-_FIELDS = tuple(field.name for field in dataclasses.fields(SlotLayout))
+# The single-group keyword arguments; ``enabled`` keeps its default in ``unchecked``.
+_FIELDS = tuple(field.name for field in dataclasses.fields(SlotLayout) if field.name != "enabled")
 
 
 @functools.lru_cache(maxsize=1024, typed=True)
@@ -265,27 +281,62 @@ def group_layouts(
     cp_rank: int,
     cp_interleave: int,
     pad_id: int,
+    kernel_block_sizes: Sequence[int] | None = None,
+    slot_mapping_enabled: Sequence[bool] | None = None,
+    dcp_sharded: Sequence[bool] | None = None,
 ) -> tuple[SlotLayout, ...]:
-    """One ``SlotLayout`` a KV-cache group: its own block size (also its physical block) and
-    circular flag, the batch's context parallelism and pad id. Errors name the group."""
+    """One ``SlotLayout`` a KV-cache group (docs/semantics.md §4). Errors name the group.
+
+    Group g allocates blocks of ``block_sizes[g]`` tokens (its ``kv_cache_block_size``) and
+    its block table counts blocks of ``kernel_block_sizes[g]`` tokens (its ``block_size``;
+    None: the allocation block). ``slot_mapping_enabled[g]`` False: the group maps no token
+    (the layout's ``enabled``). ``dcp_sharded[g]`` False: the group's cache is not split
+    across the context-parallel ranks, so its layout has ``cp_world_size`` 1 (as has every
+    disabled group's). None: every group enabled, every group sharded (the batch's CP).
+    """
     circular = [False] * num_groups if circular is None else list(circular)
+    kernel = list(block_sizes) if kernel_block_sizes is None else list(kernel_block_sizes)
+    enabled = [True] * num_groups if slot_mapping_enabled is None else list(slot_mapping_enabled)
+    sharded = [True] * num_groups if dcp_sharded is None else list(dcp_sharded)
     pad_id = check_pad_id(pad_id)
     if num_groups < 1:
         raise ValueError("at least one KV-cache group is needed")
-    if len(block_sizes) != num_groups or len(circular) != num_groups:
-        raise ValueError(
-            f"{num_groups} block tables but {len(block_sizes)} block sizes and "
-            f"{len(circular)} circular flags"
-        )
+    lists = {
+        "block sizes": block_sizes,
+        "circular flags": circular,
+        "kernel_block_sizes": kernel,
+        "slot_mapping_enabled flags": enabled,
+        "dcp_sharded flags": sharded,
+    }
+    for name, values in lists.items():
+        if len(values) != num_groups:
+            raise ValueError(f"{num_groups} block tables but {len(values)} {name}")
+    # The batch's CP, checked even where no group is sharded.
+    check_at_least_one("cp_interleave", cp_interleave)
+    SlotLayout.of(1, None, cp_world_size, cp_rank)
     layouts = []
-    for g, (size, ring) in enumerate(zip(block_sizes, circular, strict=True)):
-        size = as_int(f"block_sizes[{g}]", size)
+    for g in range(num_groups):
+        size = as_int(f"block_sizes[{g}]", block_sizes[g])
+        kernel_size = as_int(f"kernel_block_sizes[{g}]", kernel[g])
+        on, ring = bool(enabled[g]), bool(circular[g])
+        split = on and bool(sharded[g])
+        cp = (cp_world_size, cp_rank, cp_interleave) if split else (1, 0, 1)
         try:
-            layouts.append(
-                SlotLayout.of(size, size, cp_world_size, cp_rank, cp_interleave, ring, pad_id)
-            )
+            if kernel_size >= 1 and size >= 1 and size % kernel_size:
+                raise ValueError(
+                    f"kernel block size {kernel_size} does not divide block size {size} (an "
+                    "allocation block holds whole kernel blocks)"
+                )
+            if ring and kernel_size != size:
+                raise ValueError(
+                    f"a circular cache is one block a row: its kernel block size "
+                    f"{kernel_size} must be its block size {size}"
+                )
+            layouts.append(SlotLayout.of(kernel_size, size, *cp, ring, pad_id, on))
         except ValueError as exc:
-            raise ValueError(f"group {g}: {exc}") from None
+            cp_error = "cp_interleave" in str(exc) or "context-parallel" in str(exc)
+            hint = " (dcp_sharded=False keeps a group off the CP split)" if cp_error else ""
+            raise ValueError(f"group {g}: {exc}{hint}") from None
     return tuple(layouts)
 
 

@@ -26,6 +26,7 @@ from slotmap.validate import (
     check_slot_mapping_inputs,
     check_slot_mappings_inputs,
     resolve_counts,
+    resolve_group_counts,
 )
 
 
@@ -234,7 +235,7 @@ def window_bases_oracle(
 def slot_mappings_oracle(
     query_start_loc: Tensor,
     positions: Tensor,
-    block_tables: Sequence[Tensor],
+    block_tables: Sequence[Tensor | None],
     block_sizes: Sequence[int],
     *,
     circular: Sequence[bool] | None = None,
@@ -245,14 +246,24 @@ def slot_mappings_oracle(
     cp_rank: int = 0,
     cp_interleave: int = 1,
     pad_id: int = PAD_SLOT_ID,
+    kernel_block_sizes: Sequence[int] | None = None,
+    slot_mapping_enabled: Sequence[bool] | None = None,
+    dcp_sharded: Sequence[bool] | None = None,
     out: Tensor | None = None,
     validate: bool = True,
 ) -> Tensor:
-    """Multi-group slot mapping: row ``g`` is group ``g``'s slot mapping.
+    """Multi-group slot mapping: row ``g`` is group ``g``'s slot mapping (docs/semantics.md §4).
 
-    Group ``g`` has its own block table ``block_tables[g]``, block size ``block_sizes[g]`` and
-    circular flag. Request ``q`` reads row ``idx_mapping[q]`` of every block table (row ``q``
-    when ``idx_mapping`` is None). Returns [num_groups, max_num_tokens] int32 (or ``out``).
+    Group ``g`` has its own block table ``block_tables[g]``, allocation block size
+    ``block_sizes[g]``, kernel block size ``kernel_block_sizes[g]`` (the unit its table
+    counts; None: the allocation block) and circular flag. Request ``q`` reads row
+    ``idx_mapping[q]`` of every block table (row ``q`` when ``idx_mapping`` is None); -1 marks
+    a dummy request: its tokens get ``pad_id`` and no row is read.
+    ``slot_mapping_enabled[g]`` False: every token of group ``g`` gets ``pad_id`` and its
+    table (which may be None) is never read. ``dcp_sharded[g]`` False: context parallelism
+    leaves group ``g`` alone (every token maps locally). Both None: every group on, sharded.
+    ``num_tokens`` may be a padded count: tokens from ``query_start_loc[num_reqs]`` on get
+    ``pad_id``. Returns [num_groups, max_num_tokens] int32 (or ``out``).
     """
     layouts, num_tokens, max_num_tokens = _check_groups(
         query_start_loc,
@@ -269,18 +280,24 @@ def slot_mappings_oracle(
         pad_id,
         out,
         validate,
+        kernel_block_sizes=kernel_block_sizes,
+        slot_mapping_enabled=slot_mapping_enabled,
+        dcp_sharded=dcp_sharded,
     )
-    rows = _rows(query_start_loc, idx_mapping)
-    groups = [
-        _emit(
-            _oracle_slots(
-                layout, query_start_loc, positions, table[rows].tolist(), max_num_tokens
-            ),
-            None,
-            positions.device,
-        )
-        for layout, table in zip(layouts, block_tables, strict=True)
-    ]
+    starts = query_start_loc.tolist()
+    rows = _rows(query_start_loc, idx_mapping).tolist()
+    pos = positions[:num_tokens].tolist()
+    groups = []
+    for layout, table in zip(layouts, block_tables, strict=True):
+        result = [layout.pad_id] * max_num_tokens
+        for request, row in enumerate(rows):
+            if not layout.enabled or row < 0:
+                continue  # a disabled group or a dummy request: no slot, no row read
+            entries = table[row].tolist()
+            # Up to the real token count: a padded num_tokens adds no token.
+            for token in range(starts[request], min(starts[request + 1], num_tokens)):
+                result[token] = token_slot(pos[token], entries, **layout.fields())
+        groups.append(_emit(result, None, positions.device))
     return _emit_groups(groups, out, positions.device)
 
 
@@ -394,7 +411,7 @@ def _torch_slots(
 def slot_mappings_torch(
     query_start_loc: Tensor,
     positions: Tensor,
-    block_tables: Sequence[Tensor],
+    block_tables: Sequence[Tensor | None],
     block_sizes: Sequence[int],
     *,
     circular: Sequence[bool] | None = None,
@@ -405,6 +422,9 @@ def slot_mappings_torch(
     cp_rank: int = 0,
     cp_interleave: int = 1,
     pad_id: int = PAD_SLOT_ID,
+    kernel_block_sizes: Sequence[int] | None = None,
+    slot_mapping_enabled: Sequence[bool] | None = None,
+    dcp_sharded: Sequence[bool] | None = None,
     out: Tensor | None = None,
     validate: bool = True,
 ) -> Tensor:
@@ -424,12 +444,28 @@ def slot_mappings_torch(
         pad_id,
         out,
         validate,
+        kernel_block_sizes=kernel_block_sizes,
+        slot_mapping_enabled=slot_mapping_enabled,
+        dcp_sharded=dcp_sharded,
     )
-    rows = _rows(query_start_loc, idx_mapping)[request_of_tokens(query_start_loc, num_tokens)]
+    # The real token count, not a padded num_tokens: the tail after it gets pad_id.
+    real = min(int(query_start_loc[-1]), num_tokens)
+    request = request_of_tokens(query_start_loc, int(query_start_loc[-1]))[:real]
+    rows = _rows(query_start_loc, idx_mapping)[request]
     if out is None:
         out = torch.empty(len(layouts), max_num_tokens, dtype=torch.int32, device=positions.device)
     for g, (layout, table) in enumerate(zip(layouts, block_tables, strict=True)):
-        _torch_slots(layout, positions, table, rows, num_tokens, out[g])
+        out[g] = layout.pad_id
+        if not layout.enabled:
+            continue  # its table is never read
+        mapped = rows >= 0  # a dummy request's tokens read no row
+        block, offset, has_slot = layout.locate(torch.where(mapped, positions[:real], 0))
+        has_slot = has_slot & mapped
+        read = has_slot.nonzero()[:, 0]
+        physical = table[rows[read], block[read]].to(torch.int64)
+        slots = torch.full_like(block, layout.pad_id)
+        slots[read] = physical * layout.block_size + offset[read]
+        out[g, :real] = slots.to(out.dtype)
     return out
 
 
@@ -470,7 +506,7 @@ def replay_padding_torch(
 def _check_groups(
     query_start_loc: Tensor,
     positions: Tensor,
-    block_tables: Sequence[Tensor],
+    block_tables: Sequence[Tensor | None],
     block_sizes: Sequence[int],
     circular: Sequence[bool] | None,
     idx_mapping: Tensor | None,
@@ -482,8 +518,10 @@ def _check_groups(
     pad_id: int,
     out: Tensor | None,
     validate: bool,
+    **per_group: Sequence | None,
 ) -> tuple[tuple[SlotLayout, ...], int, int]:
-    # The multi-group references' checks, as the fused launcher makes them.
+    # The multi-group references' checks, as the fused launcher makes them; ``per_group``:
+    # kernel_block_sizes, slot_mapping_enabled, dcp_sharded.
     layouts = group_layouts(
         len(block_tables),
         block_sizes,
@@ -492,8 +530,9 @@ def _check_groups(
         cp_rank=cp_rank,
         cp_interleave=cp_interleave,
         pad_id=pad_id,
+        **per_group,
     )
-    num_tokens, max_num_tokens = resolve_counts(
+    num_tokens, max_num_tokens = resolve_group_counts(
         query_start_loc, positions, num_tokens, max_num_tokens, validate
     )
     check_slot_mappings_inputs(

@@ -134,7 +134,8 @@ def check_tokens(
 ) -> None:
     """Per-token checks: positions, block indices, slots and the window precondition.
 
-    ``rows`` maps request -> block-table row (``idx_mapping``); ``group`` only names the group
+    ``rows`` maps request -> block-table row (``idx_mapping``; -1: a dummy request, whose
+    tokens have no slot and are not checked past int32); ``group`` only names the group
     in messages. ``tile_size`` None skips the window precondition (kernels without a window).
     Slots must fit the output's dtype (int32 when ``out`` is None).
     """
@@ -151,21 +152,28 @@ def check_tokens(
 
     if (t := first((pos > INT32_MAX) | (pos < INT32_MIN))) is not None:
         _fail(f"{name(t)}: position {int(pos[t])} does not fit in int32")
-    if not layout.circular and (t := first(pos < 0)) is not None:
+    real = torch.ones_like(pos, dtype=torch.bool)
+    if rows is not None:
+        real = rows[request] >= 0
+        pos = torch.where(real, pos, -1)  # a dummy token: no slot, checked no further
+    if not layout.circular and (t := first(real & (pos < 0))) is not None:
         _fail(
             f"{name(t)}: position {int(pos[t])} is negative "
             "(only a circular cache pads negative positions)"
         )
     check_distinct_positions(request, pos, where)
-    block, offset, has_slot = layout.locate(pos)
+    block, offset, has_slot = layout.locate(torch.where(real, pos, 0))
+    has_slot = has_slot & real
     row_length = block_table.shape[1]
     if (t := first(has_slot & (block >= row_length))) is not None:
         _fail(
             f"{name(t)}: position {int(pos[t])} needs logical block {int(block[t])}, "
             f"outside the block-table row of {row_length} entries"
         )
-    table_row = request if rows is None else rows[request]
-    physical = block_table[table_row, block].to(torch.int64)
+    table_row = request if rows is None else torch.where(real, rows[request], 0)
+    physical = torch.zeros_like(block)
+    read = has_slot.nonzero()[:, 0]  # only the entries the kernels read
+    physical[read] = block_table[table_row[read], block[read]].to(torch.int64)
     if (t := first(has_slot & (physical < 0))) is not None:
         _fail(
             f"{name(t)}: block table entry [{int(table_row[t])}, {int(block[t])}] holds "
@@ -281,11 +289,40 @@ def check_slot_mapping_inputs(
         )
 
 
+def resolve_group_counts(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    num_tokens: int | None,
+    max_num_tokens: int | None,
+    full: bool,
+) -> tuple[int, int]:
+    """``resolve_counts`` for the multi-group functions, whose ``num_tokens`` may be a padded
+    count (vLLM's ``positions.shape[0]`` under CUDA graphs): checked to be at least the real
+    count ``query_start_loc[num_reqs]`` rather than equal to it (docs/semantics.md §4)."""
+    counts = resolve_counts(
+        query_start_loc, positions, num_tokens, max_num_tokens, full and num_tokens is None
+    )
+    if full:
+        check_padded_count(query_start_loc, counts[0])
+    return counts
+
+
+def check_padded_count(query_start_loc: Tensor, num_tokens: int) -> None:
+    """query_start_loc is valid and ends at or before ``num_tokens`` (a padded count)."""
+    check_query_start_loc(query_start_loc)
+    actual = int(query_start_loc[-1])
+    if num_tokens < actual:
+        _fail(
+            f"num_tokens is {num_tokens} but query_start_loc ends at {actual}: the batch's "
+            "tokens do not fit"
+        )
+
+
 def check_slot_mappings_inputs(
     layouts: Sequence[SlotLayout],
     query_start_loc: Tensor,
     positions: Tensor,
-    block_tables: Sequence[Tensor],
+    block_tables: Sequence[Tensor | None],
     num_tokens: int,
     max_num_tokens: int,
     *,
@@ -294,41 +331,61 @@ def check_slot_mappings_inputs(
     full: bool,
     tile_size: int | None = None,
 ) -> None:
-    """The checks of a multi-group slot mapping after ``resolve_counts``; ``layouts`` from
-    ``slotmap.layout.group_layouts``, one a block table."""
+    """The checks of a multi-group slot mapping after ``resolve_group_counts``; ``layouts``
+    from ``slotmap.layout.group_layouts``, one a block table.
+
+    A disabled group's table is never read, so it is not checked (it may be None);
+    ``idx_mapping[q] == -1`` marks a dummy request that reads no row, and anything below -1
+    is rejected (docs/semantics.md §5).
+    """
     num_reqs = query_start_loc.numel() - 1
-    for g, table in enumerate(block_tables):
+    if len(block_tables) != len(layouts):
+        _fail(f"{len(block_tables)} block tables for {len(layouts)} groups")
+    read = [
+        (g, layout, table)
+        for g, (layout, table) in enumerate(zip(layouts, block_tables, strict=True))
+        if layout.enabled
+    ]
+    for g, _, table in read:
         check_tensor(f"block_tables[{g}]", table, (torch.int32,), 2, positions.device)
         if table.shape[1] < 1:
             _fail(f"block_tables[{g}] has rows of 0 entries")
-    min_rows = min(table.shape[0] for table in block_tables)
+    min_rows = min((table.shape[0] for _, _, table in read), default=None)
     rows = None
     if idx_mapping is not None:
         check_tensor("idx_mapping", idx_mapping, (torch.int32,), 1, positions.device)
         if idx_mapping.numel() < num_reqs:
             _fail(f"idx_mapping has {idx_mapping.numel()} entries for {num_reqs} requests")
-        if num_reqs and min_rows < 1:
+        if num_reqs and min_rows == 0:
             _fail(f"{num_reqs} requests but a block table has 0 rows")
         if full:
             rows = idx_mapping[:num_reqs].to(torch.int64)
-            bad = ((rows < 0) | (rows >= min_rows)).nonzero()
-            if bad.numel():
+            below = (rows < -1).nonzero()
+            if below.numel():
+                q = int(below[0, 0])
+                _fail(
+                    f"request {q}: idx_mapping[{q}] = {int(rows[q])} is below -1 (-1 marks a "
+                    "dummy request; other rows are >= 0)"
+                )
+            bad = (rows >= min_rows).nonzero() if min_rows is not None else None
+            if bad is not None and bad.numel():
                 q = int(bad[0, 0])
                 _fail(
                     f"request {q}: idx_mapping[{q}] = {int(rows[q])} is not a row of every "
                     f"block table (the smallest has {min_rows} rows)"
                 )
-    elif num_reqs > min_rows:
+    elif min_rows is not None and num_reqs > min_rows:
         _fail(f"{num_reqs} requests but a block table has only {min_rows} rows")
     check_out(out, (len(block_tables), max_num_tokens), positions.device)
     if full:
-        for g, (layout, table) in enumerate(zip(layouts, block_tables, strict=True)):
+        actual = int(query_start_loc[-1])  # num_tokens may be a padded count
+        for g, layout, table in read:
             check_tokens(
                 layout,
                 query_start_loc,
                 positions,
                 table,
-                num_tokens,
+                actual,
                 tile_size=tile_size,
                 rows=rows,
                 group=g,

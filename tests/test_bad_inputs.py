@@ -304,9 +304,43 @@ BAD_MULTI: dict[str, Bad] = {
         lambda: groups(idx_mapping=tensor([0, 5], torch.int32)),
         r"request 1: idx_mapping\[1\] = 5 is not a row of every block table",
     ),
-    "idx-mapping-negative": Bad(
-        lambda: groups(idx_mapping=tensor([-1, 0], torch.int32)),
-        r"request 0: idx_mapping\[0\] = -1",
+    "idx-mapping-below-minus-one": Bad(
+        lambda: groups(idx_mapping=tensor([0, -2], torch.int32)),
+        r"request 1: idx_mapping\[1\] = -2 is below -1 \(-1 marks a dummy request",
+    ),
+    "kernel-block-not-dividing": Bad(
+        lambda: groups(kernel_block_sizes=[3, 2]),
+        r"group 0: kernel block size 3 does not divide block size 4",
+    ),
+    "kernel-blocks-mismatch": Bad(
+        lambda: groups(kernel_block_sizes=[4]), r"2 block tables but 1 kernel_block_sizes"
+    ),
+    "enabled-flags-mismatch": Bad(
+        lambda: groups(slot_mapping_enabled=[True]),
+        r"2 block tables but 1 slot_mapping_enabled flags",
+    ),
+    "sharded-flags-mismatch": Bad(
+        lambda: groups(dcp_sharded=[True, False, True]), r"2 block tables but 3 dcp_sharded"
+    ),
+    "enabled-group-without-table": Bad(
+        lambda: (groups()[0][:2] + ([groups()[0][2][0], None], [4, 2]), {}),
+        r"block_tables\[1\] must be a torch.Tensor, got NoneType",
+    ),
+    "sharded-group-interleave-not-dividing": Bad(
+        # Only group 1 is sharded: its allocation block 2 is not a multiple of 4.
+        lambda: groups(cp_world_size=2, cp_interleave=4, dcp_sharded=[False, True]),
+        r"group 1: kv_cache_block_size 2 is not a multiple of cp_interleave 4",
+    ),
+    "sharded-circular-group": Bad(
+        lambda: groups(cp_world_size=2, circular=[False, True]),
+        r"group 1: a circular cache cannot be split .*dcp_sharded=False",
+    ),
+    "circular-group-with-kernel-blocks": Bad(
+        lambda: groups(circular=[False, True], kernel_block_sizes=[4, 1]),
+        r"group 1: a circular cache is one block a row",
+    ),
+    "num-tokens-below-the-real-count": Bad(
+        lambda: groups(num_tokens=9), r"num_tokens is 9 but query_start_loc ends at 10"
     ),
     "idx-mapping-too-short": Bad(
         lambda: groups(idx_mapping=tensor([0], torch.int32)),
@@ -386,6 +420,34 @@ def test_bad_multi_group_input_is_named(bad_name: str, impl_name: str) -> None:
     args, options = bad.build()
     with pytest.raises(ValueError, match=bad.match):
         MULTI_GROUP[impl_name](*args, **options)
+
+
+ONE_AWAY_AND_VALID = {
+    # Each is one change away from a bad case above, and valid (docs/semantics.md §4, §5).
+    "dummy-request": dict(idx_mapping=tensor([0, -1], torch.int32)),
+    "disabled-group-without-table": dict(slot_mapping_enabled=[True, False]),
+    "unsharded-group-interleave-not-dividing": dict(
+        cp_world_size=2, cp_interleave=4, dcp_sharded=[True, False]
+    ),
+    "unsharded-circular-group": dict(
+        cp_world_size=2, circular=[False, True], dcp_sharded=[True, False]
+    ),
+    "padded-num-tokens": dict(num_tokens=12, max_num_tokens=12),
+}
+
+
+@pytest.mark.parametrize("impl_name", list(MULTI_GROUP))
+@pytest.mark.parametrize("valid_name", list(ONE_AWAY_AND_VALID))
+def test_the_group_switches_accept_valid_batches(valid_name: str, impl_name: str) -> None:
+    (qsl, positions, tables, sizes), _ = groups()
+    options = ONE_AWAY_AND_VALID[valid_name]
+    if valid_name == "disabled-group-without-table":
+        tables = [tables[0], None]
+    if valid_name == "padded-num-tokens":
+        positions = torch.cat([positions, positions[:2]])
+    result = MULTI_GROUP[impl_name](qsl, positions, tables, sizes, **options)
+    expected = slotmap.slot_mappings_oracle(qsl, positions, tables, sizes, **options)
+    assert result.cpu().tolist() == expected.cpu().tolist()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,9 +6,13 @@ kernel does them all in one, on a grid of ``(num_groups, num_reqs + 1, parallel_
 program ``(g, q, p)`` handles tiles ``p, p + P, p + 2P, ...`` of request ``q`` in group ``g``,
 so one long request is spread over ``P`` programs; ``q == num_reqs`` programs pad the tail.
 
-Each group brings its own block table, block size and circular flag. The kernel finds them in
-a small table of per-group metadata: the block table's base address (the production kernels
-pass a table of base addresses too), its row stride, the block size and the circular flag.
+Each group brings its own block table, block sizes (the kernel block its table counts and the
+allocation block that context parallelism splits), circular flag and two switches: enabled (a
+Mamba state group maps no token) and sharded (context parallelism splits this group's cache).
+The kernel finds them in a small table of per-group metadata (``group_metadata``); the
+production kernels pass a table of base addresses too. A disabled group, a dummy request
+(``idx_mapping`` -1) and the padding after the real token count ``query_start_loc[num_reqs]``
+write PAD_ID without forming a block-table address (docs/semantics.md §4).
 """
 
 from __future__ import annotations
@@ -49,51 +53,94 @@ from slotmap.layout import (
     group_layouts,
     window_size,
 )
-from slotmap.validate import check_slot_mappings_inputs, resolve_counts
+from slotmap.validate import check_padded_count, check_slot_mappings_inputs, resolve_counts
 
 SMALL_TILE = 16  # the tile the adaptive choice gives a batch of short requests
 SHORT_REQUESTS = 2  # mean tokens a request at or under which a batch counts as short
 
 
+# Columns of the per-group metadata (``group_metadata``), in order.
+META_COLUMNS = ("table", "stride", "kernel_block", "circular", "kv_block", "enabled", "sharded")
+_META_WIDTH: tl.constexpr = tl.constexpr(len(META_COLUMNS))
+
+
+@triton.jit
+def _load_group_meta(group_meta_ptr, group_idx):
+    # One group's row of the metadata table: scalars the whole program uses.
+    meta_ptr = group_meta_ptr + group_idx * _META_WIDTH
+    block_table_ptr = tl.load(meta_ptr).to(tl.pointer_type(tl.int32))
+    block_table_stride = tl.load(meta_ptr + 1).to(tl.int32)
+    block_size = tl.load(meta_ptr + 2).to(tl.int32)
+    is_circular = tl.load(meta_ptr + 3) != 0
+    kv_block_size = tl.load(meta_ptr + 4).to(tl.int32)
+    is_enabled = tl.load(meta_ptr + 5)  # 0 or 1: an int, to combine with `|`
+    is_sharded = tl.load(meta_ptr + 6) != 0
+    return (
+        block_table_ptr,
+        block_table_stride,
+        block_size,
+        is_circular,
+        kv_block_size,
+        is_enabled,
+        is_sharded,
+    )
+
+
 @triton.jit
 def _group_block_and_offset(
     pos,  # [TILE] int32 positions
-    block_size,  # int: this group's block size
+    block_size,  # int: this group's kernel block (its block table's unit)
+    kv_block_size,  # int: this group's allocation block (a multiple of block_size)
     is_circular,  # bool: this group is a ring buffer
+    is_sharded,  # bool: context parallelism splits this group's cache
     TOTAL_CP_WORLD_SIZE: tl.constexpr,
     TOTAL_CP_RANK: tl.constexpr,
     CP_KV_CACHE_INTERLEAVE_SIZE: tl.constexpr,
 ):
-    # _block_and_offset for one group: the circular flag is per group, so it is a runtime
-    # branch here; a group's physical block is its block size.
+    # _block_and_offset for one group, whose flags and sizes are runtime values here.
     if is_circular:
         block_indices, slot_offsets, has_slot = _block_and_offset(
             pos, block_size, block_size, 1, 1, 0, 1, True
         )
-    else:
-        block_indices, slot_offsets, has_slot = _block_and_offset(
+    elif is_sharded:
+        # CP splits allocation blocks: locate in kv blocks, then in the kernel blocks inside.
+        kv_blocks, kv_offsets, has_slot = _block_and_offset(
             pos,
-            block_size,
-            block_size,
+            kv_block_size,
+            kv_block_size,
             1,
             TOTAL_CP_WORLD_SIZE,
             TOTAL_CP_RANK,
             CP_KV_CACHE_INTERLEAVE_SIZE,
             False,
         )
+        block_indices = kv_blocks * (kv_block_size // block_size) + kv_offsets // block_size
+        slot_offsets = kv_offsets % block_size
+    else:
+        # Not split: every position maps here, in kernel blocks.
+        block_indices, slot_offsets, has_slot = _block_and_offset(
+            pos, block_size, block_size, 1, 1, 0, 1, False
+        )
     return block_indices, slot_offsets, has_slot
+
+
+@triton.jit
+def _real_token_count(query_start_loc_ptr, num_reqs, num_tokens):
+    # query_start_loc[num_reqs], within [0, num_tokens]: a padded host count must not leave
+    # the gap after the real tokens holding an earlier step's slots.
+    return tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + num_reqs), 0), num_tokens)
 
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs", "num_rows"])
 def _compute_slot_mappings_kernel(
-    num_tokens,  # int: real tokens in the batch
+    num_tokens,  # int: tokens in the batch, or a padded count (query_start_loc says the real)
     max_num_tokens,  # int: length of each output row
     num_reqs,  # int: requests (a runtime argument: tl.num_programs is slow on Ascend)
     query_start_loc_ptr,  # [num_reqs + 1], int32
     positions_ptr,  # [>= num_tokens], int64
     idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
-    num_rows,  # int: rows of the smallest block table (idx_mapping's entries must be below it)
-    group_meta_ptr,  # [num_groups, 4], int64: table address, row stride, block size, circular
+    num_rows,  # int: rows of the smallest enabled group's table (idx_mapping's must be below)
+    group_meta_ptr,  # [num_groups, len(META_COLUMNS)], int64: group_metadata
     slot_mappings_ptr,  # [num_groups, max_num_tokens], int32
     slot_mappings_stride,  # int: elements between two groups' rows
     TOTAL_CP_WORLD_SIZE: tl.constexpr,
@@ -101,23 +148,23 @@ def _compute_slot_mappings_kernel(
     CP_KV_CACHE_INTERLEAVE_SIZE: tl.constexpr,
     PAD_ID: tl.constexpr,
     TILE_BLOCK_SIZE: tl.constexpr,
-    BLOCK_TABLE_WINDOW_SIZE: tl.constexpr,  # fits the smallest non-circular block size
+    BLOCK_TABLE_WINDOW_SIZE: tl.constexpr,  # fits the smallest linear enabled kernel block
     PARALLEL_TILES: tl.constexpr,  # programs per request along grid axis 2
     HAS_IDX_MAPPING: tl.constexpr,
     GATHER_AS_FLOAT: tl.constexpr = False,
     LANE_LOADS: tl.constexpr = False,  # GPU: one block-table load a lane, not the window
 ):
-    # slot_mappings[g, t] = block_tables[g][row(q), pos // bs_g] * bs_g + pos % bs_g
+    # slot_mappings[g, t] = block_tables[g][row(q), b] * bs_g + o (b, o: pos in g's blocks)
     group_idx = tl.program_id(0)
     req_idx = tl.program_id(1)
     part = tl.program_id(2)
     slot_mapping_ptr = slot_mappings_ptr + group_idx * slot_mappings_stride
 
     if req_idx == num_reqs:
-        # Padding programs share the tail tile by tile, like the request programs.
+        # Padding programs share the tail, from the real token count, tile by tile.
         _fill_pad(
             slot_mapping_ptr,
-            num_tokens + part * TILE_BLOCK_SIZE,
+            _real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK_SIZE,
             max_num_tokens,
             PARALLEL_TILES,
             PAD_ID,
@@ -125,23 +172,35 @@ def _compute_slot_mappings_kernel(
         )
         return
 
-    meta_ptr = group_meta_ptr + group_idx * 4
-    block_table_ptr = tl.load(meta_ptr).to(tl.pointer_type(tl.int32))
-    block_table_stride = tl.load(meta_ptr + 1).to(tl.int32)
-    block_size = tl.load(meta_ptr + 2).to(tl.int32)
-    is_circular = tl.load(meta_ptr + 3) != 0
-
+    (
+        block_table_ptr,
+        block_table_stride,
+        block_size,
+        is_circular,
+        kv_block_size,
+        is_enabled,
+        is_sharded,
+    ) = _load_group_meta(group_meta_ptr, group_idx)
     if HAS_IDX_MAPPING:
         row_idx = tl.load(idx_mapping_ptr + req_idx)
     else:
         row_idx = req_idx
-    # Unvalidated idx_mapping: a row outside the tables reads nothing; its tokens get PAD_ID.
-    row_ok = (row_idx >= 0) & (row_idx < num_rows)
-    row_idx = tl.where(row_ok, row_idx, 0)
-    block_table_row_ptr = block_table_ptr + row_idx * block_table_stride
-
     start_idx = tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0)
     end_idx = tl.minimum(tl.load(query_start_loc_ptr + req_idx + 1), num_tokens)
+    # A disabled group, a dummy request (-1) or an unvalidated row outside the tables: PAD_ID
+    # for the request's tokens, and no block-table address is formed.
+    if (is_enabled == 0) | (row_idx < 0) | (row_idx >= num_rows):
+        _fill_pad(
+            slot_mapping_ptr,
+            start_idx + part * TILE_BLOCK_SIZE,
+            end_idx,
+            PARALLEL_TILES,
+            PAD_ID,
+            TILE_BLOCK_SIZE,
+        )
+        return
+    block_table_row_ptr = block_table_ptr + row_idx * block_table_stride
+
     for tile_start in range(
         start_idx + part * TILE_BLOCK_SIZE, end_idx, PARALLEL_TILES * TILE_BLOCK_SIZE
     ):
@@ -151,12 +210,13 @@ def _compute_slot_mappings_kernel(
         block_indices, slot_offsets, has_slot = _group_block_and_offset(
             pos,
             block_size,
+            kv_block_size,
             is_circular,
+            is_sharded,
             TOTAL_CP_WORLD_SIZE,
             TOTAL_CP_RANK,
             CP_KV_CACHE_INTERLEAVE_SIZE,
         )
-        has_slot = tl.where(row_ok, has_slot, False)  # not `&`: the interpreter refuses it
         valid = mask & has_slot
         if LANE_LOADS:
             # GPU: each lane loads its own entry (coalesced, the row cached in L2), with no
@@ -181,14 +241,14 @@ def _compute_slot_mappings_kernel(
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs", "num_rows"])
 def _compute_slot_mappings_tokens_kernel(
-    num_tokens,  # int: real tokens in the batch
+    num_tokens,  # int: tokens in the batch, or a padded count (query_start_loc says the real)
     max_num_tokens,  # int: length of each output row
     num_reqs,  # int: requests
     query_start_loc_ptr,  # [num_reqs + 1], int32
     positions_ptr,  # [>= num_tokens], int64
     idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
-    num_rows,  # int: rows of the smallest block table (idx_mapping's entries must be below it)
-    group_meta_ptr,  # [num_groups, 4], int64: table address, row stride, block size, circular
+    num_rows,  # int: rows of the smallest enabled group's table (idx_mapping's must be below)
+    group_meta_ptr,  # [num_groups, len(META_COLUMNS)], int64: group_metadata
     slot_mappings_ptr,  # [num_groups, max_num_tokens], int32
     slot_mappings_stride,  # int: elements between two groups' rows
     TOTAL_CP_WORLD_SIZE: tl.constexpr,
@@ -203,8 +263,8 @@ def _compute_slot_mappings_tokens_kernel(
 ):
     # The token grid (GPU), as the direct kernel's: program (g, i) maps batch tokens
     # [i*TILE, (i+1)*TILE) in group g. A tile may span several requests, so each lane loads its
-    # own block-table entry (no window). The group's metadata, the request ends and the
-    # positions are three independent loads; only the block-table load waits for them.
+    # own block-table entry (no window). A dummy request's lanes (idx_mapping -1) load no
+    # entry (``_load_row_entries``) and get PAD_ID.
     group_idx = tl.program_id(0)
     tile_idx = tl.program_id(1)
     slot_mapping_ptr = slot_mappings_ptr + group_idx * slot_mappings_stride
@@ -221,14 +281,23 @@ def _compute_slot_mappings_tokens_kernel(
         )
         return
 
-    meta_ptr = group_meta_ptr + group_idx * 4
-    block_table_ptr = tl.load(meta_ptr).to(tl.pointer_type(tl.int32))
-    block_table_stride = tl.load(meta_ptr + 1).to(tl.int32)
-    block_size = tl.load(meta_ptr + 2).to(tl.int32)
-    is_circular = tl.load(meta_ptr + 3) != 0
-
+    (
+        block_table_ptr,
+        block_table_stride,
+        block_size,
+        is_circular,
+        kv_block_size,
+        is_enabled,
+        is_sharded,
+    ) = _load_group_meta(group_meta_ptr, group_idx)
     tile_start = tile_idx * TILE_BLOCK_SIZE
     offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
+    # From here on the batch is its real tokens: the rest of a padded count is padding.
+    num_tokens = _real_token_count(query_start_loc_ptr, num_reqs, num_tokens)
+    if (is_enabled == 0) | (tile_start >= num_tokens):
+        # A disabled group or a tile past the real tokens: PAD_ID, no block-table address.
+        tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
+        return
     mask = offsets < num_tokens
     pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
     # As the direct token kernel: answer each lane's request at once, load, check off the
@@ -239,7 +308,9 @@ def _compute_slot_mappings_tokens_kernel(
     block_indices, slot_offsets, has_slot = _group_block_and_offset(
         pos,
         block_size,
+        kv_block_size,
         is_circular,
+        is_sharded,
         TOTAL_CP_WORLD_SIZE,
         TOTAL_CP_RANK,
         CP_KV_CACHE_INTERLEAVE_SIZE,
@@ -309,25 +380,46 @@ _META_CACHE: OrderedDict[tuple, Tensor] = OrderedDict()
 _META_CACHE_SIZE = 32
 
 
-def group_metadata(block_tables: Sequence[Tensor], layouts: Sequence[SlotLayout]) -> Tensor:
-    """[num_groups, 4] int64 on the tables' device: address, row stride, block size, circular.
+def group_metadata(
+    block_tables: Sequence[Tensor | None],
+    layouts: Sequence[SlotLayout],
+    device: torch.device | None = None,
+) -> Tensor:
+    """[num_groups, len(META_COLUMNS)] int64 on the enabled tables' device (META_COLUMNS:
+    table address, row stride, kernel block size, circular, allocation block size, enabled,
+    sharded). A disabled group's row holds address 0 and stride 0: never read. ``device``:
+    where the kernel runs (None: the first enabled table's).
 
     Cached by the tables' addresses: serving engines keep persistent block tables, so after
     the first step this is a dictionary lookup and no host-to-device copy (which also keeps
     the launch capturable in a graph).
     """
+    read = [
+        (t, layout) if layout.enabled else (None, layout)
+        for t, layout in zip(block_tables, layouts, strict=True)
+    ]
+    if device is None:
+        device = next((t.device for t, _ in read if t is not None), None)
     key = (
-        block_tables[0].device,
-        tuple((t.data_ptr(), t.stride(0)) for t in block_tables),
+        device,
+        tuple((0, 0) if t is None else (t.data_ptr(), t.stride(0)) for t, _ in read),
         tuple(layouts),
     )
     meta = _META_CACHE.get(key)
     if meta is None:
         rows = [
-            [t.data_ptr(), t.stride(0), layout.block_size, int(layout.circular)]
-            for t, layout in zip(block_tables, layouts, strict=True)
+            [
+                0 if t is None else t.data_ptr(),
+                0 if t is None else t.stride(0),
+                layout.block_size,
+                int(layout.circular),
+                layout.kv_cache_block_size,
+                int(layout.enabled),
+                int(layout.cp_world_size > 1),
+            ]
+            for t, layout in read
         ]
-        meta = torch.tensor(rows, dtype=torch.int64, device=block_tables[0].device)
+        meta = torch.tensor(rows, dtype=torch.int64, device=device)
         _META_CACHE[key] = meta
         if len(_META_CACHE) > _META_CACHE_SIZE:
             _META_CACHE.popitem(last=False)
@@ -339,7 +431,7 @@ def group_metadata(block_tables: Sequence[Tensor], layouts: Sequence[SlotLayout]
 def compute_slot_mappings(
     query_start_loc: Tensor,
     positions: Tensor,
-    block_tables: Sequence[Tensor],
+    block_tables: Sequence[Tensor | None],
     block_sizes: Sequence[int],
     *,
     circular: Sequence[bool] | None = None,
@@ -350,6 +442,9 @@ def compute_slot_mappings(
     cp_rank: int = 0,
     cp_interleave: int = 1,
     pad_id: int = PAD_SLOT_ID,
+    kernel_block_sizes: Sequence[int] | None = None,
+    slot_mapping_enabled: Sequence[bool] | None = None,
+    dcp_sharded: Sequence[bool] | None = None,
     out: Tensor | None = None,
     validate: bool = True,
     tile_size: int | None = None,
@@ -362,12 +457,15 @@ def compute_slot_mappings(
     """Slot mappings of all KV-cache groups in one launch.
 
     Same arguments and result as ``slotmap.slot_mappings_oracle`` (docs/semantics.md §4):
-    group g has its own block table, block size and circular flag; context parallelism applies
-    to every group alike. Returns [num_groups, max_num_tokens] int32, or writes ``out``.
-    ``validate`` as ``compute_slot_mapping``'s; ``tile_size``, ``parallel_tiles``,
-    ``num_warps``, ``gather_as_float``, ``token_parallel`` (the direct kernels' token grid)
-    and ``lane_loads`` (one block-table load a lane on the request grid) force a launch
-    choice; None lets ``choose_tiling``, ``use_token_grid`` and ``use_lane_loads`` choose.
+    group g has its own block table, allocation and kernel block sizes, circular flag,
+    ``slot_mapping_enabled`` and ``dcp_sharded`` switches; ``idx_mapping`` -1 marks a dummy
+    request; the padding starts at the real token count ``query_start_loc[num_reqs]``, so
+    ``num_tokens`` may be a padded count. Returns [num_groups, max_num_tokens] int32, or
+    writes ``out``. ``validate`` as ``compute_slot_mapping``'s; ``tile_size``,
+    ``parallel_tiles``, ``num_warps``, ``gather_as_float``, ``token_parallel`` (the direct
+    kernels' token grid) and ``lane_loads`` (one block-table load a lane on the request grid)
+    force a launch choice; None lets ``choose_tiling``, ``use_token_grid`` and
+    ``use_lane_loads`` choose.
     """
     tables = tuple(block_tables)
     layouts = group_layouts(
@@ -378,16 +476,21 @@ def compute_slot_mappings(
         cp_rank=cp_rank,
         cp_interleave=cp_interleave,
         pad_id=pad_id,
+        kernel_block_sizes=kernel_block_sizes,
+        slot_mapping_enabled=slot_mapping_enabled,
+        dcp_sharded=dcp_sharded,
     )
     knobs = LaunchKnobs.of(
         tile_size, parallel_tiles, num_warps, gather_as_float, token_parallel, lane_loads
     )
     key = ("fused", layouts, knobs, num_tokens, max_num_tokens, idx_mapping is None)
-    tensors = (query_start_loc, positions, tables, idx_mapping, out)
+    read = read_tables(tables, layouts, positions)
+    tensors = (query_start_loc, positions, read, idx_mapping, out)
     plan = None if validate else hot_plan(key, num_tokens, max_num_tokens, tensors)
     if plan is None:
+        counts = (num_tokens, max_num_tokens)
         plan, num_tokens, max_num_tokens = plan_slot_mappings(
-            layouts, knobs, *tensors[:4], num_tokens, max_num_tokens, out, validate
+            layouts, knobs, *tensors[:2], tables, idx_mapping, *counts, out, validate
         )
         if out is None:
             out = torch.empty(
@@ -402,8 +505,8 @@ def compute_slot_mappings(
         query_start_loc,
         positions,
         idx_mapping if idx_mapping is not None else query_start_loc,
-        min(table.shape[0] for table in tables),  # num_rows
-        group_metadata(tables, layouts),
+        enabled_rows(tables, layouts),  # num_rows
+        group_metadata(tables, layouts, positions.device),
         out,
         out.stride(0),
         **plan.constants,
@@ -411,12 +514,28 @@ def compute_slot_mappings(
     return out
 
 
+def read_tables(
+    tables: tuple[Tensor | None, ...], layouts: tuple[SlotLayout, ...], stand_in: Tensor
+) -> tuple[Tensor, ...]:
+    """The tables as the plan cache's structural checks see them: a disabled group's table
+    (never read, may be None) stands in as the first enabled one, or as ``stand_in``."""
+    enabled = [t for t, layout in zip(tables, layouts, strict=True) if layout.enabled]
+    first = enabled[0] if enabled else stand_in
+    return tuple(t if layout.enabled else first for t, layout in zip(tables, layouts, strict=True))
+
+
+def enabled_rows(tables: tuple[Tensor | None, ...], layouts: tuple[SlotLayout, ...]) -> int:
+    """Rows of the smallest enabled group's table: 0 when none is (every row is outside)."""
+    rows = (t.shape[0] for t, layout in zip(tables, layouts, strict=True) if layout.enabled)
+    return min(rows, default=0)
+
+
 def plan_slot_mappings(
     layouts: tuple[SlotLayout, ...],
     knobs: LaunchKnobs,
     query_start_loc: Tensor,
     positions: Tensor,
-    tables: tuple[Tensor, ...],
+    tables: tuple[Tensor | None, ...],
     idx_mapping: Tensor | None,
     num_tokens: int | None,
     max_num_tokens: int | None,
@@ -425,9 +544,13 @@ def plan_slot_mappings(
 ) -> tuple[Plan, int, int]:
     """The fused launcher's full way: every check, then the kernel, grid and constants
     (``bench`` launches the same plan raw). Returns (plan, num_tokens, max_num_tokens)."""
+    # As validate.resolve_group_counts: num_tokens may be a padded count.
+    full_counts = validate and num_tokens is None
     num_tokens, max_num_tokens = resolve_counts(
-        query_start_loc, positions, num_tokens, max_num_tokens, validate
+        query_start_loc, positions, num_tokens, max_num_tokens, full_counts
     )
+    if validate:
+        check_padded_count(query_start_loc, num_tokens)
     num_reqs = query_start_loc.numel() - 1
     tokens = use_token_grid(num_tokens, num_reqs, knobs.token_parallel, knobs.parallel_tiles)
     lane_loads = use_lane_loads(knobs.lane_loads, knobs.gather_as_float)
@@ -447,9 +570,11 @@ def plan_slot_mappings(
         tile_size=None if tokens else tile,  # the token grid has no window to check
     )
     check_launch_device(positions)
-    for g, table in enumerate(tables):
-        check_int32_extent(f"block_tables[{g}]", table)
-    cp = layouts[0]
+    for g, (table, layout) in enumerate(zip(tables, layouts, strict=True)):
+        if layout.enabled:
+            check_int32_extent(f"block_tables[{g}]", table)
+    # The batch's CP, from a sharded group (unsharded and disabled groups have none).
+    cp = next((layout for layout in layouts if layout.cp_world_size > 1), layouts[0])
     constants = dict(
         TOTAL_CP_WORLD_SIZE=cp.cp_world_size,
         TOTAL_CP_RANK=cp.cp_rank,
@@ -467,10 +592,11 @@ def plan_slot_mappings(
         grid = (len(tables), programs)
     else:
         # The request grid: program (g, q, p) maps tiles p, p + P, ... of request q in group
-        # g; q == num_reqs pads the tail. The window fits the smallest linear block size.
+        # g; q == num_reqs pads the tail. The window fits the smallest kernel block of a
+        # linear group that maps tokens.
         kernel = _compute_slot_mappings_kernel
         grid = (len(tables), num_reqs + 1, parallel)
-        linear = [layout.block_size for layout in layouts if not layout.circular]
+        linear = [x.block_size for x in layouts if x.enabled and not x.circular]
         options = dict(
             BLOCK_TABLE_WINDOW_SIZE=window_size(tile, min(linear)) if linear else 2,
             PARALLEL_TILES=parallel,

@@ -213,12 +213,13 @@ def _load_row_entries(
 ):
     # block_table[row(q), b] for every lane, each lane its own load (the token grid: a
     # tile may span requests), and whether the lane's row exists. Lanes of no request
-    # (q >= num_reqs) load nothing, nor lanes whose unvalidated idx_mapping row is outside
-    # [0, num_rows): their tokens get PAD_ID.
+    # (q >= num_reqs) load nothing, nor lanes of a dummy request (idx_mapping -1) or whose
+    # unvalidated idx_mapping row is outside [0, num_rows): their tokens get PAD_ID.
     in_batch = in_row & (req_idx < num_reqs)
     if HAS_IDX_MAPPING:
         row_idx = tl.load(idx_mapping_ptr + req_idx, mask=in_batch, other=0)
         row_ok = (row_idx >= 0) & (row_idx < num_rows)
+        row_idx = tl.where(row_ok, row_idx, 0)  # a dummy request's -1 forms no address
     else:
         row_idx = req_idx
         row_ok = req_idx == req_idx
