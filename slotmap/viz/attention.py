@@ -403,9 +403,10 @@ def draw_cp_attention(
 
     owner_ax, _ = row_axes(0)
     colours, labels = [request_colour(r) for r in run.owner], [str(p) for p in range(seq_len)]
-    patches = boxes(owner_ax, 0, colours, labels, text_colour="white", font_size=FONT_SIZE - 1)
-    for patch, r in zip(patches, run.owner, strict=True):
-        patch.set_gid(f"owner-r{r}")
+    gids = [f"owner-r{r}" for r in run.owner]
+    patches = boxes(
+        owner_ax, 0, colours, labels, gids=gids, text_colour="white", font_size=FONT_SIZE - 1
+    )
     patches[-1].set(edgecolor=HIGHLIGHT, linewidth=2.2)
     row_label(owner_ax, 0, "position\n(owner)")
     block_points = block_size * 0.62 * WIDTH * 72 / (width + 0.2)
@@ -461,10 +462,9 @@ def _paint_local_cache(ax, run: CPAttentionRun, r: int, block_points: float) -> 
     for logical in range(-(-n // size) if n else 0):
         chunk = owned[logical * size : (logical + 1) * size]
         colours, labels = [request_colour(r)] * len(chunk), [str(p) for p in chunk]
-        drawn = boxes(ax, 0, colours, labels, x0=x, text_colour="white", font_size=FONT_SIZE - 1)
+        look = {"x0": x, "text_colour": "white", "font_size": FONT_SIZE - 1}
+        boxes(ax, 0, colours, labels, gids=f"local-r{r}", **look)
         boxes(ax, 0, [EMPTY] * (size - len(chunk)), None, x0=x + len(chunk))
-        for patch in drawn:
-            patch.set_gid(f"local-r{r}")
         physical = run.tables[r][logical]
         names = [f"rank {r}'s block {physical}", f"r{r} block {physical}"]
         label = first_fitting(names, 0.95 * block_points, FONT_SIZE - 2, str(physical))

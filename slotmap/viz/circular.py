@@ -170,10 +170,8 @@ def _paint_window_batch(ax, run: RingRun) -> set[int]:
     shared = shared_slots(run.batch_slots)
     pairs = list(zip(pad, run.batch_slots, strict=True))
     colours = [PAD if p else HIGHLIGHT if s in shared else EMPTY for p, s in pairs]
-    patches = boxes(ax, 0, colours, ["PAD" if p else str(s) for p, s in pairs])
-    for patch, (is_pad, slot) in zip(patches, pairs, strict=True):
-        kind = "pad" if is_pad else "collision" if slot in shared else "slot"
-        patch.set_gid(f"batch-{kind}")
+    gids = [f"batch-{'pad' if p else 'collision' if s in shared else 'slot'}" for p, s in pairs]
+    boxes(ax, 0, colours, ["PAD" if p else str(s) for p, s in pairs], gids=gids)
     row_label(ax, 1.1, "position", -0.3)
     row_label(ax, 0, "slot", -0.3)
     ax.set_xlim(-2.2, max(len(run.batch_positions), 8) + 0.2)
@@ -214,9 +212,8 @@ def draw_remainder(block_size: int = 4, low: int = -9, high: int = 6, block_numb
     for ax, (label, colours, values, gid) in zip(axes, rows, strict=True):
         text_colour = "white" if gid == "slot" else "black"
         labels = [str(v) for v in values]
-        patches = boxes(ax, 0, colours, labels, font_size=FONT_SIZE - 1, text_colour=text_colour)
-        for patch, value in zip(patches, values, strict=True):
-            patch.set_gid(f"{gid}-negative" if isinstance(value, int) and value < 0 else gid)
+        gids = [f"{gid}-negative" if isinstance(v, int) and v < 0 else gid for v in values]
+        boxes(ax, 0, colours, labels, gids=gids, font_size=FONT_SIZE - 1, text_colour=text_colour)
         row_label(ax, 0, label)
         ax.set_xlim(-0.2, len(positions) + 0.2)
         ax.set_ylim(-0.1, 0.9)

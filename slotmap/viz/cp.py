@@ -181,9 +181,10 @@ def _paint_positions(ax, run: OwnershipRun, rank: int, y: float, cell_pt: float)
     n, collided = len(run.positions), run.collided
     owners = [run.owners(token) for token in range(n)]
     colours = [rank_colour(o[0]) if len(o) == 1 else HIGHLIGHT for o in owners]
-    patches = boxes(ax, y, colours, [str(p) for p in run.positions], text_colour="white")
+    gids = [f"position-rank-{o[0]}" if len(o) == 1 else "position-bad" for o in owners]
+    labels = [str(p) for p in run.positions]
+    patches = boxes(ax, y, colours, labels, gids=gids, text_colour="white")
     for token, (patch, o) in enumerate(zip(patches, owners, strict=True)):
-        patch.set_gid(f"position-rank-{o[0]}" if len(o) == 1 else "position-bad")
         if o == [rank]:  # the chosen rank's positions, outlined
             patch.set(linewidth=2.0, edgecolor="black")
         if token in collided:
@@ -256,13 +257,20 @@ def _paint_slots(ax, values: list[int], rank: int, y: float) -> None:
                for v in values]  # fmt: skip
     labels = ["PAD" if v == PAD_SLOT_ID else str(v) for v in values]
     size = FONT_SIZE - (1 if len(values) <= 24 else 2)
-    before = len(ax.texts)
-    patches = boxes(ax, y, colours, labels, text_colour="white", font_size=size)
-    for text in ax.texts[before:]:
-        text.set_gid("slot-label")
-    for patch, v in zip(patches, values, strict=True):
-        patch.set_gid("slot-pad" if v == PAD_SLOT_ID else "slot-collision" if v in twice
-                      else "slot")  # fmt: skip
+    gids = [
+        "slot-pad" if v == PAD_SLOT_ID else "slot-collision" if v in twice else "slot"
+        for v in values
+    ]
+    boxes(
+        ax,
+        y,
+        colours,
+        labels,
+        gids=gids,
+        text_gid="slot-label",
+        text_colour="white",
+        font_size=size,
+    )
     row_label(ax, y, f"rank {rank}'s\nslot_mapping")
 
 
@@ -356,9 +364,8 @@ def draw_five_steps(
         colours = [HIGHLIGHT if v is None else c for c, v in zip(colours, values, strict=True)]
         labels = ["?" if v is None else str(v) for v in values]
         text_colour = "white" if owned else "black"
-        patches = boxes(ax, 0, colours, labels, text_colour=text_colour, font_size=FONT_SIZE - 1)
-        for patch in patches:
-            patch.set_gid(label.split()[0])
+        look = {"text_colour": text_colour, "font_size": FONT_SIZE - 1}
+        boxes(ax, 0, colours, labels, gids=label.split()[0], **look)
         row_label(ax, 0, label, family="monospace")
         ax.set_xlim(-0.2, num_positions + 0.2)
         ax.set_ylim(-0.1, 0.9)
@@ -402,10 +409,8 @@ def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch):
     starts = batch.query_start_loc
     request = [next(q for q in range(len(batch.lengths)) if t < starts[q + 1]) for t in range(n)]
     y = world + 2.0
-    patches = boxes(ax, y, [EMPTY] * n, [str(p) for p in batch.positions],
-                    font_size=FONT_SIZE - 1)  # fmt: skip
-    for patch, q in zip(patches, request, strict=True):
-        patch.set_gid(f"position-request-{q}")
+    labels, gids = [str(p) for p in batch.positions], [f"position-request-{q}" for q in request]
+    boxes(ax, y, [EMPTY] * n, labels, gids=gids, font_size=FONT_SIZE - 1)
     for q in range(len(batch.lengths)):
         if starts[q + 1] > starts[q]:
             wide = starts[q + 1] - starts[q] >= 3
@@ -420,17 +425,16 @@ def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch):
         values = e.slots[:n]
         colours = [rank_colour(e.rank) if s else EMPTY for s in stored]
         labels = [str(v) if s else "" for v, s in zip(values, stored, strict=True)]
-        patches = boxes(ax, y, colours, labels, text_colour="white", font_size=FONT_SIZE - 1)
-        for patch, s in zip(patches, stored, strict=True):
-            patch.set_gid(f"slot-rank-{e.rank}" if s else "slot-none")
+        gids = [f"slot-rank-{e.rank}" if s else "slot-none" for s in stored]
+        boxes(ax, y, colours, labels, gids=gids, text_colour="white", font_size=FONT_SIZE - 1)
         caption = f"rank {e.rank} (pid {e.pid})\nslots"
         row_label(ax, y, caption, fontsize=FONT_SIZE - 1, color=rank_colour(e.rank))
     y -= 1.2
     counts = evidence[0].owner_count
-    patches = boxes(ax, y, [OK if c == 1 else HIGHLIGHT for c in counts], [str(c) for c in counts],
-                    text_colour="white", font_size=FONT_SIZE - 1)  # fmt: skip
-    for patch, c in zip(patches, counts, strict=True):
-        patch.set_gid("count-ok" if c == 1 else "count-bad")
+    colours = [OK if c == 1 else HIGHLIGHT for c in counts]
+    gids = ["count-ok" if c == 1 else "count-bad" for c in counts]
+    look = {"text_colour": "white", "font_size": FONT_SIZE - 1}
+    boxes(ax, y, colours, [str(c) for c in counts], gids=gids, **look)
     row_label(ax, y, "ranks storing it\n(all_reduce sum)", fontsize=FONT_SIZE - 1)
     ax.set_xlim(-0.2, max(n, 16) + 0.2)
     ax.set_ylim(y - 0.2, world + 3.4)

@@ -37,6 +37,8 @@ def boxes(
     colours: Sequence[str],
     labels: Sequence[str] | None = None,
     *,
+    gids: Sequence[str] | str | None = None,
+    text_gid: str | None = None,
     x0: float = 0.0,
     width: float = 1.0,
     height: float = 0.8,
@@ -44,17 +46,22 @@ def boxes(
     edge: str = EDGE,
     font_size: float = FONT_SIZE,
 ) -> list:
-    """A row of labelled boxes starting at ``x0``; returns the Rectangle patches (tests count
-    them by colour)."""
+    """A row of labelled boxes starting at ``x0``; returns the Rectangle patches. ``gids``
+    (one for all, or one a box) and ``text_gid`` tag them, so that tests can count them."""
     from matplotlib.patches import Rectangle
 
+    if gids is None or isinstance(gids, str):
+        gids = [gids] * len(colours)
     patches = []
-    for index, colour in enumerate(colours):
+    for index, (colour, gid) in enumerate(zip(colours, gids, strict=True)):
         x = x0 + index * width
-        patch = Rectangle((x, y), width, height, facecolor=colour, edgecolor=edge, linewidth=0.6)
+        patch = Rectangle((x, y), width, height, facecolor=colour, edgecolor=edge, gid=gid)
+        patch.set_linewidth(0.6)
         ax.add_artist(patch)
         patches.append(patch)
         if labels is not None and labels[index] != "":
-            ax.text(x + width / 2, y + height / 2, str(labels[index]), ha="center",
-                    va="center", fontsize=font_size, color=text_colour)  # fmt: skip
+            font = {"fontsize": font_size, "color": text_colour, "gid": text_gid}
+            ax.text(
+                x + width / 2, y + height / 2, str(labels[index]), ha="center", va="center", **font
+            )
     return patches

@@ -134,8 +134,7 @@ def draw_windows(
     fig.subplots_adjust(left=0.2, right=0.98, top=top, bottom=bottom, hspace=0.5)
     colours = [tile_colour(t) for t in range(run.tiles) for _ in run.tile_tokens(t)]
     labels = [str(p) for p in run.positions]
-    for patch in boxes(axes[0], 0, colours, labels, text_colour="white", font_size=FONT_SIZE - 1):
-        patch.set_gid("token")
+    boxes(axes[0], 0, colours, labels, gids="token", text_colour="white", font_size=FONT_SIZE - 1)
     row_label(axes[0], 0, "positions\n(by tile)", -0.6)
     mismatched = [t for t in range(run.tiles) if run.bases[t] != run.expected_bases[t]]
     for tile in range(run.tiles):
@@ -185,9 +184,8 @@ def _paint_tile(ax, run: WindowRun, tile: int, mismatched: bool) -> None:
         else EMPTY
         for e in range(len(row))
     ]
-    patches = boxes(ax, 0, fills, [str(b) for b in row], font_size=FONT_SIZE - 1)
-    for entry, patch in enumerate(patches):
-        patch.set_gid("picked" if entry in picked else "entry")
+    gids = ["picked" if e in picked else "entry" for e in range(len(row))]
+    boxes(ax, 0, fills, [str(b) for b in row], gids=gids, font_size=FONT_SIZE - 1)
     for entry in picked:
         ax.texts[entry].set_color("white")
     _window_outline(ax, base, run.window, len(row), 0, HIGHLIGHT if mismatched else EDGE)
@@ -284,9 +282,9 @@ def draw_window_failure(
     for ax, (label, colours, values, gid) in zip(axes, rows, strict=False):
         text_colour = "white" if gid == "token" else "black"
         labels = [str(v) for v in values]
-        patches = boxes(ax, 0, colours, labels, font_size=FONT_SIZE - 1, text_colour=text_colour)
-        for token, patch in enumerate(patches):
-            patch.set_gid("wrong" if gid == "kernel" and token in wrong else gid)
+        gids = ["wrong" if gid == "kernel" and t in wrong else gid for t in range(len(values))]
+        look = {"font_size": FONT_SIZE - 1, "text_colour": text_colour}
+        boxes(ax, 0, colours, labels, gids=gids, **look)
         row_label(ax, 0, label, -0.5)
         ax.set_xlim(-0.2, max(num_tokens, 1) + 0.2)
         ax.set_ylim(-0.2, 1.0)
