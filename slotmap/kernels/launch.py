@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from typing import Any
 
 import torch
@@ -53,6 +54,11 @@ class LaunchKnobs:
             raise ValueError(f"parallel_tiles must be >= 1, got {self.parallel_tiles}")
         if self.num_warps is not None:
             warps_option(1, self.num_warps)  # refuses it on the NPU, or if not a power of two
+        # Launchers key their plans by knobs on every call: hash once.
+        object.__setattr__(self, "_hash", hash(dataclasses.astuple(self)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @staticmethod
     def of(*args: Any) -> LaunchKnobs:
@@ -219,10 +225,8 @@ def remember_plan(key: tuple, plan: Plan, tensors: Tensors) -> Plan:
     with the tensors it was checked with (the hot path's identity test)."""
     if len(_PLANS) >= _PLANS_SIZE:
         _PLANS.clear()
-    query_start_loc, positions, tables, idx_mapping, out = tensors
-    flat = (query_start_loc, positions, *tables, idx_mapping, out)
-    plan.seen = (*flat, _geometry(flat))
-    _PLANS[key, query_start_loc.shape[0] - 1] = plan
+    plan.seen = (*tensors, _geometry(*tensors))
+    _PLANS[key, tensors[0].shape[0]] = plan
     return plan
 
 
@@ -240,16 +244,20 @@ def hot_plan(
     if type(num_tokens) is not int or out is None:
         return None
     try:
-        plan = _PLANS.get((key, query_start_loc.shape[0] - 1))
+        plan = _PLANS.get((key, query_start_loc.shape[0]))
         if plan is None:
             return None
-        flat = (query_start_loc, positions, *tables, idx_mapping, out)
         seen = plan.seen
-        # Identity, not ``==``: on tensors ``==`` compares contents.
+        # Identity, not ``==``: on tensors ``==`` compares contents. The plan holds the
+        # objects, so their ids cannot be reused while it does.
         if (
-            len(seen) == len(flat) + 1
-            and all(a is b for a, b in zip(seen, flat, strict=False))  # seen ends in geometry
-            and seen[-1] == _geometry(flat)
+            seen[0] is query_start_loc
+            and seen[1] is positions
+            and seen[4] is out
+            and seen[3] is idx_mapping
+            and len(seen[2]) == len(tables)
+            and all(map(operator.is_, seen[2], tables))
+            and seen[5] == _geometry(*tensors)
         ):
             return plan
         if not _structure_ok(
@@ -258,16 +266,36 @@ def hot_plan(
             return None
     except (AttributeError, TypeError):
         return None  # not tensors at all: the full checks name them
-    plan.seen = (*flat, _geometry(flat))
+    plan.seen = (*tensors, _geometry(*tensors))
     return plan
 
 
-def _geometry(tensors: tuple) -> tuple:
+def _geometry(
+    query_start_loc: Tensor,
+    positions: Tensor,
+    tables: tuple[Tensor, ...],
+    idx_mapping: Tensor | None,
+    out: Tensor,
+) -> tuple:
     # What ``set_``, ``resize_`` or assigning ``.data`` can change on a tensor object and the
-    # kernels' bounds rely on: its first address, its shape and its contiguity.
-    return tuple(
-        None if t is None else (t.data_ptr(), t.shape, t.is_contiguous()) for t in tensors
+    # kernels' bounds rely on, in few reads: each tensor's first address and element count (a
+    # new storage, dtype or device moves the address; a shrink or a re-typed view changes the
+    # count), the tables' shapes (rows and row length bound the reads) and the output's
+    # contiguity (a stride-0 output covers one element). Attribute reads, no device sync.
+    geometry = (
+        query_start_loc.data_ptr(),
+        query_start_loc.numel(),
+        positions.data_ptr(),
+        positions.numel(),
+        out.data_ptr(),
+        out.numel(),
+        out.is_contiguous(),
     )
+    for table in tables:
+        geometry += (table.data_ptr(), table.shape)
+    if idx_mapping is not None:
+        geometry += (idx_mapping.data_ptr(), idx_mapping.numel())
+    return geometry
 
 
 def _structure_ok(

@@ -179,7 +179,7 @@ def compute_slot_mapping(
             out = torch.empty(max_num_tokens, dtype=torch.int32, device=positions.device)
         if cached:
             remember_plan(key, plan, (*tensors[:4], out))
-    trace = window_trace_arguments(window_trace, query_start_loc.numel() - 1)
+    trace = {} if window_trace is None else window_trace_arguments(window_trace, query_start_loc)
     args = slot_mapping_args(
         num_tokens,
         max_num_tokens or num_tokens,
@@ -204,11 +204,9 @@ def window_plan(layout: SlotLayout, knobs: LaunchKnobs, num_tokens: int, num_req
     return Plan(_compute_slot_mapping_kernel, grid, constants | options)
 
 
-def window_trace_arguments(window_trace: Tensor | None, num_reqs: int) -> dict:
-    """The window kernel's trace arguments: none without a trace, else checked."""
-    if window_trace is None:
-        return {}
-    check_window_trace(window_trace, num_reqs)
+def window_trace_arguments(window_trace: Tensor, query_start_loc: Tensor) -> dict:
+    """The window kernel's trace arguments, checked."""
+    check_window_trace(window_trace, query_start_loc.numel() - 1)
     width = window_trace.shape[1]
     return dict(window_trace_ptr=window_trace, window_trace_width=width, TRACE_WINDOWS=True)
 
