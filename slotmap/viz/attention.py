@@ -152,9 +152,17 @@ def draw_paged_attention(
 
     The cache row is as wide as the figure at every size: a slot's label (the position it
     holds) and a block's number shrink or go where they would not fit."""
+
+    return draw_paged_run(
+        run_paged(tuple(seq_lens), block_size, corruption, seed=seed, num_heads=num_heads)
+    )
+
+
+def draw_paged_run(run: PagedRun):
+    """Draw a ``PagedRun`` (see ``draw_paged_attention``)."""
     import matplotlib.pyplot as plt
 
-    run = run_paged(tuple(seq_lens), block_size, corruption, seed=seed, num_heads=num_heads)
+    block_size = run.block_size
     fig = plt.figure(figsize=(WIDTH, 5.0))
     cache_ax = fig.add_axes([CACHE_LEFT, 0.5, CACHE_RIGHT - CACHE_LEFT, 0.36])
     cache_ax.set_axis_off()
@@ -384,9 +392,20 @@ def draw_cp_attention(
 ):
     """One request decoding position ``seq_len - 1`` over ``world_size`` ranks: ownership,
     local caches, each rank's weight exp(lse_r - lse) and the merged error; a Figure."""
+
+    return draw_cp_attention_run(run_cp_attention(seq_len, world_size, interleave, block_size))
+
+
+def draw_cp_attention_run(run: CPAttentionRun):
+    """Draw a ``CPAttentionRun`` (see ``draw_cp_attention``)."""
     import matplotlib.pyplot as plt
 
-    run = run_cp_attention(seq_len, world_size, interleave, block_size)
+    seq_len, world_size, interleave, block_size = (
+        run.seq_len,
+        run.world_size,
+        run.interleave,
+        run.block_size,
+    )
     fig_height = ROW_TOP + ROW_HEIGHT * (1 + world_size) + 0.15
     fig = plt.figure(figsize=(WIDTH, fig_height))
     # One horizontal scale for every row, so a box is the same size everywhere.

@@ -93,9 +93,20 @@ def run_ring(position: int, window: int, block_size: int, block_number: int = 3)
 def draw_ring(position: int = 13, window: int = 6, block_size: int = 8, block_number: int = 3):
     """A ring buffer of ``block_size`` slots after writing positions 0..``position``, and the
     slots of the batch of the last ``window`` positions; returns a matplotlib Figure."""
+
+    return draw_ring_run(run_ring(position, window, block_size, block_number))
+
+
+def draw_ring_run(run: RingRun):
+    """Draw a ``RingRun`` (see ``draw_ring``)."""
     import matplotlib.pyplot as plt
 
-    run = run_ring(position, window, block_size, block_number)
+    position, window, block_size, block_number = (
+        run.position,
+        run.window,
+        run.block_size,
+        run.block_number,
+    )
     fig = plt.figure(figsize=(WIDTH, 4.6))
     ring_ax = fig.add_axes([0.0, 0.02, 0.42, 0.8])
     batch_ax = fig.add_axes([0.44, 0.3, 0.55, 0.45])

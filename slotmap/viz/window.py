@@ -124,7 +124,12 @@ def draw_windows(
     Runs ``compute_slot_mapping`` on the active backend for one request of ``num_tokens``
     contiguous positions from ``first_position``; returns a matplotlib Figure.
     """
-    run = run_windows(tile_size, block_size, first_position, num_tokens)
+    return draw_windows_run(run_windows(tile_size, block_size, first_position, num_tokens))
+
+
+def draw_windows_run(run: WindowRun):
+    """Draw a ``WindowRun`` (see ``draw_windows``)."""
+    tile_size, block_size = run.tile_size, run.block_size
     row = run.block_table_row
     width = max(len(run.positions), len(row) + run.window)
     fig, axes = figure(rows=1 + run.tiles, height_per_row=0.7)
@@ -264,7 +269,19 @@ def draw_window_failure(
 ):
     """Positions, the reference's slots and the kernel's slots for one request; wrong slots
     in red, the launcher's verdict underneath. ``mode``: one of ``FAILURE_MODES``."""
-    run = run_failure(mode, tile_size, block_size, first_position, num_tokens, seed)
+    return draw_failure_run(
+        run_failure(mode, tile_size, block_size, first_position, num_tokens, seed)
+    )
+
+
+def draw_failure_run(run: FailureRun):
+    """Draw a ``FailureRun`` (see ``draw_window_failure``)."""
+    mode, tile_size, block_size, num_tokens = (
+        run.mode,
+        run.tile_size,
+        run.block_size,
+        len(run.positions),
+    )
     fig, axes = figure(rows=4, height_per_row=0.62)
     fig.subplots_adjust(left=0.16, right=0.98, top=0.84, bottom=0.02, hspace=0.3)
     wrong = set(run.wrong_tokens)
