@@ -28,8 +28,12 @@ LAYERS = (
 
 
 def module_name(path: Path) -> str:
+    """``slotmap/kernels/launch.py`` -> ``slotmap.kernels.launch``."""
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p) for p in PACKAGE.rglob("*.py")}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -39,10 +43,11 @@ def imports_of(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names}
-    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
-    return {name for name in found if name in modules and name.startswith("slotmap")}
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & MODULES
+            # ``from slotmap import backend`` imports the submodule (the package's __init__
+            # is a lazy facade that imports nothing); ``from slotmap import X`` the package.
+            found |= submodules or {node.module}
+    return {name for name in found if name in MODULES}
 
 
 GRAPH = {module_name(p): imports_of(p) - {module_name(p)} for p in PACKAGE.rglob("*.py")}
