@@ -51,7 +51,9 @@ def window_size(tile_size: int, block_size: int) -> int:
     return next_power_of_2(cdiv(tile_size, block_size) + 1)
 
 
-def expand_block_table(block_table: torch.Tensor, blocks_per_kv_block: int) -> torch.Tensor:
+def expand_block_table(
+    block_table: torch.Tensor, blocks_per_kv_block: int, *, validate: bool = True
+) -> torch.Tensor:
     """Hybrid blocks: turn a table of physical KV blocks into a table of attention blocks.
 
     One physical block of ``kv_cache_block_size = blocks_per_kv_block * block_size`` tokens
@@ -59,11 +61,12 @@ def expand_block_table(block_table: torch.Tensor, blocks_per_kv_block: int) -> t
     block ``k`` holds attention blocks ``k * blocks_per_kv_block + j``. The slot-mapping
     kernels index the expanded table with attention-block indices.
 
-    block_table: [rows, n] int32  ->  [rows, n * blocks_per_kv_block] int32
+    block_table: [rows, n] int32  ->  [rows, n * blocks_per_kv_block] int32. ``validate=False``
+    skips the overflow check, which reads the table's largest entry (a device sync).
     """
     if blocks_per_kv_block < 1:
         raise ValueError(f"blocks_per_kv_block must be >= 1, got {blocks_per_kv_block}")
-    if block_table.numel():
+    if validate and block_table.numel():
         # k * B + B - 1 must fit the table's dtype: a wrapped-around number would be a small,
         # valid-looking block of some other request, which no later check can catch.
         largest = int(block_table.max())

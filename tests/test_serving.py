@@ -195,3 +195,22 @@ def test_nothing_compiles_after_warmup() -> None:
     finally:
         triton.knobs.runtime.jit_cache_hook = previous
     assert compiled == []
+
+
+def test_replay_padding_copies_its_flags_to_the_device_once(monkeypatch) -> None:
+    qsl = torch.tensor([0, 3], dtype=torch.int32, device=DEVICE)
+    positions = torch.arange(3, dtype=torch.int64, device=DEVICE)
+    start = torch.tensor([1], dtype=torch.int32, device=DEVICE)
+    slots = torch.zeros(2, 3, dtype=torch.int32, device=DEVICE)
+    slotmap.pad_replayed_slots(slots, qsl, positions, start, 1, [True, False], validate=False)
+    monkeypatch.setattr(torch, "tensor", lambda *a, **k: pytest.fail("a copy every step"))
+    slots.zero_()
+    slotmap.pad_replayed_slots(slots, qsl, positions, start, 1, [True, False], validate=False)
+    assert slots.cpu().tolist() == [[0, -1, 0], [0, 0, 0]]
+
+
+def test_expand_block_table_without_validation_reads_nothing(monkeypatch) -> None:
+    table = torch.tensor([[3, 1]], dtype=torch.int32, device=DEVICE)
+    monkeypatch.setattr(torch.Tensor, "max", lambda *a, **k: pytest.fail("a device sync"))
+    expanded = slotmap.expand_block_table(table, 2, validate=False)
+    assert expanded.cpu().tolist() == [[6, 7, 2, 3]]

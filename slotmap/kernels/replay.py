@@ -11,6 +11,7 @@ slots.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -90,9 +91,7 @@ def pad_replayed_slots(
     if num_reqs == 0 or num_groups == 0 or not any(prefix_cacheable):
         return slot_mappings
     check_grid((num_groups, num_reqs))
-    cacheable = torch.tensor(
-        [int(bool(c)) for c in prefix_cacheable], dtype=torch.int32, device=positions.device
-    )
+    cacheable = _flags(tuple(bool(c) for c in prefix_cacheable), positions.device)
     _pad_replayed_slots_kernel[(num_groups, num_reqs)](
         num_tokens,
         query_start_loc,
@@ -106,3 +105,10 @@ def pad_replayed_slots(
         TILE_BLOCK_SIZE=tile_size,
     )
     return slot_mappings
+
+
+@functools.lru_cache(maxsize=32)
+def _flags(prefix_cacheable: tuple[bool, ...], device: torch.device) -> Tensor:
+    # One host-to-device copy per set of flags, not per step: a serving loop (and a graph
+    # capture) launches with the same groups every step.
+    return torch.tensor(prefix_cacheable, dtype=torch.int32, device=device)
