@@ -45,7 +45,10 @@ STAMP := $(VENV)/.slotmap-$(EXTRA).stamp
 lab: setup
 	$(VENV)/bin/slotmap lab
 
-test: setup browser ascend-ir
+# The two environments and chromium are set up side by side (each pip mostly waits on one core
+# or the network), each one's log in one piece; then the tests, their output as it comes.
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target setup browser ascend-ir hub
 	$(VENV)/bin/ruff check .
 	SLOTMAP_BACKEND="$${SLOTMAP_BACKEND:-cpu}" $(VENV_PY) -m pytest --ignore=tests/ascend \
 	  -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
@@ -87,8 +90,7 @@ browser:
 # Once done, nothing to do (a stamp). Without npm the hub test skips, except under CI.
 HUB_STAMP := $(VENV)/.workshop-hub.stamp
 .PHONY: hub
-hub: $(HUB_STAMP)
-test: hub
+hub: $(HUB_STAMP)  # make test sets it up with the environments
 
 $(HUB_STAMP): pyproject.toml $(STAMP)
 	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[workshop]"
