@@ -35,6 +35,7 @@ class Mutant:
 
 WINDOW_PROPERTY = "tests/test_slot_mapping_properties.py::test_window_kernel_matches_oracle"
 TOKEN_HAND = "tests/test_token_grid.py::test_hand_case"
+PARITY = "tests/test_group_parity.py"
 
 MUTANTS = {
     # (a) The window without its + 1: a tile that starts mid-block spans one block more than
@@ -169,6 +170,51 @@ MUTANTS = {
         "block_numbers = tl.load(block_table_row_ptr + block_indices, mask=in_row, other=0)",
         "block_numbers = tl.load(block_table_ptr + block_indices, mask=in_row, other=0)",
         ("tests/test_hand_cases.py::test_hand_case[two-requests-shuffled-fused-lanes-tile16]",),
+    ),
+    # (m) A disabled group that still reads its row: its poisoned table's entries come out.
+    "fused-disabled-group-reads-its-row": Mutant(
+        "kernels/fused_groups.py",
+        "    if (is_enabled == 0) | (row_idx < 0) | (row_idx >= num_rows):",
+        "    if (row_idx < 0) | (row_idx >= num_rows):",
+        (f"{PARITY}::test_disabled_group_never_reads_its_poisoned_table[fused-window]",),
+    ),
+    # (m') The same on the token grid.
+    "fused-token-grid-disabled-group-reads-its-row": Mutant(
+        "kernels/fused_groups.py",
+        "    if (is_enabled == 0) | (tile_start >= num_tokens):",
+        "    if tile_start >= num_tokens:",
+        (f"{PARITY}::test_disabled_group_never_reads_its_poisoned_table[fused-token-grid]",),
+    ),
+    # (n) Context parallelism applied to every group: the unsharded sliding window's tokens
+    # get another rank's packed positions, or PAD.
+    "fused-cp-on-an-unsharded-group": Mutant(
+        "kernels/fused_groups.py",
+        "                int(layout.cp_world_size > 1),",
+        "                int(True),",
+        (f"{PARITY}::test_hybrid_model_three_kinds_of_group[0-expected0-fused-window]",),
+    ),
+    # (o) Padding from the host's (padded) count: the gap after the real tokens keeps an
+    # earlier chunk's slots.
+    "fused-pads-from-the-host-count": Mutant(
+        "kernels/fused_groups.py",
+        "_real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK_SIZE,",
+        "num_tokens + part * TILE_BLOCK_SIZE,",
+        (f"{PARITY}::test_padding_starts_at_the_real_token_count[False-fused-window]",),
+    ),
+    # (p) A dummy request (idx_mapping -1) that reads "row -1": the poisoned row before the
+    # table.
+    "fused-dummy-request-reads-row-minus-one": Mutant(
+        "kernels/fused_groups.py",
+        "    if (is_enabled == 0) | (row_idx < 0) | (row_idx >= num_rows):",
+        "    if (is_enabled == 0) | (row_idx >= num_rows):",
+        (f"{PARITY}::test_dummy_request_gets_pad_and_reads_no_row[fused-window]",),
+    ),
+    # (p') The same on the token grid, whose lanes check their own rows.
+    "token-grid-dummy-request-reads-row-minus-one": Mutant(
+        "kernels/token_grid.py",
+        "        row_ok = (row_idx >= 0) & (row_idx < num_rows)",
+        "        row_ok = row_idx < num_rows",
+        (f"{PARITY}::test_dummy_request_gets_pad_and_reads_no_row[fused-token-grid]",),
     ),
 }
 

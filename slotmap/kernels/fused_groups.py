@@ -387,19 +387,22 @@ def group_metadata(
 ) -> Tensor:
     """[num_groups, len(META_COLUMNS)] int64 on the enabled tables' device (META_COLUMNS:
     table address, row stride, kernel block size, circular, allocation block size, enabled,
-    sharded). A disabled group's row holds address 0 and stride 0: never read. ``device``:
-    where the kernel runs (None: the first enabled table's).
+    sharded). A disabled group's table (never read) may be None: its row holds address 0
+    and stride 0. ``device``: where the kernel runs (None: the first enabled table's).
 
     Cached by the tables' addresses: serving engines keep persistent block tables, so after
     the first step this is a dictionary lookup and no host-to-device copy (which also keeps
     the launch capturable in a graph).
     """
+    # A disabled group's table is never read: only a 2-D tensor's address goes in its row.
     read = [
-        (t, layout) if layout.enabled else (None, layout)
+        (t, layout)
+        if layout.enabled or (isinstance(t, Tensor) and t.dim() == 2)
+        else (None, layout)
         for t, layout in zip(block_tables, layouts, strict=True)
     ]
     if device is None:
-        device = next((t.device for t, _ in read if t is not None), None)
+        device = next((t.device for t, x in read if t is not None and x.enabled), None)
     key = (
         device,
         tuple((0, 0) if t is None else (t.data_ptr(), t.stride(0)) for t, _ in read),
