@@ -158,6 +158,40 @@ def _browser_learner(hub: drive.LocalHub, tmp_path: Path) -> dict[str, bool]:
             context.close()
 
 
+def _dashboard_in_chromium(hub: drive.LocalHub, tmp_path: Path) -> tuple[str, int]:
+    """The room's page as the instructor's browser shows it after the hub's login (the
+    service's own OAuth flow), and the status a learner's browser gets for it."""
+    from playwright.sync_api import sync_playwright
+
+    dashboard = f"{hub.url}/services/workshop-dashboard/"
+    with sync_playwright() as playwright:
+        seen = []
+        for name, password in (("instructor", ADMIN_PASSWORD), (BROWSER_LEARNER, PASSWORD)):
+            context = playwright.chromium.launch_persistent_context(
+                str(tmp_path / f"chromium-{name}"),
+                executable_path=chromium_path(),
+                headless=True,
+                args=CHROMIUM_ARGS,
+            )
+            try:
+                context.set_default_timeout(60_000)
+                page = context.new_page()
+                page.goto(f"{hub.url}/hub/login?next=/hub/home")
+                page.fill("#username_input", name)
+                page.fill("#password_input", password)
+                page.click("#login_submit")
+                page.wait_for_url("**/hub/home**")
+                response = page.goto(dashboard)
+                if name == "instructor":
+                    page.wait_for_selector("table")
+                    seen.append(page.inner_text("table"))
+                else:
+                    seen.append(response.status)
+            finally:
+                context.close()
+    return seen[0], seen[1]
+
+
 def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
     try:
         import jupyterhub  # noqa: F401
@@ -228,6 +262,13 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
             )
             assert refused.status_code == 403, (url, refused.status_code)
             assert LEARNERS[1] not in refused.text
+
+        # The same in Chromium, through the hub's login page and the service's OAuth.
+        if browser:
+            table_text, learner_status = _dashboard_in_chromium(hub, tmp_path)
+            for name in everyone:
+                assert name in table_text
+            assert learner_status == 403
     finally:
         hub.stop()
     assert hub.leftovers() == []

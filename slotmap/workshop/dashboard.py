@@ -170,11 +170,15 @@ def make_app(course: Path, workspaces: str) -> Any:
             self.set_header("Content-Type", "application/json")
             self.finish(json.dumps(await self.table()))
 
+    class Callback(HubOAuthCallbackHandler):
+        # The same HubOAuth as the pages: it holds the login's state (PKCE) in memory.
+        hub_auth = auth
+
     return web.Application(
         [
             (prefix, Page),
             (url_path_join(prefix, "api/progress"), Api),
-            (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+            (url_path_join(prefix, "oauth_callback"), Callback),
         ],
         cookie_secret=os.urandom(32),
     )
