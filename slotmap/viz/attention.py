@@ -84,9 +84,14 @@ def run_paged(
     if corruption not in CORRUPTIONS:
         raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
     problem = CPProblem(
-        seq_lens=tuple(seq_lens), num_heads=num_heads, head_dim=head_dim,
-        block_size=block_size, seed=seed, spare_blocks=2, stale_cache=True,
-    )  # fmt: skip
+        seq_lens=tuple(seq_lens),
+        num_heads=num_heads,
+        head_dim=head_dim,
+        block_size=block_size,
+        seed=seed,
+        spare_blocks=2,
+        stale_cache=True,
+    )
     state = build_rank_state(problem, 1, 0, DEVICE, write_prompt=False)
     dense = state.dense
     query_start_loc, positions, requests = batch_of(list(seq_lens), DEVICE)
@@ -113,10 +118,20 @@ def run_paged(
         # Two tokens share one slot: let the corrupted one write last, as a later step would.
         order = [t for t in range(len(written)) if t != corrupted_token] + [corrupted_token]
         index = torch.tensor(order, device=DEVICE)
-        reshape_and_cache(key[index[:-1]], value[index[:-1]], state.key_cache, state.value_cache,
-                          written[index[:-1]])  # fmt: skip
-        reshape_and_cache(key[index[-1:]], value[index[-1:]], state.key_cache, state.value_cache,
-                          written[index[-1:]])  # fmt: skip
+        reshape_and_cache(
+            key[index[:-1]],
+            value[index[:-1]],
+            state.key_cache,
+            state.value_cache,
+            written[index[:-1]],
+        )
+        reshape_and_cache(
+            key[index[-1:]],
+            value[index[-1:]],
+            state.key_cache,
+            state.value_cache,
+            written[index[-1:]],
+        )
     else:
         reshape_and_cache(key, value, state.key_cache, state.value_cache, written)
     out, _ = paged_decode_attention(

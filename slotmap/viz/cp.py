@@ -200,8 +200,14 @@ def _paint_positions(ax, run: OwnershipRun, rank: int, y: float, cell_pt: float)
         text = first_fitting([f"virtual block {index}", f"vb {index}"], room, FONT_SIZE - 1, "")
         if text:
             at = ((start + end) / 2, y + 1.25)
-            ax.text(*at, text, ha="center", va="bottom", fontsize=FONT_SIZE - 1,
-                    gid="virtual-block-label")  # fmt: skip
+            ax.text(
+                *at,
+                text,
+                ha="center",
+                va="bottom",
+                fontsize=FONT_SIZE - 1,
+                gid="virtual-block-label",
+            )
 
 
 def _paint_local(ax, run: OwnershipRun, r: int, y: float, cell_pt: float, outlined: bool):
@@ -220,8 +226,15 @@ def _paint_local(ax, run: OwnershipRun, r: int, y: float, cell_pt: float, outlin
             draw.cell(ax, x0 + o, y, colour, "", gid, linewidth=width)
             if held:
                 text, size = _held_label(held, cell_pt)
-                ax.text(x0 + o + 0.5, y + 0.4, text, **draw.CENTRE, color="white", fontsize=size,
-                        gid="local-label")  # fmt: skip
+                ax.text(
+                    x0 + o + 0.5,
+                    y + 0.4,
+                    text,
+                    **draw.CENTRE,
+                    color="white",
+                    fontsize=size,
+                    gid="local-label",
+                )
     # "block 0 → physical 4" over each block where it fits, else "b0→4", else nothing.
     physical = [run.tables[r][b] if b < len(run.tables[r]) else "?" for b in range(blocks)]
     long = [f"block {b} → physical {m}" for b, m in enumerate(physical)]
@@ -231,8 +244,15 @@ def _paint_local(ax, run: OwnershipRun, r: int, y: float, cell_pt: float, outlin
     for b, text in enumerate(labels):
         if text:
             at = (b * (block_size + BLOCK_GAP) + block_size / 2, y + 0.88)
-            ax.text(*at, text, ha="center", va="bottom", fontsize=FONT_SIZE - 2, color="#555555",
-                    gid="block-label")  # fmt: skip
+            ax.text(
+                *at,
+                text,
+                ha="center",
+                va="bottom",
+                fontsize=FONT_SIZE - 2,
+                color="#555555",
+                gid="block-label",
+            )
     count = sum(1 for v in run.local[r] if v >= 0)
     row_label(ax, y, f"rank {r}: {plural(count, 'token')}", color=rank_colour(r))
 
@@ -253,8 +273,9 @@ def _held_label(held: list[int], cell_pt: float) -> tuple[str, float]:
 def _paint_slots(ax, values: list[int], rank: int, y: float) -> None:
     """``rank``'s slot mapping as the kernel wrote it; a slot taken twice in red."""
     twice = {v for v in values if v != PAD_SLOT_ID and values.count(v) > 1}
-    colours = [PAD if v == PAD_SLOT_ID else HIGHLIGHT if v in twice else rank_colour(rank)
-               for v in values]  # fmt: skip
+    colours = [
+        PAD if v == PAD_SLOT_ID else HIGHLIGHT if v in twice else rank_colour(rank) for v in values
+    ]
     labels = ["PAD" if v == PAD_SLOT_ID else str(v) for v in values]
     size = FONT_SIZE - (1 if len(values) <= 24 else 2)
     gids = [
@@ -292,8 +313,14 @@ def _ownership_legend(fig, ax, run: OwnershipRun, rank: int) -> None:
         fig.set_figheight(height + 0.25)
         bottom, tall = (0.1 * height + 0.25) / (height + 0.25), 0.74 * height / (height + 0.25)
         ax.set_position([AXES_LEFT, bottom, AXES_WIDTH, tall])
-    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=em, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))  # fmt: skip
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        ncol=ncol,
+        fontsize=em,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+    )
 
 
 def ownership_widget(
@@ -336,8 +363,10 @@ def draw_five_steps(
     """The five steps of docs/semantics.md §2 for positions 0..num_positions-1, one row per
     step; the slot row is the production kernel's output on the owner rank. Returns a Figure."""
     run = run_ownership(world_size, interleave, kv_cache_block_size, num_positions, block_size)
-    steps = [five_steps(p, block_size, kv_cache_block_size, world_size, interleave)
-             for p in range(num_positions)]  # fmt: skip
+    steps = [
+        five_steps(p, block_size, kv_cache_block_size, world_size, interleave)
+        for p in range(num_positions)
+    ]
     virtual = kv_cache_block_size * world_size
     per = kv_cache_block_size // block_size
     owners = [run.owners(token) for token in range(num_positions)]
@@ -356,8 +385,9 @@ def draw_five_steps(
     fig, axes = figure(rows=len(rows), height_per_row=0.42)
     height = fig.get_figheight() + 1.1
     fig.set_figheight(height)
-    fig.subplots_adjust(left=0.28, right=0.99, top=1 - 0.75 / height, bottom=0.35 / height,
-                        hspace=0.15)  # fmt: skip
+    fig.subplots_adjust(
+        left=0.28, right=0.99, top=1 - 0.75 / height, bottom=0.35 / height, hspace=0.15
+    )
     for ax, (label, values, colour_by) in zip(axes, rows, strict=True):
         owned = colour_by == "owner"
         colours = [rank_colour(s.owner) if owned else EMPTY for s in steps]
@@ -414,8 +444,14 @@ def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch):
     for q in range(len(batch.lengths)):
         if starts[q + 1] > starts[q]:
             wide = starts[q + 1] - starts[q] >= 3
-            ax.text((starts[q] + starts[q + 1]) / 2, y + 0.95, f"request {q}" if wide else f"r{q}",
-                    ha="center", va="bottom", fontsize=FONT_SIZE - 1)  # fmt: skip
+            ax.text(
+                (starts[q] + starts[q + 1]) / 2,
+                y + 0.95,
+                f"request {q}" if wide else f"r{q}",
+                ha="center",
+                va="bottom",
+                fontsize=FONT_SIZE - 1,
+            )
         if q:
             ax.axvline(starts[q], color=EDGE, lw=1.2, ymin=0.02, ymax=0.98)
     row_label(ax, y, "position")
@@ -440,8 +476,14 @@ def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch):
     ax.set_ylim(y - 0.2, world + 3.4)
     handles = [key(rank_colour(e.rank), f"rank {e.rank}") for e in evidence]
     handles += [key(OK, "stored exactly once"), key(HIGHLIGHT, "not exactly once")]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=FONT_SIZE - 1,
-               frameon=False, bbox_to_anchor=(0.5, 0.0))  # fmt: skip
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        ncol=len(handles),
+        fontsize=FONT_SIZE - 1,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+    )
     proved = all(e.proved for e in evidence)
     collisions = sum(len(e.collisions) for e in evidence)
     verdict = (

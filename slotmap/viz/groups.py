@@ -86,13 +86,24 @@ def run_groups(
         qsl, pos, tables, sizes, circular=circular, max_num_tokens=max_num_tokens
     )
     expected = slotmap.slot_mappings_oracle(
-        qsl.cpu(), pos.cpu(), [t.cpu() for t in tables], sizes, circular=circular,
+        qsl.cpu(),
+        pos.cpu(),
+        [t.cpu() for t in tables],
+        sizes,
+        circular=circular,
         max_num_tokens=max_num_tokens,
-    )  # fmt: skip
-    return GroupsRun(positions, sizes, [full_rows, ring_rows],
-                     [full_used, [1 if n else 0 for n in lengths]], [full_blocks, ring_blocks],
-                     max_num_tokens, slots.cpu().tolist(), expected.tolist(),
-                     slotmap.choose_tiling(sum(lengths), len(lengths)))  # fmt: skip
+    )
+    return GroupsRun(
+        positions,
+        sizes,
+        [full_rows, ring_rows],
+        [full_used, [1 if n else 0 for n in lengths]],
+        [full_blocks, ring_blocks],
+        max_num_tokens,
+        slots.cpu().tolist(),
+        expected.tolist(),
+        slotmap.choose_tiling(sum(lengths), len(lengths)),
+    )
 
 
 def draw_groups(
@@ -105,8 +116,9 @@ def draw_groups(
     seed: int = 1,
 ):
     """One fused launch, two groups: the output rows, then each group's table and cache."""
-    run = run_groups(lengths, first_positions, full_block_size, ring_size, padding=padding,
-                     seed=seed)  # fmt: skip
+    run = run_groups(
+        lengths, first_positions, full_block_size, ring_size, padding=padding, seed=seed
+    )
     return draw_groups_run(run)
 
 
@@ -140,8 +152,10 @@ def draw_groups_run(run: GroupsRun):
     canvas.token_rows(0, run.positions, rows, run.max_num_tokens)
 
     # Group 0: its block table, then its cache; group 1 below, the same way.
-    canvas.heading(y_table[0], f"group 0: full attention, paged, blocks of "
-                   f"{plural(full_size, 'slot')}: its block table")  # fmt: skip
+    canvas.heading(
+        y_table[0],
+        f"group 0: full attention, paged, blocks of {plural(full_size, 'slot')}: its block table",
+    )
     canvas.table_rows(0, y_table[0], run.tables[0], run.used[0], label_x=-0.25)
     canvas.heading(
         y_cache[0],
@@ -252,8 +266,11 @@ def run_tiling(shapes=TILING_SHAPES, block_size: int = 16) -> list[TilingRow]:
             "fixed 16 x 1": tiling_cost(lengths, 16, 1),
             "fixed 1024 x 1": tiling_cost(lengths, 1024, 1),
         }
-        rows.append(TilingRow(name, tuple(lengths), chosen, costs,
-                              bool(torch.equal(slots.cpu(), expected.cpu()))))  # fmt: skip
+        rows.append(
+            TilingRow(
+                name, tuple(lengths), chosen, costs, bool(torch.equal(slots.cpu(), expected.cpu()))
+            )
+        )
     return rows
 
 
@@ -267,14 +284,24 @@ def draw_tiling(shapes=TILING_SHAPES):
     fig.subplots_adjust(left=0.07, right=0.99, top=0.76, bottom=0.3, wspace=0.22)
     x = np.arange(len(rows))
     colours = (style.request_colour(0), style.PAD, style.request_colour(1))
-    labels = ("adaptive (choose_tiling)", "fixed tile 16, 1 program a request",
-              "fixed tile 1024, 1 program a request")  # fmt: skip
+    labels = (
+        "adaptive (choose_tiling)",
+        "fixed tile 16, 1 program a request",
+        "fixed tile 1024, 1 program a request",
+    )
     for k, (colour, label) in enumerate(zip(colours, labels, strict=True)):
         lanes = [list(r.costs.values())[k][0] for r in rows]
         walks = [list(r.costs.values())[k][1] for r in rows]
         for ax, values in ((lanes_ax, lanes), (walk_ax, walks)):
-            bars = ax.bar(x + (k - 1) * 0.27, values, 0.27, color=colour, edgecolor=style.EDGE,
-                          label=label, linewidth=0.6)  # fmt: skip
+            bars = ax.bar(
+                x + (k - 1) * 0.27,
+                values,
+                0.27,
+                color=colour,
+                edgecolor=style.EDGE,
+                label=label,
+                linewidth=0.6,
+            )
             for bar in bars:
                 bar.set_gid(f"tiling-{k}")
             ax.bar_label(bars, fmt="%.4g", fontsize=style.FONT_SIZE - 2, padding=1)
@@ -289,12 +316,23 @@ def draw_tiling(shapes=TILING_SHAPES):
         ax.spines[["top", "right"]].set_visible(False)
         ax.margins(y=0.25)
     for i, r in enumerate(rows):
-        lanes_ax.annotate(f"picks {r.chosen[0]} x {r.chosen[1]}", (i, 0), xytext=(0, -38),
-                          textcoords="offset points", xycoords=("data", "axes fraction"),
-                          ha="center", fontsize=style.FONT_SIZE - 1,
-                          color=style.request_colour(0))  # fmt: skip
-    fig.legend(*lanes_ax.get_legend_handles_labels(), loc="lower center", ncol=3,
-               fontsize=style.FONT_SIZE - 1, frameon=False)  # fmt: skip
+        lanes_ax.annotate(
+            f"picks {r.chosen[0]} x {r.chosen[1]}",
+            (i, 0),
+            xytext=(0, -38),
+            textcoords="offset points",
+            xycoords=("data", "axes fraction"),
+            ha="center",
+            fontsize=style.FONT_SIZE - 1,
+            color=style.request_colour(0),
+        )
+    fig.legend(
+        *lanes_ax.get_legend_handles_labels(),
+        loc="lower center",
+        ncol=3,
+        fontsize=style.FONT_SIZE - 1,
+        frameon=False,
+    )
     verdict = (
         "every batch run through the fused kernel with its adaptive tiling: kernel = reference"
         if all(r.agrees for r in rows)
@@ -399,9 +437,20 @@ def run_replay(
     expected = slotmap.replay_padding_oracle(
         reference, qsl.cpu(), pos.cpu(), starts.cpu(), window, cacheable
     )
-    return ReplayRun(cached, window, positions, [replay_start, 0], block_size, ring_size,
-                     full_table, full_used, num_blocks, before.cpu().tolist(),
-                     after.cpu().tolist(), expected.tolist())  # fmt: skip
+    return ReplayRun(
+        cached,
+        window,
+        positions,
+        [replay_start, 0],
+        block_size,
+        ring_size,
+        full_table,
+        full_used,
+        num_blocks,
+        before.cpu().tolist(),
+        after.cpu().tolist(),
+        expected.tolist(),
+    )
 
 
 def ring_size_for(window: int, new_tokens: int) -> int:

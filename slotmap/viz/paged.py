@@ -153,8 +153,14 @@ def _arrow_paths(batch, entry_patches, block_origin, entry, y_band, table_rows):
         for lane, key in enumerate(order):
             start, gap_x, drop, target = legs[key]
             y_lane = y_band + (lane + 1) * LANE
-            paths[key] = [start, (gap_x, start[1]), (gap_x, y_lane), (drop, y_lane),
-                          (drop, target[1]), target]  # fmt: skip
+            paths[key] = [
+                start,
+                (gap_x, start[1]),
+                (gap_x, y_lane),
+                (drop, y_lane),
+                (drop, target[1]),
+                target,
+            ]
         return paths
 
     # Start with the farthest drop on the top lane (no crossing between two paths that go
@@ -186,9 +192,14 @@ def draw_paged(
     Patches and texts carry a gid (``token``, ``slot``, ``table-entry``, ``cache-slot``,
     ``cache-label``, ...) so that a test can read the figure back.
     """
-    batch = paged_batch(lengths, block_size, first_positions=first_positions,
-                        num_physical_blocks=num_physical_blocks,
-                        max_num_tokens=max_num_tokens, seed=seed)  # fmt: skip
+    batch = paged_batch(
+        lengths,
+        block_size,
+        first_positions=first_positions,
+        num_physical_blocks=num_physical_blocks,
+        max_num_tokens=max_num_tokens,
+        seed=seed,
+    )
     return draw_batch(batch)
 
 

@@ -89,8 +89,9 @@ def live_results(
     }
     for name in shapes:
         for block_size in block_sizes:
-            case = bench.build_case({**bench.SHAPES, **bench.TINY_SHAPES}[name], block_size,
-                                    DEVICE)  # fmt: skip
+            case = bench.build_case(
+                {**bench.SHAPES, **bench.TINY_SHAPES}[name], block_size, DEVICE
+            )
             result["records"] += bench.measure_case(
                 case, list(bench.VARIANTS), modes, 20, True, log or (lambda line: None)
             )
@@ -190,15 +191,20 @@ def draw_variants(
             if value is None:
                 continue
             predicted[variant] = value
-            ax.plot([index - 0.42, index + 0.42], [value, value], color="black", linewidth=2.4,
-                    solid_capstyle="butt", gid=f"predicted-{variant}")  # fmt: skip
+            ax.plot(
+                [index - 0.42, index + 0.42],
+                [value, value],
+                color="black",
+                linewidth=2.4,
+                solid_capstyle="butt",
+                gid=f"predicted-{variant}",
+            )
         if predicted:
             model = "model: max(floor, bytes / bandwidth)"
             handles.append(Line2D([], [], color="black", linewidth=2.4, label=model))
     for index, (variant, us) in enumerate(zip(variants, heights, strict=True)):
         above = max(us, predicted.get(variant, 0.0))  # the label clears the model's tick
-        ax.text(index, above * 1.08, f"{us:.3g}", ha="center", va="bottom",
-                fontsize=FONT_SIZE - 1)  # fmt: skip
+        ax.text(index, above * 1.08, f"{us:.3g}", ha="center", va="bottom", fontsize=FONT_SIZE - 1)
     ax.set_yscale("log")
     top = max(heights + list(predicted.values()))
     bottom = min(heights + list(predicted.values()))
@@ -246,8 +252,14 @@ def draw_eager_vs_graph(variant: str = "direct", block_size: int = 128, data: di
         bars = ax.bar(xs, heights, width, edgecolor=EDGE, linewidth=0.6, label=f"{v}, {m}", **look)
         for bar, us in zip(bars, heights, strict=True):
             bar.set_gid(f"bar-{v}-{m}")
-            ax.text(bar.get_x() + bar.get_width() / 2, us * 1.08, f"{us:.3g}", ha="center",
-                    va="bottom", fontsize=FONT_SIZE - 2)  # fmt: skip
+            ax.text(
+                bar.get_x() + bar.get_width() / 2,
+                us * 1.08,
+                f"{us:.3g}",
+                ha="center",
+                va="bottom",
+                fontsize=FONT_SIZE - 2,
+            )
     ax.set_yscale("log")
     every = [u for h in values.values() for u in h]
     ax.set_ylim(min(every) / 2, max(every) * 5)
@@ -330,9 +342,16 @@ def draw_prediction(data: dict | None = None):
     ]
     handles += [
         key("#d9f0d3", "measured 1 to 1.25x the model", edge=None),
-        Line2D([], [], marker="o", linestyle="", markerfacecolor="none",
-               markeredgecolor="#555555", label="hollow: not in 08.predict_time's check"),
-    ]  # fmt: skip
+        Line2D(
+            [],
+            [],
+            marker="o",
+            linestyle="",
+            markerfacecolor="none",
+            markeredgecolor="#555555",
+            label="hollow: not in 08.predict_time's check",
+        ),
+    ]
     ax.legend(handles=handles, loc="upper left", fontsize=FONT_SIZE - 1, ncol=2, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     ax.set_title(

@@ -52,8 +52,11 @@ class TileRun:
     def tiles_run(self, request: int) -> list[int]:
         """Start index of every tile that request ``request``'s program ran (from the trace)."""
         row = self.trace[request]
-        return [self.starts[request] + t * self.tile_size
-                for t, base in enumerate(row) if base != POISON]  # fmt: skip
+        return [
+            self.starts[request] + t * self.tile_size
+            for t, base in enumerate(row)
+            if base != POISON
+        ]
 
     def padding_tiles(self) -> list[int]:
         """Tiles of the padding program: ``_fill_pad`` walks [num_tokens, max_num_tokens)."""
@@ -101,19 +104,44 @@ def run_tiles(
     out = buffer[:max_num_tokens]
     trace = torch.full((max(num_reqs, 1), tiles), POISON, dtype=torch.int32, device=device)
     if programs == num_reqs + 1:
-        slotmap.compute_slot_mapping(qsl, pos[: len(positions)], block_table, block_size,
-                                     max_num_tokens=max_num_tokens, out=out,
-                                     tile_size=tile_size, parallel_tiles=1,
-                                     window_trace=trace[:num_reqs])  # fmt: skip
+        slotmap.compute_slot_mapping(
+            qsl,
+            pos[: len(positions)],
+            block_table,
+            block_size,
+            max_num_tokens=max_num_tokens,
+            out=out,
+            tile_size=tile_size,
+            parallel_tiles=1,
+            window_trace=trace[:num_reqs],
+        )
     else:
         # The launcher always launches num_reqs + 1 programs: call the kernel itself.
         _compute_slot_mapping_kernel[(programs, 1)](
-            starts[-1], max_num_tokens, qsl, pos, block_table, block_table.stride(0),
-            block_size, out, **window_kernel_constants(SlotLayout.of(block_size), tile_size),
-            window_trace_ptr=trace, window_trace_width=tiles, TRACE_WINDOWS=True,
-        )  # fmt: skip
-    return TileRun(lengths, starts, positions, block_size, tile_size, max_num_tokens, programs,
-                   buffer.cpu().tolist(), trace.cpu().tolist()[:num_reqs])  # fmt: skip
+            starts[-1],
+            max_num_tokens,
+            qsl,
+            pos,
+            block_table,
+            block_table.stride(0),
+            block_size,
+            out,
+            **window_kernel_constants(SlotLayout.of(block_size), tile_size),
+            window_trace_ptr=trace,
+            window_trace_width=tiles,
+            TRACE_WINDOWS=True,
+        )
+    return TileRun(
+        lengths,
+        starts,
+        positions,
+        block_size,
+        tile_size,
+        max_num_tokens,
+        programs,
+        buffer.cpu().tolist(),
+        trace.cpu().tolist()[:num_reqs],
+    )
 
 
 def draw_tiles(
@@ -131,8 +159,9 @@ def draw_tiles(
     off), ``tile`` (a tile's outline), ``out`` / ``out-pad`` / ``unwritten`` / ``guard``
     (the output after the run).
     """
-    return draw_run(run_tiles(lengths, block_size, tile_size, padding, programs=programs,
-                              seed=seed))  # fmt: skip
+    return draw_run(
+        run_tiles(lengths, block_size, tile_size, padding, programs=programs, seed=seed)
+    )
 
 
 def draw_run(run: TileRun):
