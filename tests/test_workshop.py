@@ -182,7 +182,8 @@ def test_the_dashboard_table_shows_pass_fail_with_its_message_and_not_tried(tmp_
     idle = {row["learner"]: row["idle_seconds"] for row in table["learners"]}
     assert idle["cy"] is None and idle["bob"] is not None
     page = render(table)
-    assert "slot 37 twice" in page and "<th>cy</th><td>never</td>" in page
+    assert "slot 37 twice" in page and "<th>cy</th><td>never</td><td>0/2</td>" in page
+    assert "<th>ada</th><td>" in page and "<td>1/2</td>" in page
 
 
 def test_the_workshop_command_line(capsys):

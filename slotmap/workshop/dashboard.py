@@ -108,9 +108,10 @@ def render(table: dict[str, Any]) -> str:
             if cell["message"]:
                 text += f"<br><small>{html.escape(cell['message'])}</small>"
             cells.append(f'<td style="background:{COLOURS[cell["state"]]}">{text}</td>')
+        passed = sum(cell["state"] == "pass" for cell in row["cells"].values())
         body.append(
             f"<tr><th>{html.escape(row['learner'])}</th><td>{_ago(row['idle_seconds'])}</td>"
-            f"{''.join(cells)}</tr>"
+            f"<td>{passed}/{len(table['exercises'])}</td>{''.join(cells)}</tr>"
         )
     return (
         f'<!doctype html><html><head><meta charset="utf-8">'
@@ -120,7 +121,8 @@ def render(table: dict[str, Any]) -> str:
         "vertical-align:top;max-width:16em} table{border-collapse:collapse}</style></head>"
         "<body><h1>The room</h1><p>A progress view: each learner's own records of the checks "
         "they ran (a learner can write them). Confirm with <code>slotmap grade</code>.</p>"
-        f"<table><tr><th>learner</th><th>last active</th>{head}</tr>{''.join(body)}</table>"
+        "<table><tr><th>learner</th><th>last active</th><th>passed</th>"
+        f"{head}</tr>{''.join(body)}</table>"
         "</body></html>"
     )
 
