@@ -116,6 +116,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def one_round(learners: int, moves: int, work: Path) -> dict:
+    load_before = os.getloadavg()[0]  # the machine's load from others, just before
     hub = drive.LocalHub(work / f"hub-{learners}", PASSWORD, ADMIN_PASSWORD)
     hub.base.mkdir(parents=True)
     out: dict = {}
@@ -163,6 +164,7 @@ def one_round(learners: int, moves: int, work: Path) -> dict:
         "memory_mib_per_learner": statistics.mean(memory.values()),
         "memory_mib_max": max(memory.values()),
         "wall_seconds": wall,
+        "load_average_before": load_before,
         "leftovers": hub.leftovers(),
     }
 
@@ -198,11 +200,17 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--moves", type=int, default=10, help="slider moves per learner")
+    parser.add_argument("--moves", type=int, default=15, help="slider moves per learner")
     parser.add_argument("--out", default=str(RESULTS), help="folder for the .md and .png")
     parser.add_argument("--note", default="", help="a line for the report (e.g. shared CPU)")
     args = parser.parse_args()
     os.environ.setdefault("SLOTMAP_BACKEND", "cpu")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cores = os.cpu_count()
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    machine = f"{cores} CPU cores, {memory_gib:.0f} GiB, {platform.platform()}, "
+    machine += f"Python {sys.version.split()[0]}"
     rows = []
     with tempfile.TemporaryDirectory(prefix="workshop-load-") as work:
         for learners in args.rounds:
@@ -210,14 +218,9 @@ def main() -> int:
             row = one_round(learners, args.moves, Path(work))
             print(json.dumps(row), flush=True)
             rows.append(row)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    plot(rows, out / "workshop-load.png")
-    cores = os.cpu_count()
-    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    machine = f"{cores} CPU cores, {memory_gib:.0f} GiB, {platform.platform()}, "
-    machine += f"Python {sys.version.split()[0]}"
-    (out / "workshop-load.md").write_text(report(rows, args, machine))
+            # Written after every round: a later round that runs long loses nothing.
+            plot(rows, out / "workshop-load.png")
+            (out / "workshop-load.md").write_text(report(rows, args, machine))
     print(f"wrote {out / 'workshop-load.md'} and {out / 'workshop-load.png'}")
     return 0
 
