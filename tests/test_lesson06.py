@@ -43,8 +43,11 @@ def layout_problems(fig) -> list[str]:
     found = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
     boxes = [t.get_window_extent(renderer) for t in found]
     drawn = [p for ax in fig.axes for p in [*ax.artists, *ax.patches]]
-    cells = [(p.get_gid(), p.get_window_extent(renderer)) for p in drawn
-             if isinstance(p, Rectangle) and p.get_gid()]  # fmt: skip
+    cells = [
+        (p.get_gid(), p.get_window_extent(renderer))
+        for p in drawn
+        if isinstance(p, Rectangle) and p.get_gid()
+    ]
     problems = []
 
     def overlap(a, b) -> bool:
@@ -61,8 +64,11 @@ def layout_problems(fig) -> list[str]:
             or (box.y1 > edge.y1 + 0.5)
         ):
             problems.append(f"{name} cut off at the figure's edge")
-        problems += [f"{name} overlaps {found[j].get_text()!r}"
-                     for j in range(i + 1, len(found)) if overlap(box, boxes[j])]  # fmt: skip
+        problems += [
+            f"{name} overlaps {found[j].get_text()!r}"
+            for j in range(i + 1, len(found))
+            if overlap(box, boxes[j])
+        ]
         centre = ((box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2)
         for gid, cell in cells:
             if cell.contains(*centre):
@@ -156,8 +162,10 @@ def test_non_contiguous_result_is_rejected():
         table = transposed_view(torch.tensor([[3, 1], [0, 5]], dtype=torch.int32), 4)
         slotmap.compute_slot_mapping(
             torch.tensor([0, 1, 2], dtype=torch.int32, device=slotmap.DEVICE),
-            torch.tensor([0, 0], device=slotmap.DEVICE), table.to(slotmap.DEVICE), 4,
-        )  # fmt: skip
+            torch.tensor([0, 0], device=slotmap.DEVICE),
+            table.to(slotmap.DEVICE),
+            4,
+        )
 
 
 def test_unexpanded_table_is_rejected():
@@ -270,6 +278,89 @@ def test_replay_check_wants_a_kernel():
 
 
 # ---------------------------------------------------------------------------------------------
+# 06.group_switches: one function with the known mistakes as a switch
+# ---------------------------------------------------------------------------------------------
+(SWITCHES_RIGHT, DISABLED_READS, DUMMY_READS, CP_ON_UNSHARDED, HOST_COUNT, CP_ON_KERNEL_BLOCKS) = (
+    range(6)
+)
+
+
+def switches_variant(mistake: int):
+    def map_group(
+        qsl,
+        positions,
+        block_table,
+        idx_mapping,
+        out,
+        *,
+        block_size,
+        kernel_block_size,
+        enabled,
+        sharded,
+        num_tokens,
+        **cp,
+    ):
+        starts = qsl.tolist()
+        out[num_tokens if mistake == HOST_COUNT else starts[-1] :] = slotmap.PAD_SLOT_ID
+        for q in range(len(starts) - 1):
+            row = int(idx_mapping[q])
+            for t in range(starts[q], starts[q + 1]):
+                disabled = not enabled and mistake != DISABLED_READS
+                if disabled or (row < 0 and mistake != DUMMY_READS):
+                    out[t] = slotmap.PAD_SLOT_ID
+                    continue
+                kv = kernel_block_size if mistake == CP_ON_KERNEL_BLOCKS else block_size
+                split = cp if sharded or mistake == CP_ON_UNSHARDED else {}
+                out[t] = slotmap.token_slot(
+                    int(positions[t]),
+                    block_table[row].tolist(),
+                    kernel_block_size,
+                    kv_cache_block_size=kv,
+                    **split,
+                )
+
+    return map_group
+
+
+def test_switches_solution_passes(solution):
+    result = run_check(get_exercise("06.group_switches"), solution.map_group)
+    assert result.passed, result.report()
+
+
+def test_switches_variant_harness_is_right():
+    assert run_check(get_exercise("06.group_switches"), switches_variant(SWITCHES_RIGHT)).passed
+
+
+def test_a_disabled_group_that_reads_its_table_is_rejected():
+    found = failure("06.group_switches", switches_variant(DISABLED_READS))
+    assert "the group is disabled (slot_mapping_enabled False)" in found.invariant
+    assert "a slot from the group's poisoned table" in found.invariant
+
+
+def test_a_dummy_request_that_reads_row_minus_one_is_rejected():
+    found = failure("06.group_switches", switches_variant(DUMMY_READS))
+    assert "request 1 is a dummy request (idx_mapping[1] = -1)" in found.invariant
+    assert "read from table[-1]" in found.invariant
+
+
+def test_cp_on_an_unsharded_group_is_rejected():
+    found = failure("06.group_switches", switches_variant(CP_ON_UNSHARDED))
+    assert "the group is not sharded (dcp_sharded False)" in found.invariant
+    assert "CP's answer for rank 1" in found.invariant
+
+
+def test_padding_from_the_host_count_is_rejected():
+    found = failure("06.group_switches", switches_variant(HOST_COUNT))
+    assert "a padded host count: it still holds 4242" in found.invariant
+    assert (found.expected, found.got) == ("-1", "4242")
+
+
+def test_cp_on_kernel_blocks_is_rejected():
+    found = failure("06.group_switches", switches_variant(CP_ON_KERNEL_BLOCKS))
+    assert "CP splits allocation blocks of 4 tokens" in found.invariant
+
+
+# ---------------------------------------------------------------------------------------------
 # Figures
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
@@ -313,8 +404,9 @@ def test_hybrid_figure_shows_what_the_kernel_wrote(lengths, block_size, per, fir
     assert len(filled) + len(earlier) + len(by_gid(fig, "cache-empty")) == run.num_kv_blocks * kv
     assert len(by_gid(fig, "attention-block")) == run.num_kv_blocks * per
     if firsts[1]:
-        assert "hatched: written by earlier steps" in "".join(t.get_text() for t in fig.texts +
-                                                               fig.axes[0].texts)  # fmt: skip
+        assert "hatched: written by earlier steps" in "".join(
+            t.get_text() for t in fig.texts + fig.axes[0].texts
+        )
 
 
 @pytest.mark.parametrize(
@@ -331,8 +423,14 @@ def test_hybrid_figure_is_readable_at_the_slider_ends(lengths, first_1, block_si
     fig = hybrid_viz.draw_hybrid(lengths, block_size, per, first_positions=(0, first_1))
     run = fig.slotmap_run
     assert run.slots == run.expected
-    assert_readable(fig, {"tokens": run.max_num_tokens, "block table": len(run.table[0]),
-                          "cache": 2 * run.kv_cache_block_size})  # fmt: skip
+    assert_readable(
+        fig,
+        {
+            "tokens": run.max_num_tokens,
+            "block table": len(run.table[0]),
+            "cache": 2 * run.kv_cache_block_size,
+        },
+    )
     assert "K = K/B x B" in fig._suptitle.get_text()
 
 
@@ -380,8 +478,9 @@ def test_groups_figure_is_readable_at_the_slider_ends(lengths, firsts, full, rin
     fig = groups_viz.draw_groups(lengths, firsts, full, ring)
     run = fig.slotmap_run
     assert run.slots == run.expected
-    assert_readable(fig, {"tokens": run.max_num_tokens, "group 0's table": len(run.tables[0][0]),
-                          "ring": ring})  # fmt: skip
+    assert_readable(
+        fig, {"tokens": run.max_num_tokens, "group 0's table": len(run.tables[0][0]), "ring": ring}
+    )
     assert fig.axes[0].get_xlim()[1] <= hybrid_viz.MAX_CELLS + 0.3
     title = fig._suptitle.get_text()
     assert ("writes a ring slot twice" in title) == bool(run.ring_collisions())

@@ -1,4 +1,4 @@
-"""Lesson 06's exercises: hybrid blocks and replay padding.
+"""Lesson 06's exercises: hybrid blocks, replay padding and the group switches.
 
 * ``06.expand_block_table``: turn a block table of physical KV blocks into one of attention
   blocks (``slotmap.expand_block_table``). In the course's notation (B = ``block_size``, the
@@ -9,10 +9,18 @@
   positions ``[replay_start[q], replay_start[q] + window)`` of a request with
   ``replay_start[q] > 0``, in prefix-cacheable groups only.
 
-Both judges name the classic mistakes: for the expansion, numbering attention blocks like KV
+* ``06.group_switches``: one KV-cache group's slot mapping with production's switches
+  (docs/semantics.md §4): a disabled group maps no token and never reads its table, a group
+  that is not sharded ignores context parallelism, the kernel block lives inside the
+  allocation block, a dummy request (``idx_mapping`` -1) reads no row, and the padding starts
+  at the real token count ``query_start_loc[num_reqs]``, not at a padded host count, in a
+  persistent buffer that still holds an earlier step's slots.
+
+The judges name the classic mistakes: for the expansion, numbering attention blocks like KV
 blocks, forgetting the ``+ j`` or the ``* K/B``, a strided (non-contiguous) result; for the
 padding, padding a request without replay (``replay_start == 0``), a closed range, or a group
-that is not prefix-cacheable.
+that is not prefix-cacheable; for the switches, a disabled group or a dummy request that reads
+a row, CP on an unsharded group or on kernel blocks, and padding from the host count.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from slotmap.backend import DEVICE
 from slotmap.exercises.cases import GUARD, POISON, checked_launch
 from slotmap.exercises.core import Exercise, Wrong, plural, register
 from slotmap.layout import PAD_SLOT_ID
-from slotmap.reference import replay_padding_oracle
+from slotmap.reference import replay_padding_oracle, slot_mappings_oracle, token_slot
 
 TILE = 8  # tokens per tile in this lesson's kernel exercise
 
@@ -80,8 +88,9 @@ def _expand_strategy(draw: st.DrawFn) -> ExpandCase:
     width = draw(st.integers(1, 4))
     rows = draw(st.integers(1, 3))
     entries = st.integers(0, 63)
-    table = draw(st.lists(st.lists(entries, min_size=width, max_size=width),
-                          min_size=rows, max_size=rows))  # fmt: skip
+    table = draw(
+        st.lists(st.lists(entries, min_size=width, max_size=width), min_size=rows, max_size=rows)
+    )
     return ExpandCase(table, per, width)
 
 
@@ -141,21 +150,26 @@ def judge_expansion(candidate: Callable[[Tensor, int], Tensor], case: ExpandCase
     if not torch.equal(table, original):
         raise Wrong(
             "your function changed the block table it was given (work on a new tensor)",
-            original.tolist(), table.tolist(), EXPAND_HINT,
-        )  # fmt: skip
+            original.tolist(),
+            table.tolist(),
+            EXPAND_HINT,
+        )
     if tuple(got.shape) != shape:
         raise Wrong(
             f"the expanded table has shape {tuple(got.shape)}, expected {shape}: each of the "
             f"{plural(case.width, 'entry')} of a row becomes {plural(per, 'attention block')}",
-            shape, tuple(got.shape), EXPAND_HINT,
-        )  # fmt: skip
+            shape,
+            tuple(got.shape),
+            EXPAND_HINT,
+        )
     if got.dtype != torch.int32:
         raise Wrong(
             f"the expanded table is {str(got.dtype).removeprefix('torch.')}: the kernels read "
             "block tables as int32",
-            "int32", str(got.dtype).removeprefix("torch."),
+            "int32",
+            str(got.dtype).removeprefix("torch."),
             "Build it in the input's dtype (torch.arange(..., dtype=block_table.dtype)).",
-        )  # fmt: skip
+        )
     wrong = diagnose_expansion(case, got.cpu().tolist())
     if wrong is not None:
         raise wrong
@@ -165,10 +179,11 @@ def judge_expansion(candidate: Callable[[Tensor, int], Tensor], case: ExpandCase
             f"{tuple(got.stride())}; a contiguous {shape[0]} x {shape[1]} table has strides "
             f"({shape[1]}, 1)): the launchers reject it (block_table must be contiguous), since "
             "the kernels read a row's entries side by side in memory",
-            f"strides ({shape[1]}, 1)", f"strides {tuple(got.stride())}",
+            f"strides ({shape[1]}, 1)",
+            f"strides {tuple(got.stride())}",
             "A transpose (or expand) changes the strides, not the memory; build the result in "
             "row order, or copy it into row order before returning it.",
-        )  # fmt: skip
+        )
 
 
 register(
@@ -209,17 +224,21 @@ class ReplayCase:
         return self.query_start_loc[-1]
 
     def request_of(self, token: int) -> int:
-        return next(q for q in range(len(self.query_start_loc) - 1)
-                    if token < self.query_start_loc[q + 1])  # fmt: skip
+        return next(
+            q for q in range(len(self.query_start_loc) - 1) if token < self.query_start_loc[q + 1]
+        )
 
     def expected(self) -> list[list[int]]:
         slots = torch.tensor(self.slots, dtype=torch.int32)
         qsl = torch.tensor(self.query_start_loc, dtype=torch.int32)
         replay_padding_oracle(
-            slots, qsl, torch.tensor(self.positions, dtype=torch.int64),
-            torch.tensor(self.replay_start, dtype=torch.int32), self.window,
+            slots,
+            qsl,
+            torch.tensor(self.positions, dtype=torch.int64),
+            torch.tensor(self.replay_start, dtype=torch.int32),
+            self.window,
             self.prefix_cacheable,
-        )  # fmt: skip
+        )
         return slots.tolist()
 
     def __str__(self) -> str:
@@ -243,8 +262,10 @@ def _replay_case(
         starts.append(starts[-1] + n)
     width = starts[-1] + padding
     # Distinct, readable slots: group g's token t sits in slot 100 * (g + 1) + t.
-    slots = [[100 * (g + 1) + t if t < starts[-1] else PAD_SLOT_ID for t in range(width)]
-             for g in range(len(prefix_cacheable))]  # fmt: skip
+    slots = [
+        [100 * (g + 1) + t if t < starts[-1] else PAD_SLOT_ID for t in range(width)]
+        for g in range(len(prefix_cacheable))
+    ]
     return ReplayCase(starts, positions, replay_start, window, prefix_cacheable, slots)
 
 
@@ -275,7 +296,7 @@ def _replay_cases() -> list[tuple[str, ReplayCase]]:
                 2,
                 [True, False],
                 padding=2,
-            ),  # fmt: skip
+            ),
         ),
         (
             "a replay longer than one tile of 8",
@@ -311,8 +332,9 @@ def launch_replay_kernel(kernel, case: ReplayCase) -> list[int]:
     slot_mappings_stride``, then ``PAD_ID`` and ``TILE_BLOCK_SIZE``.
     """
     groups, width = len(case.slots), len(case.slots[0])
-    buffer = torch.full((GUARD + groups * width + GUARD,), POISON, dtype=torch.int32,
-                        device=DEVICE)  # fmt: skip
+    buffer = torch.full(
+        (GUARD + groups * width + GUARD,), POISON, dtype=torch.int32, device=DEVICE
+    )
     slots = buffer[GUARD : GUARD + groups * width].view(groups, width)
     slots.copy_(torch.tensor(case.slots, dtype=torch.int32))
     num_reqs = len(case.query_start_loc) - 1
@@ -321,13 +343,23 @@ def launch_replay_kernel(kernel, case: ReplayCase) -> list[int]:
         # Positions carry GUARD zeros past the last token, as in every slot-mapping exercise.
         positions = torch.tensor(case.positions + [0] * GUARD, dtype=torch.int64, device=DEVICE)
         starts = torch.tensor(case.replay_start, dtype=torch.int32, device=DEVICE)
-        cacheable = torch.tensor([int(c) for c in case.prefix_cacheable], dtype=torch.int32,
-                                 device=DEVICE)  # fmt: skip
+        cacheable = torch.tensor(
+            [int(c) for c in case.prefix_cacheable], dtype=torch.int32, device=DEVICE
+        )
         checked_launch(
-            kernel, (groups, num_reqs),
-            case.num_tokens, qsl, positions, starts, case.window, cacheable, slots, width,
-            PAD_ID=PAD_SLOT_ID, TILE_BLOCK_SIZE=TILE,
-        )  # fmt: skip
+            kernel,
+            (groups, num_reqs),
+            case.num_tokens,
+            qsl,
+            positions,
+            starts,
+            case.window,
+            cacheable,
+            slots,
+            width,
+            PAD_ID=PAD_SLOT_ID,
+            TILE_BLOCK_SIZE=TILE,
+        )
     return buffer.cpu().tolist()
 
 
@@ -402,15 +434,19 @@ def judge_replay(kernel, case: ReplayCase) -> None:
         if value != POISON:
             raise Wrong(
                 f"a lane wrote {value} before slot_mappings (at {index - GUARD})",
-                POISON, value, "Store only where the lane is replayed (mask=...).",
-            )  # fmt: skip
+                POISON,
+                value,
+                "Store only where the lane is replayed (mask=...).",
+            )
     for index, value in enumerate(buffer[GUARD + groups * width :]):
         if value != POISON:
             raise Wrong(
                 f"a lane wrote {value} past the end of slot_mappings "
                 f"({groups} x {plural(width, 'entry')}, at {groups * width + index})",
-                POISON, value, "Store only where the lane is replayed (mask=...).",
-            )  # fmt: skip
+                POISON,
+                value,
+                "Store only where the lane is replayed (mask=...).",
+            )
     flat = buffer[GUARD : GUARD + groups * width]
     got = [flat[g * width : (g + 1) * width] for g in range(groups)]
     wrong = diagnose_replay(case, case.expected(), got)
@@ -427,5 +463,299 @@ register(
         judge=judge_replay,
         hint=REPLAY_HINT,
         max_examples=30,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 06.group_switches
+# ---------------------------------------------------------------------------------------------
+STALE = 4242  # a slot an earlier step left in the persistent output buffer
+SWITCHES_HINT = (
+    "Pad first from query_start_loc[num_reqs] (the real count), not from num_tokens. A token "
+    "gets PAD_ID when its group is disabled or its request is a dummy (idx_mapping -1), "
+    "before any row is read; otherwise token_slot on the row idx_mapping[q], with the kernel "
+    "block as block_size, the allocation block as kv_cache_block_size, and the CP arguments "
+    "only if the group is sharded."
+)
+
+
+@dataclass
+class GroupCase:
+    """One group's batch: requests, their rows (-1: dummy) and the group's switches."""
+
+    lengths: list[int]
+    positions: list[int]  # the real tokens' positions
+    rows: list[int]  # idx_mapping
+    table: list[list[int]]  # the group's table; its last row (and all of it if disabled) poison
+    block_size: int  # the allocation block
+    kernel_block_size: int
+    enabled: bool
+    sharded: bool
+    cp_world_size: int = 1
+    cp_rank: int = 0
+    cp_interleave: int = 1
+    padded: int = 0  # num_tokens - the real count: a padded host count
+    tail: int = 2  # max_num_tokens - num_tokens
+
+    @property
+    def real(self) -> int:
+        return sum(self.lengths)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.real + self.padded
+
+    @property
+    def max_num_tokens(self) -> int:
+        return self.num_tokens + self.tail
+
+    def query_start_loc(self) -> list[int]:
+        starts = [0]
+        for n in self.lengths:
+            starts.append(starts[-1] + n)
+        return starts
+
+    def tensors(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        qsl = torch.tensor(self.query_start_loc(), dtype=torch.int32, device=DEVICE)
+        # Positions past the real tokens (the padded count's) are zeros, as graph padding's.
+        positions = self.positions + [0] * self.padded
+        pos = torch.tensor(positions, dtype=torch.int64, device=DEVICE)
+        table = torch.tensor(self.table, dtype=torch.int32, device=DEVICE)
+        rows = torch.tensor(self.rows, dtype=torch.int32, device=DEVICE)
+        return qsl, pos, table, rows
+
+    def cp(self) -> dict:
+        return dict(
+            cp_world_size=self.cp_world_size,
+            cp_rank=self.cp_rank,
+            cp_interleave=self.cp_interleave,
+        )
+
+    def expected(self) -> list[int]:
+        qsl, pos, table, rows = self.tensors()
+        return slot_mappings_oracle(
+            qsl,
+            pos,
+            [table],
+            [self.block_size],
+            idx_mapping=rows,
+            num_tokens=self.num_tokens,
+            max_num_tokens=self.max_num_tokens,
+            kernel_block_sizes=[self.kernel_block_size],
+            slot_mapping_enabled=[self.enabled],
+            dcp_sharded=[self.sharded],
+            **self.cp(),
+        )[0].tolist()
+
+    def request_of(self, token: int) -> int:
+        starts = self.query_start_loc()
+        return next(q for q in range(len(self.lengths)) if token < starts[q + 1])
+
+    def __str__(self) -> str:
+        return (
+            f"query_start_loc={self.query_start_loc()}, positions={self.positions}, "
+            f"idx_mapping={self.rows}, block_table={self.table}, block_size={self.block_size}, "
+            f"kernel_block_size={self.kernel_block_size}, enabled={self.enabled}, "
+            f"sharded={self.sharded}, cp_world_size={self.cp_world_size}, "
+            f"cp_rank={self.cp_rank}, cp_interleave={self.cp_interleave}, "
+            f"num_tokens={self.num_tokens}, max_num_tokens={self.max_num_tokens} "
+            f"(out holds {STALE} everywhere before the call)"
+        )
+
+
+def _poison_row(width: int, r: int) -> list[int]:
+    # Entries no slot comes from: a slot read from here is negative.
+    return [-1000 - 100 * r - b for b in range(width)]
+
+
+def _group_case(
+    lengths: list[int],
+    firsts: list[int | None],  # None: a dummy request (positions 0, idx_mapping -1)
+    block_size: int,
+    kernel_block_size: int,
+    *,
+    enabled: bool = True,
+    sharded: bool = True,
+    cp: tuple[int, int, int] = (1, 0, 1),
+    padded: int = 0,
+    seed: int = 0,
+) -> GroupCase:
+    positions, rows = [], []
+    real_rows = iter(range(len(lengths)))
+    for n, first in zip(lengths, firsts, strict=True):
+        positions += [0] * n if first is None else list(range(first, first + n))
+        rows.append(-1 if first is None else next(real_rows))
+    world = cp[0] if sharded else 1
+    top = max(positions, default=0)
+    width = (top // (block_size * world) + 1) * (block_size // kernel_block_size)
+    used = len(lengths)
+    if enabled:
+        table = [
+            [(7 * (r * width + b) + 3 + seed) % 97 for b in range(width)] for r in range(used)
+        ]
+    else:
+        table = [_poison_row(width, r) for r in range(used)]
+    table.append(_poison_row(width, used))  # table[-1]: what a dummy must not read
+    return GroupCase(
+        lengths,
+        positions,
+        rows,
+        table,
+        block_size,
+        kernel_block_size,
+        enabled,
+        sharded,
+        *cp,
+        padded=padded,
+    )
+
+
+def _switch_cases() -> list[tuple[str, GroupCase]]:
+    return [
+        ("one request, one plain group", _group_case([5], [2], 4, 4)),
+        (
+            "a disabled (Mamba) group: PAD_ID everywhere, its poisoned table unread",
+            _group_case([3, 2], [0, 6], 4, 4, enabled=False),
+        ),
+        (
+            "a dummy request (idx_mapping -1) between two real ones",
+            _group_case([2, 3, 2], [4, None, 9], 4, 4),
+        ),
+        (
+            "CP 2, a sharded full-attention group, rank 1",
+            _group_case([8], [0], 4, 4, cp=(2, 1, 1)),
+        ),
+        (
+            "CP 2, an unsharded sliding-window group: every position maps here",
+            _group_case([6], [1], 4, 4, sharded=False, cp=(2, 1, 1)),
+        ),
+        (
+            "kernel blocks of 2 inside allocation blocks of 4, CP 2 with interleave 4",
+            _group_case([9], [3], 4, 2, cp=(2, 0, 4)),
+        ),
+        (
+            "chunked prefill: num_tokens 8 is a padded count, the buffer holds stale slots",
+            _group_case([2, 3], [5, 0], 4, 4, padded=3),
+        ),
+    ]
+
+
+@st.composite
+def _switch_strategy(draw: st.DrawFn) -> GroupCase:
+    block_size = draw(st.sampled_from((2, 4, 6, 8)))
+    kernel = draw(st.sampled_from([d for d in range(1, block_size + 1) if block_size % d == 0]))
+    world = draw(st.sampled_from((1, 2, 3)))
+    interleave = draw(st.sampled_from([d for d in (1, 2, 4) if block_size % d == 0]))
+    lengths = draw(st.lists(st.integers(0, 9), min_size=1, max_size=3))
+    firsts = [draw(st.one_of(st.none(), st.integers(0, 20))) for _ in lengths]
+    return _group_case(
+        lengths,
+        firsts,
+        block_size,
+        kernel,
+        enabled=draw(st.booleans()),
+        sharded=draw(st.booleans()),
+        cp=(world, draw(st.integers(0, world - 1)), interleave),
+        padded=draw(st.sampled_from((0, 0, 1, 4))),
+        seed=draw(st.integers(0, 9)),
+    )
+
+
+def diagnose_switches(case: GroupCase, expected: list[int], got: list[int]) -> Wrong | None:
+    """The first entry of ``got`` that differs from ``expected``, explained (None: all agree)."""
+    for t, (want, value) in enumerate(zip(expected, got, strict=True)):
+        if want == value:
+            continue
+        if t >= case.real:
+            if value == STALE and t < case.num_tokens:
+                why = (
+                    f"entry {t} lies past the real tokens (query_start_loc[num_reqs] = "
+                    f"{case.real}) but before num_tokens = {case.num_tokens}, a padded host "
+                    f"count: it still holds {STALE}, an earlier step's slot. The padding must "
+                    "start at the real count, or the padding tokens' KV lands in live slots"
+                )
+            else:
+                why = f"entry {t} is padding, past the batch's {case.real} real tokens"
+            return Wrong(why, want, value, SWITCHES_HINT)
+        q = case.request_of(t)
+        p = case.positions[t]
+        token = f"token {t} (request {q}, position {p})"
+        if not case.enabled:
+            why = (
+                f"the group is disabled (slot_mapping_enabled False): every token gets PAD_ID "
+                f"and its table is never read, but {token} got {value}"
+            )
+            if value < 0 and value != PAD_SLOT_ID:
+                why += " (a slot from the group's poisoned table)"
+        elif case.rows[q] < 0:
+            why = (
+                f"request {q} is a dummy request (idx_mapping[{q}] = -1): it owns no blocks and "
+                f"no row may be read for it, but {token} got {value}"
+            )
+            if value < 0 and value != PAD_SLOT_ID:
+                why += " (read from table[-1], the table's last row, poisoned here)"
+        elif value == STALE:
+            why = f"{token} was never written: it still holds {STALE}, an earlier step's slot"
+        else:
+            row = case.table[case.rows[q]]
+            kernel, kv = case.kernel_block_size, case.block_size
+            all_cp = token_slot(p, row, kernel, kv_cache_block_size=kv, **case.cp())
+            on_kernel = token_slot(p, row, kernel, kv_cache_block_size=kernel, **case.cp())
+            if not case.sharded and case.cp_world_size > 1 and value == all_cp:
+                why = (
+                    f"the group is not sharded (dcp_sharded False): context parallelism does "
+                    f"not split its cache, so {token} maps here by the plain formula, slot "
+                    f"{want}; got {value}, CP's answer for rank {case.cp_rank}"
+                )
+            elif case.sharded and kernel != kv and value == on_kernel:
+                why = (
+                    f"CP splits allocation blocks of {kv} tokens (a virtual block is {kv} * "
+                    f"{case.cp_world_size}), not kernel blocks of {kernel}: {token} should get "
+                    f"slot {want}, got {value}"
+                )
+            else:
+                why = f"{token} should get slot {want}, got {value}"
+        return Wrong(why, want, value, SWITCHES_HINT)
+    return None
+
+
+def judge_switches(candidate: Callable[..., object], case: GroupCase) -> None:
+    qsl, positions, table, rows = case.tensors()
+    buffer = torch.full(
+        (GUARD + case.max_num_tokens + GUARD,), POISON, dtype=torch.int32, device=DEVICE
+    )
+    out = buffer[GUARD : GUARD + case.max_num_tokens]
+    out.fill_(STALE)
+    candidate(
+        qsl,
+        positions,
+        table,
+        rows,
+        out,
+        block_size=case.block_size,
+        kernel_block_size=case.kernel_block_size,
+        enabled=case.enabled,
+        sharded=case.sharded,
+        num_tokens=case.num_tokens,
+        **case.cp(),
+    )
+    values = buffer.cpu().tolist()
+    if any(v != POISON for v in values[:GUARD] + values[GUARD + case.max_num_tokens :]):
+        raise Wrong("your function wrote outside out", hint="Write only out[t] for t in range.")
+    wrong = diagnose_switches(case, case.expected(), values[GUARD : GUARD + case.max_num_tokens])
+    if wrong is not None:
+        raise wrong
+
+
+register(
+    Exercise(
+        id="06.group_switches",
+        title="one group's slot mapping with production's switches",
+        cases=_switch_cases,
+        strategy=_switch_strategy,
+        judge=judge_switches,
+        hint=SWITCHES_HINT,
+        max_examples=40,
     )
 )
