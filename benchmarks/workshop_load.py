@@ -238,8 +238,8 @@ def report(rows: list[dict], args: argparse.Namespace, machine: str) -> str:
     lines += [
         "",
         "| learners | spawn median / max (s) | cell p50 / p95 (s) | redraw p50 / p95 (s) "
-        "| memory per learner (MiB PSS) | cells, redraws | errors |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| memory per learner (MiB PSS) | cells, redraws | errors | load before |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
         lines.append(
@@ -247,7 +247,8 @@ def report(rows: list[dict], args: argparse.Namespace, machine: str) -> str:
             f"| {row['cell_p50']:.2f} / {row['cell_p95']:.2f} "
             f"| {row['redraw_p50']:.2f} / {row['redraw_p95']:.2f} "
             f"| {row['memory_mib_per_learner']:.0f} (max {row['memory_mib_max']:.0f}) "
-            f"| {row['cells']}, {row['redraws']} | {len(row['errors']) or 'none'} |"
+            f"| {row['cells']}, {row['redraws']} | {len(row['errors']) or 'none'} "
+            f"| {row['load_average_before']:.1f} |"
         )
     lines += ["", "![latency against learners](workshop-load.png)", "", "Raw rows:", "", "```"]
     lines += [json.dumps(row) for row in rows]

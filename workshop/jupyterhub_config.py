@@ -81,6 +81,7 @@ else:
             pwd.getpwnam(name)
         except KeyError:
             subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
+            os.chmod(pwd.getpwnam(name).pw_dir, 0o700)  # no learner reads another's work
 
     c.Spawner.pre_spawn_hook = _create_learner
 
