@@ -33,7 +33,7 @@ from slotmap.cp_attention import (
 )
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
-from slotmap.viz.draw import CENTRE, first_fitting, key, plural, row_label, text_points
+from slotmap.viz.draw import CENTRE, first_fitting, key, legend, plural, row_label, text_points
 from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, WIDTH, boxes, request_colour
 
 TOLERANCE = 1e-4  # |paged - dense| below this counts as a match (float32 arithmetic)
@@ -188,13 +188,7 @@ def draw_paged_run(run: PagedRun):
     if run.corrupted_token is not None:
         handles.append(key(HIGHLIGHT, "corrupted write"))
         handles.append(key(EMPTY, "the slot it should have written", HIGHLIGHT, linewidth=2))
-    fig.legend(
-        handles=handles,
-        loc="center left",
-        bbox_to_anchor=(0.72, 0.25),
-        fontsize=FONT_SIZE - 1,
-        frameon=False,
-    )
+    legend(fig, handles, loc="center left", bbox_to_anchor=(0.72, 0.25))
     t = run.corrupted_token
     what = (
         "every token written to the slot the kernel computed"
@@ -264,14 +258,7 @@ def _paint_paged_cache(fig, ax, run: PagedRun) -> None:
             if gid == "slot-lost":
                 patch.set(edgecolor=HIGHLIGHT, linewidth=2.0)
         if block_font:
-            ax.text(
-                x0 + block_size / 2,
-                -0.3,
-                str(block),
-                ha="center",
-                va="center",
-                fontsize=block_font,
-            )
+            ax.text(x0 + block_size / 2, -0.3, str(block), **CENTRE, fontsize=block_font)
     for text in ax.texts:
         if text.get_text() == "?":
             text.set_color(HIGHLIGHT)
@@ -458,14 +445,7 @@ def draw_cp_attention_run(run: CPAttentionRun):
     handles = [key(request_colour(r), f"rank {r}") for r in range(world_size)]
     handles.append(key("white", "new token", HIGHLIGHT, linewidth=2))
     anchor = (0.99, 1 - (ROW_TOP + 0.5 * ROW_HEIGHT) / fig_height)
-    fig.legend(
-        handles=handles,
-        loc="center right",
-        bbox_to_anchor=anchor,
-        fontsize=FONT_SIZE - 1,
-        frameon=False,
-        ncol=2,
-    )
+    legend(fig, handles, loc="center right", bbox_to_anchor=anchor, ncol=2)
     errors = run.errors[0]
     fig.suptitle(
         f"Context-parallel decode of position {seq_len - 1}: W = {plural(world_size, 'rank')}, "
@@ -505,14 +485,8 @@ def _paint_local_cache(ax, run: CPAttentionRun, r: int, block_points: float) -> 
         ax.text(x + size / 2, -0.25, label, **CENTRE, fontsize=FONT_SIZE - 2)
         x += size + 0.3
     if n == 0:
-        ax.text(
-            0,
-            0.4,
-            "owns no position: lse = -inf, weight 0",
-            va="center",
-            fontsize=FONT_SIZE,
-            color="#555555",
-        )
+        note = "owns no position: lse = -inf, weight 0"
+        ax.text(0, 0.4, note, va="center", fontsize=FONT_SIZE, color="#555555")
     row_label(ax, 0, f"rank {r}\n{plural(n, 'position')}")
 
 

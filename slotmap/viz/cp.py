@@ -27,7 +27,7 @@ from slotmap.cp import CPBatch, RankEvidence, five_steps, launch_unchecked, loca
 from slotmap.kernels.slot_mapping import compute_slot_mapping
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.viz import draw
-from slotmap.viz.draw import first_fitting, key, plural, row_label, text_points
+from slotmap.viz.draw import ABOVE, first_fitting, key, legend, plural, row_label, text_points
 from slotmap.viz.style import (
     EDGE,
     EMPTY,
@@ -200,14 +200,7 @@ def _paint_positions(ax, run: OwnershipRun, rank: int, y: float, cell_pt: float)
         text = first_fitting([f"virtual block {index}", f"vb {index}"], room, FONT_SIZE - 1, "")
         if text:
             at = ((start + end) / 2, y + 1.25)
-            ax.text(
-                *at,
-                text,
-                ha="center",
-                va="bottom",
-                fontsize=FONT_SIZE - 1,
-                gid="virtual-block-label",
-            )
+            ax.text(*at, text, **ABOVE, fontsize=FONT_SIZE - 1, gid="virtual-block-label")
 
 
 def _paint_local(ax, run: OwnershipRun, r: int, y: float, cell_pt: float, outlined: bool):
@@ -226,15 +219,8 @@ def _paint_local(ax, run: OwnershipRun, r: int, y: float, cell_pt: float, outlin
             draw.cell(ax, x0 + o, y, colour, "", gid, linewidth=width)
             if held:
                 text, size = _held_label(held, cell_pt)
-                ax.text(
-                    x0 + o + 0.5,
-                    y + 0.4,
-                    text,
-                    **draw.CENTRE,
-                    color="white",
-                    fontsize=size,
-                    gid="local-label",
-                )
+                font = {"color": "white", "fontsize": size, "gid": "local-label"}
+                ax.text(x0 + o + 0.5, y + 0.4, text, **draw.CENTRE, **font)
     # "block 0 → physical 4" over each block where it fits, else "b0→4", else nothing.
     physical = [run.tables[r][b] if b < len(run.tables[r]) else "?" for b in range(blocks)]
     long = [f"block {b} → physical {m}" for b, m in enumerate(physical)]
@@ -244,15 +230,8 @@ def _paint_local(ax, run: OwnershipRun, r: int, y: float, cell_pt: float, outlin
     for b, text in enumerate(labels):
         if text:
             at = (b * (block_size + BLOCK_GAP) + block_size / 2, y + 0.88)
-            ax.text(
-                *at,
-                text,
-                ha="center",
-                va="bottom",
-                fontsize=FONT_SIZE - 2,
-                color="#555555",
-                gid="block-label",
-            )
+            font = {"fontsize": FONT_SIZE - 2, "color": "#555555", "gid": "block-label"}
+            ax.text(*at, text, **ABOVE, **font)
     count = sum(1 for v in run.local[r] if v >= 0)
     row_label(ax, y, f"rank {r}: {plural(count, 'token')}", color=rank_colour(r))
 
@@ -278,20 +257,10 @@ def _paint_slots(ax, values: list[int], rank: int, y: float) -> None:
     ]
     labels = ["PAD" if v == PAD_SLOT_ID else str(v) for v in values]
     size = FONT_SIZE - (1 if len(values) <= 24 else 2)
-    gids = [
-        "slot-pad" if v == PAD_SLOT_ID else "slot-collision" if v in twice else "slot"
-        for v in values
-    ]
-    boxes(
-        ax,
-        y,
-        colours,
-        labels,
-        gids=gids,
-        text_gid="slot-label",
-        text_colour="white",
-        font_size=size,
-    )
+    kinds = ["pad" if v == PAD_SLOT_ID else "collision" if v in twice else "" for v in values]
+    gids = [f"slot-{kind}" if kind else "slot" for kind in kinds]
+    look = {"text_gid": "slot-label", "text_colour": "white", "font_size": size}
+    boxes(ax, y, colours, labels, gids=gids, **look)
     row_label(ax, y, f"rank {rank}'s\nslot_mapping")
 
 
@@ -313,14 +282,7 @@ def _ownership_legend(fig, ax, run: OwnershipRun, rank: int) -> None:
         fig.set_figheight(height + 0.25)
         bottom, tall = (0.1 * height + 0.25) / (height + 0.25), 0.74 * height / (height + 0.25)
         ax.set_position([AXES_LEFT, bottom, AXES_WIDTH, tall])
-    fig.legend(
-        handles=handles,
-        loc="lower center",
-        ncol=ncol,
-        fontsize=em,
-        frameon=False,
-        bbox_to_anchor=(0.5, 0.0),
-    )
+    legend(fig, handles, loc="lower center", ncol=ncol, fontsize=em, bbox_to_anchor=(0.5, 0.0))
 
 
 def ownership_widget(
@@ -444,14 +406,8 @@ def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch):
     for q in range(len(batch.lengths)):
         if starts[q + 1] > starts[q]:
             wide = starts[q + 1] - starts[q] >= 3
-            ax.text(
-                (starts[q] + starts[q + 1]) / 2,
-                y + 0.95,
-                f"request {q}" if wide else f"r{q}",
-                ha="center",
-                va="bottom",
-                fontsize=FONT_SIZE - 1,
-            )
+            name, at = f"request {q}" if wide else f"r{q}", (starts[q] + starts[q + 1]) / 2
+            ax.text(at, y + 0.95, name, **ABOVE, fontsize=FONT_SIZE - 1)
         if q:
             ax.axvline(starts[q], color=EDGE, lw=1.2, ymin=0.02, ymax=0.98)
     row_label(ax, y, "position")
@@ -476,14 +432,7 @@ def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch):
     ax.set_ylim(y - 0.2, world + 3.4)
     handles = [key(rank_colour(e.rank), f"rank {e.rank}") for e in evidence]
     handles += [key(OK, "stored exactly once"), key(HIGHLIGHT, "not exactly once")]
-    fig.legend(
-        handles=handles,
-        loc="lower center",
-        ncol=len(handles),
-        fontsize=FONT_SIZE - 1,
-        frameon=False,
-        bbox_to_anchor=(0.5, 0.0),
-    )
+    legend(fig, handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, 0.0))
     proved = all(e.proved for e in evidence)
     collisions = sum(len(e.collisions) for e in evidence)
     verdict = (

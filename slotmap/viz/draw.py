@@ -24,6 +24,8 @@ MAX_CELLS = 44  # widest canvas, in cells: a two-digit label at MIN_FONT still f
 SHARED = "#9ecae1"  # a slot of a prefix-cached block that other requests share
 CENTRE = {"ha": "center", "va": "center"}
 RIGHT = {"ha": "right", "va": "center"}  # a row's caption, left of the row
+ABOVE = {"ha": "center", "va": "bottom"}  # a caption over a block or a bar
+BELOW = {"ha": "center", "va": "top"}  # a caption under a block
 EMPTY = style.EMPTY
 BLOCK_CAPTIONS = (
     "block {k} · slots {first}-{last}",
@@ -182,17 +184,13 @@ class Canvas:
         """A slot an earlier step wrote: hatched in the request's colour, its position in
         black on the pale cell (the same look in every lesson-06 figure)."""
         colour = style.request_colour(request)
-        return self.cell(
-            x,
-            y,
-            pale(colour, 0.85),
-            position,
-            gid,
-            hatch="///",
-            linewidth=1.2,
-            edge=colour,
-            hatch_colour=pale(colour, 0.4),
-        )
+        look = {
+            "hatch": "///",
+            "linewidth": 1.2,
+            "edge": colour,
+            "hatch_colour": pale(colour, 0.4),
+        }
+        return self.cell(x, y, pale(colour, 0.85), position, gid, **look)
 
     def row_title(self, y: float, text: str, x: float = -0.25) -> None:
         row_label(self.ax, y, text, x)

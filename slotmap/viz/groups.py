@@ -293,15 +293,8 @@ def draw_tiling(shapes=TILING_SHAPES):
         lanes = [list(r.costs.values())[k][0] for r in rows]
         walks = [list(r.costs.values())[k][1] for r in rows]
         for ax, values in ((lanes_ax, lanes), (walk_ax, walks)):
-            bars = ax.bar(
-                x + (k - 1) * 0.27,
-                values,
-                0.27,
-                color=colour,
-                edgecolor=style.EDGE,
-                label=label,
-                linewidth=0.6,
-            )
+            look = {"color": colour, "edgecolor": style.EDGE, "label": label, "linewidth": 0.6}
+            bars = ax.bar(x + (k - 1) * 0.27, values, 0.27, **look)
             for bar in bars:
                 bar.set_gid(f"tiling-{k}")
             ax.bar_label(bars, fmt="%.4g", fontsize=style.FONT_SIZE - 2, padding=1)
@@ -316,23 +309,14 @@ def draw_tiling(shapes=TILING_SHAPES):
         ax.spines[["top", "right"]].set_visible(False)
         ax.margins(y=0.25)
     for i, r in enumerate(rows):
-        lanes_ax.annotate(
-            f"picks {r.chosen[0]} x {r.chosen[1]}",
-            (i, 0),
-            xytext=(0, -38),
-            textcoords="offset points",
-            xycoords=("data", "axes fraction"),
-            ha="center",
-            fontsize=style.FONT_SIZE - 1,
-            color=style.request_colour(0),
-        )
-    fig.legend(
-        *lanes_ax.get_legend_handles_labels(),
-        loc="lower center",
-        ncol=3,
-        fontsize=style.FONT_SIZE - 1,
-        frameon=False,
-    )
+        where = {
+            "xytext": (0, -38),
+            "textcoords": "offset points",
+            "xycoords": ("data", "axes fraction"),
+        }
+        font = {"ha": "center", "fontsize": style.FONT_SIZE - 1, "color": style.request_colour(0)}
+        lanes_ax.annotate(f"picks {r.chosen[0]} x {r.chosen[1]}", (i, 0), **where, **font)
+    draw.legend(fig, lanes_ax.get_legend_handles_labels()[0], loc="lower center", ncol=3)
     verdict = (
         "every batch run through the fused kernel with its adaptive tiling: kernel = reference"
         if all(r.agrees for r in rows)

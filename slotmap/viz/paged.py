@@ -314,14 +314,11 @@ def _paint_cache(ax, cell, batch: PagedBatch, y_cache: float, per_line: int, hei
     landed, earlier = draw.landed(batch.positions, batch.slots), batch.earlier
     hatched = "; hatched: written by earlier steps" if earlier else ""
     # Under the cache, so that no arrow runs through it.
-    ax.text(
-        0,
-        height - 0.35,
+    caption = (
         f"KV cache: {batch.num_physical_blocks} physical blocks of "
-        f"{draw.plural(block_size, 'slot')} (label: position stored there{hatched})",
-        fontsize=style.FONT_SIZE,
-        va="bottom",
+        f"{draw.plural(block_size, 'slot')} (label: position stored there{hatched})"
     )
+    ax.text(0, height - 0.35, caption, fontsize=style.FONT_SIZE, va="bottom")
     origins: dict[int, tuple[float, float]] = {}
     label_font = font * 0.8
     x_range = ax.get_xlim()[1] - ax.get_xlim()[0]
@@ -338,12 +335,12 @@ def _paint_cache(ax, cell, batch: PagedBatch, y_cache: float, per_line: int, hei
         ]
         # The longest label that fits under the block (narrow blocks' labels overlapped).
         fits = [t for t in labels if len(t) * label_font * 0.6 / 72 <= block_inches]
+        label = fits[0] if fits else labels[-1]
         ax.text(
             x0 + block_size / 2,
             y + 0.85,
-            fits[0] if fits else labels[-1],
-            ha="center",
-            va="top",
+            label,
+            **draw.BELOW,
             fontsize=label_font,
             color=style.EDGE,
         )

@@ -191,13 +191,9 @@ def draw_variants(
             if value is None:
                 continue
             predicted[variant] = value
+            look = {"color": "black", "linewidth": 2.4, "solid_capstyle": "butt"}
             ax.plot(
-                [index - 0.42, index + 0.42],
-                [value, value],
-                color="black",
-                linewidth=2.4,
-                solid_capstyle="butt",
-                gid=f"predicted-{variant}",
+                [index - 0.42, index + 0.42], [value, value], **look, gid=f"predicted-{variant}"
             )
         if predicted:
             model = "model: max(floor, bytes / bandwidth)"
@@ -252,14 +248,8 @@ def draw_eager_vs_graph(variant: str = "direct", block_size: int = 128, data: di
         bars = ax.bar(xs, heights, width, edgecolor=EDGE, linewidth=0.6, label=f"{v}, {m}", **look)
         for bar, us in zip(bars, heights, strict=True):
             bar.set_gid(f"bar-{v}-{m}")
-            ax.text(
-                bar.get_x() + bar.get_width() / 2,
-                us * 1.08,
-                f"{us:.3g}",
-                ha="center",
-                va="bottom",
-                fontsize=FONT_SIZE - 2,
-            )
+            at = (bar.get_x() + bar.get_width() / 2, us * 1.08)
+            ax.text(*at, f"{us:.3g}", ha="center", va="bottom", fontsize=FONT_SIZE - 2)
     ax.set_yscale("log")
     every = [u for h in values.values() for u in h]
     ax.set_ylim(min(every) / 2, max(every) * 5)

@@ -58,6 +58,9 @@ class TileRun:
             if base != POISON
         ]
 
+    def request_of(self, token: int) -> int:
+        return next(q for q in range(self.num_reqs) if token < self.starts[q + 1])
+
     def padding_tiles(self) -> list[int]:
         """Tiles of the padding program: ``_fill_pad`` walks [num_tokens, max_num_tokens)."""
         return list(range(self.num_tokens, self.max_num_tokens, self.tile_size))
@@ -166,8 +169,6 @@ def draw_tiles(
 
 def draw_run(run: TileRun):
     """Draw a ``TileRun`` (see ``draw_tiles``)."""
-    from matplotlib.patches import Rectangle
-
     tile = run.tile_size
     width = run.max_num_tokens + tile
     padding_program = run.programs - 1  # the kernel's padding program: the last one
@@ -180,68 +181,23 @@ def draw_run(run: TileRun):
     ax.set_xlim(-0.2 * max(width, 16), max(width, 16) + 0.2)
     ax.set_ylim(rows + 0.1, -1.0)
     cell = functools.partial(draw.cell, ax, size=font, linewidth=0.5)
-    masked = {"hatch": "xxx", "edge": style.PAD}
-
-    def outline(x, y):
-        frame = Rectangle((x - 0.06, y - 0.08), tile + 0.12, 0.96, fill=False, gid="tile")
-        ax.add_artist(frame)
-        frame.set(edgecolor="black", linewidth=1.6)
-
-    def request_colour(token):
-        return style.request_colour(
-            next(q for q in range(run.num_reqs) if token < run.starts[q + 1])
-        )
 
     # Row 0: the batch as the kernel sees it.
     draw.row_label(ax, 0, "batch (position)", -0.3)
     for token in range(run.num_tokens):
-        cell(token, 0, request_colour(token), run.positions[token], "batch", text_colour="white")
+        colour = style.request_colour(run.request_of(token))
+        cell(token, 0, colour, run.positions[token], "batch", text_colour="white")
     for token in range(run.num_tokens, run.max_num_tokens):
         cell(token, 0, style.PAD, "", "batch-pad")
     for x in range(run.max_num_tokens, width):
         cell(x, 0, "white", "", "past-end", hatch="...", edge=style.PAD)
-
-    # One row per program: the tiles it ran and the lanes of each (masked past its end).
-    output = run.output
-    for program in range(run.programs):
-        y = 1.3 + program
-        if program == padding_program:
-            draw.row_label(ax, y, f"program {program} (padding)", -0.3)
-            colour, text, end, starts = style.PAD, "black", run.max_num_tokens, run.padding_tiles()
-        else:
-            colour = style.request_colour(program)
-            caption = f"program {program} (request {program})"
-            draw.row_label(ax, y, caption, -0.3, color=colour)
-            text, end, starts = "white", run.starts[program + 1], run.tiles_run(program)
-        for start in starts:
-            for x in range(start, start + tile):
-                if x < end:
-                    cell(x, y, colour, output[x], "lane", text_colour=text)
-                else:
-                    cell(x, y, "white", "", "masked", **masked)
-            outline(start, y)
+    _paint_programs(ax, cell, run)
     if missing:
         names = ", ".join(str(q) for q in missing)
         at = (run.max_num_tokens / 2, 1.3 + run.programs + 0.4)
         note = f"no program ran for request {names}: the last program always pads"
         ax.text(*at, note, **draw.CENTRE, fontsize=style.FONT_SIZE, color=style.HIGHLIGHT)
-
-    # Last row: the output after the run (and the cells past its end).
-    y = rows - 0.6
-    draw.row_label(ax, y, "slot_mapping after the run", -0.3)
-    for x, value in enumerate(run.buffer):
-        if x >= run.max_num_tokens and value != POISON:
-            cell(x, y, style.HIGHLIGHT, value, "guard-written", edge=style.PAD)
-        elif x >= run.max_num_tokens:
-            cell(x, y, "white", "", "guard", hatch="...", edge=style.PAD)
-        elif value == POISON:
-            red = style.HIGHLIGHT
-            cell(x, y, "white", "?", "unwritten", text_colour=red, edge=red)
-        elif x >= run.num_tokens:
-            cell(x, y, style.PAD, value, "out-pad")
-        else:
-            cell(x, y, request_colour(x), value, "out", text_colour="white")
-
+    _paint_output(ax, cell, run, rows - 0.6)
     handles = [
         draw.key("white", f"a tile ({tile} lanes)", "black", linewidth=1.6),
         draw.key("white", "masked lane", style.PAD, hatch="xxx"),
@@ -256,6 +212,51 @@ def draw_run(run: TileRun):
         fontsize=style.FONT_SIZE + 1,
     )
     return fig
+
+
+def _paint_programs(ax, cell, run: TileRun) -> None:
+    """One row per program: the tiles it ran (outlined) and the lanes of each, masked past its
+    request's end (the padding program's: past max_num_tokens)."""
+    from matplotlib.patches import Rectangle
+
+    tile, output = run.tile_size, run.output
+    for program in range(run.programs):
+        y = 1.3 + program
+        if program == run.programs - 1:  # the kernel's padding program: the last one
+            draw.row_label(ax, y, f"program {program} (padding)", -0.3)
+            colour, text, end, starts = style.PAD, "black", run.max_num_tokens, run.padding_tiles()
+        else:
+            colour = style.request_colour(program)
+            caption = f"program {program} (request {program})"
+            draw.row_label(ax, y, caption, -0.3, color=colour)
+            text, end, starts = "white", run.starts[program + 1], run.tiles_run(program)
+        for start in starts:
+            for x in range(start, start + tile):
+                if x < end:
+                    cell(x, y, colour, output[x], "lane", text_colour=text)
+                else:
+                    cell(x, y, "white", "", "masked", hatch="xxx", edge=style.PAD)
+            frame = Rectangle((start - 0.06, y - 0.08), tile + 0.12, 0.96, fill=False, gid="tile")
+            ax.add_artist(frame)
+            frame.set(edgecolor="black", linewidth=1.6)
+
+
+def _paint_output(ax, cell, run: TileRun, y: float) -> None:
+    """The output after the run, and the guard cells past its end: a cell still poisoned was
+    never written; a guard cell written is a store out of bounds."""
+    draw.row_label(ax, y, "slot_mapping after the run", -0.3)
+    red = style.HIGHLIGHT
+    for x, value in enumerate(run.buffer):
+        if x >= run.max_num_tokens and value != POISON:
+            cell(x, y, red, value, "guard-written", edge=style.PAD)
+        elif x >= run.max_num_tokens:
+            cell(x, y, "white", "", "guard", hatch="...", edge=style.PAD)
+        elif value == POISON:
+            cell(x, y, "white", "?", "unwritten", text_colour=red, edge=red)
+        elif x >= run.num_tokens:
+            cell(x, y, style.PAD, value, "out-pad")
+        else:
+            cell(x, y, style.request_colour(run.request_of(x)), value, "out", text_colour="white")
 
 
 def tiles_widget(lengths: Sequence[int] = (5, 11, 3), tile_size: int = 4, padding: int = 6):
