@@ -167,7 +167,6 @@ def draw_paged_attention(
 
     The cache row is as wide as the figure at every size: a slot's label (the position it
     holds) and a block's number shrink or go where they would not fit."""
-
     return draw_paged_run(
         run_paged(tuple(seq_lens), block_size, corruption, seed=seed, num_heads=num_heads)
     )
@@ -394,7 +393,6 @@ def draw_cp_attention(
 ):
     """One request decoding position ``seq_len - 1`` over ``world_size`` ranks: ownership,
     local caches, each rank's weight exp(lse_r - lse) and the merged error; a Figure."""
-
     return draw_cp_attention_run(run_cp_attention(seq_len, world_size, interleave, block_size))
 
 
@@ -402,12 +400,7 @@ def draw_cp_attention_run(run: CPAttentionRun):
     """Draw a ``CPAttentionRun`` (see ``draw_cp_attention``)."""
     import matplotlib.pyplot as plt
 
-    seq_len, world_size, interleave, block_size = (
-        run.seq_len,
-        run.world_size,
-        run.interleave,
-        run.block_size,
-    )
+    seq_len, world_size, block_size = run.seq_len, run.world_size, run.block_size
     fig_height = ROW_TOP + ROW_HEIGHT * (1 + world_size) + 0.15
     fig = plt.figure(figsize=(WIDTH, fig_height))
     # One horizontal scale for every row, so a box is the same size everywhere.
@@ -449,7 +442,7 @@ def draw_cp_attention_run(run: CPAttentionRun):
     errors = run.errors[0]
     fig.suptitle(
         f"Context-parallel decode of position {seq_len - 1}: W = {plural(world_size, 'rank')}, "
-        f"interleave I = {interleave}, block size B = {block_size}. Each rank attends to the "
+        f"interleave I = {run.interleave}, block size B = {block_size}. Each rank attends to the "
         "positions it stores;\n"
         f"the merge weighs rank r by exp(lse_r - lse). Merged vs dense attention: max error "
         f"{errors['merged_out']:.1e} (out), {errors['merged_lse']:.1e} (lse)",

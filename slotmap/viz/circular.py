@@ -93,7 +93,6 @@ def run_ring(position: int, window: int, block_size: int, block_number: int = 3)
 def draw_ring(position: int = 13, window: int = 6, block_size: int = 8, block_number: int = 3):
     """A ring buffer of ``block_size`` slots after writing positions 0..``position``, and the
     slots of the batch of the last ``window`` positions; returns a matplotlib Figure."""
-
     return draw_ring_run(run_ring(position, window, block_size, block_number))
 
 
@@ -101,12 +100,7 @@ def draw_ring_run(run: RingRun):
     """Draw a ``RingRun`` (see ``draw_ring``)."""
     import matplotlib.pyplot as plt
 
-    position, window, block_size, block_number = (
-        run.position,
-        run.window,
-        run.block_size,
-        run.block_number,
-    )
+    position, window, block_size = run.position, run.window, run.block_size
     fig = plt.figure(figsize=(WIDTH, 4.6))
     ring_ax = fig.add_axes([0.0, 0.02, 0.42, 0.8])
     batch_ax = fig.add_axes([0.44, 0.3, 0.55, 0.45])
@@ -130,7 +124,8 @@ def draw_ring_run(run: RingRun):
     legend(fig, handles, loc="lower right", bbox_to_anchor=(0.99, 0.02), ncol=3)
     fig.suptitle(
         f"Ring buffer of one block ({block_size} slots), decoding position {position}: "
-        f"slot = {block_number}·{block_size} + p mod {block_size}; negative p -> PAD\n" + verdict,
+        f"slot = {run.block_number}·{block_size} + p mod {block_size}; negative p -> PAD\n"
+        + verdict,
         fontsize=FONT_SIZE + 1,
     )
     fig.slotmap_run = run
