@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 CHECK_MIME = "application/vnd.slotmap.check+json"
@@ -90,16 +97,6 @@ def start_server(hub: str, token: str, name: str, timeout: float = 180) -> float
         time.sleep(0.5)
 
 
-def stop_server(hub: str, token: str, name: str, timeout: float = 60) -> None:
-    """Stop ``name``'s server and wait until the hub says it is gone."""
-    hub_api(hub, token, "DELETE", f"/users/{name}/server")
-    deadline = time.monotonic() + timeout
-    while (hub_api(hub, token, "GET", f"/users/{name}").json().get("servers") or {}).get(""):
-        if time.monotonic() > deadline:
-            raise HubError(f"{name}'s server still there after {timeout} s")
-        time.sleep(0.5)
-
-
 @dataclass
 class Execution:
     """What one request to the kernel produced, and how long until the kernel was idle."""
@@ -116,12 +113,6 @@ class Execution:
             for output in self.outputs
             if CHECK_MIME in output.get("data", {})
         }
-
-    def text(self) -> str:
-        parts = []
-        for output in self.outputs:
-            parts.append(output.get("text", "") or output.get("data", {}).get("text/plain", ""))
-        return "".join(parts)
 
 
 class Kernel:
@@ -254,8 +245,6 @@ def get_notebook(server: str, token: str, path: str, timeout: float = 30) -> dic
 
 def free_port() -> int:
     """A TCP port free on loopback just now."""
-    import socket
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -263,8 +252,6 @@ def free_port() -> int:
 
 def descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (Linux /proc)."""
-    from pathlib import Path
-
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -286,10 +273,6 @@ def descendants(pid: int) -> list[int]:
 def proxy_command() -> str | None:
     """configurable-http-proxy: the one ``make hub`` installs into the environment, else the
     one on PATH, else None."""
-    import shutil
-    import sys
-    from pathlib import Path
-
     local = Path(sys.prefix) / "hub-proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
     return str(local) if local.exists() else shutil.which("configurable-http-proxy")
 
@@ -300,9 +283,7 @@ class LocalHub:
     script. ``stop`` stops it and every process it started; ``leftovers`` lists any that is
     still alive (a kernel runs in a session of its own: found by this hub's folder)."""
 
-    def __init__(self, base: Any, password: str, admin_password: str):
-        from pathlib import Path
-
+    def __init__(self, base: Path | str, password: str, admin_password: str):
         self.base = Path(base)
         self.homes = self.base / "homes"
         self.password, self.admin_password = password, admin_password
@@ -312,12 +293,8 @@ class LocalHub:
         self.process: Any = None
         self.seen: set[int] = set()
 
-    def start(self, config: Any, timeout: float = 120) -> None:
+    def start(self, config: Path | str, timeout: float = 120) -> None:
         """Start ``jupyterhub -f config`` and wait until its API answers."""
-        import os
-        import subprocess
-        import sys
-        from pathlib import Path
 
         import requests
 
@@ -372,10 +349,6 @@ class LocalHub:
     def stop(self) -> None:
         """SIGTERM (the hub stops the learners' servers, its services and its proxy), then
         make sure: terminate and kill whatever of its processes is left."""
-        import os
-        import signal
-        import subprocess
-        from pathlib import Path
 
         process = self.process
         if process is None:
@@ -409,8 +382,6 @@ class LocalHub:
 
     def _marked(self) -> list[int]:
         """Live processes with this hub's folder in their command line or environment."""
-        import os
-        from pathlib import Path
 
         marker = str(self.base).encode()
         found = []
@@ -430,7 +401,6 @@ class LocalHub:
     def leftovers(self) -> list[str]:
         """The hub's processes still alive: its own, and any with its folder in their command
         line or environment; as 'pid: command'."""
-        from pathlib import Path
 
         alive = {p for p in self.seen if Path(f"/proc/{p}").exists()} | set(self._marked())
         left = []
@@ -447,7 +417,6 @@ class LocalHub:
 
     def processes_of(self, name: str) -> list[int]:
         """The live processes running with ``name``'s home (their server and kernels)."""
-        from pathlib import Path
 
         marker = f"HOME={self.homes / name}\0".encode()
         found = []
