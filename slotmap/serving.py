@@ -32,14 +32,13 @@ from slotmap.layout import SlotLayout, as_int, cdiv
 from slotmap.validate import check_tensor
 
 # Keyword arguments of a plan that are runtime values, not compile-time constants.
-RUNTIME_KWARGS = frozenset({"parallel_tiles", "num_reqs"})
 KERNELS = ("window", "direct")
 
 
 def variant_of(plan: Plan) -> tuple:
     """What Triton compiles a plan's launch for: the kernel and its compile-time constants
     (launch options such as ``num_warps`` included); runtime values left out."""
-    constants = tuple(sorted((k, v) for k, v in plan.constants.items() if k not in RUNTIME_KWARGS))
+    constants = tuple(sorted(plan.constants.items()))
     return (f"{plan.kernel.fn.__module__}.{plan.kernel.fn.__name__}", constants)
 
 
@@ -94,6 +93,7 @@ class SlotMapper:
             self.layout.block_size,
             self.out,
             **plan.constants,
+            **plan.runtime,
         )
         return self.out
 

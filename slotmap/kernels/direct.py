@@ -9,6 +9,8 @@ production NPU kernel loads a window instead. Same launcher arguments and result
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -234,7 +236,7 @@ def compute_slot_mapping_direct(
         layout.block_size,
         out,
     )
-    plan.kernel[plan.grid](*args, **plan.constants)
+    plan.kernel[plan.grid](*args, **plan.constants, **plan.runtime)
     return out
 
 
@@ -264,6 +266,14 @@ def direct_plan(
         kernel = _compute_slot_mapping_direct_kernel
         tile, parallel, options = launch_shape(num_tokens, num_reqs, *knobs.request_grid())
         grid = (num_reqs + 1, parallel)
-        options["parallel_tiles"] = parallel
-    constants = layout.constants() | options | {"TILE_BLOCK_SIZE": tile}
-    return Plan(kernel, check_grid(grid), constants)
+    runtime = {"parallel_tiles": parallel} if kernel is _compute_slot_mapping_direct_kernel else {}
+    if "num_reqs" in options:  # the token kernel's runtime argument
+        runtime["num_reqs"] = options.pop("num_reqs")
+    constants = _direct_constants(layout, kernel, tile, tuple(options.items()))
+    return Plan(kernel, check_grid(grid), constants, runtime)
+
+
+@functools.lru_cache(maxsize=256)
+def _direct_constants(layout: SlotLayout, kernel: object, tile: int, options: tuple) -> dict:
+    # One dict a variant, shared by its plans (never modified): built once, not per launch.
+    return layout.constants() | dict(options) | {"TILE_BLOCK_SIZE": tile}

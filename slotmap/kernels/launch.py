@@ -22,7 +22,8 @@ from torch import Tensor
 from slotmap.backend import BACKEND
 from slotmap.layout import INT32_MAX, as_int
 
-DEFAULT_GATHER_AS_FLOAT = BACKEND.policy == "npu"
+POLICY = BACKEND.policy  # read on every launch: a module constant, not an attribute
+DEFAULT_GATHER_AS_FLOAT = POLICY == "npu"
 # Programs one launch may spread over the parallel-tile axis (grid axis 1 allows 65535).
 MAX_PARALLEL_PROGRAMS = 16384
 DECODE_TILE = 64  # the GPU's tile for batches of one- or two-token requests
@@ -118,11 +119,11 @@ def launch_shape(
     """
     mean = -(-num_tokens // max(num_reqs, 1))
     if tile_size is None:
-        gpu = BACKEND.policy == "cuda"
-        tile_size = DECODE_TILE if gpu and mean <= 2 else 1024
-    check_tile(tile_size)
+        tile_size = DECODE_TILE if POLICY == "cuda" and mean <= 2 else 1024
+    else:
+        check_tile(tile_size)
     if parallel_tiles is None:
-        if BACKEND.policy == "npu":
+        if POLICY == "npu":
             parallel_tiles = 1
         else:
             parallel_tiles = -(-mean // tile_size)
@@ -137,7 +138,7 @@ def launch_shape(
 
 def warps_option(tile_size: int, num_warps: int | None) -> dict:
     """Launch options: GPU (and interpreter, which ignores it) ``num_warps``; none on the NPU."""
-    if BACKEND.policy == "npu":
+    if POLICY == "npu":
         if num_warps is not None:
             raise ValueError("num_warps has no meaning on the NPU backend")
         return {}
@@ -175,9 +176,9 @@ def check_tile(tile_size: int) -> None:
 def check_grid(grid: tuple[int, ...]) -> tuple[int, ...]:
     """Launch-grid limits: axes 1 and 2 of a CUDA grid, and an Ascend coreDim, are <= 65535.
     Returns the grid."""
-    limited = grid if BACKEND.policy == "npu" else grid[1:]
-    if any(n > 65535 for n in limited):
-        raise ValueError(f"launch grid {grid} exceeds 65535 programs along an axis")
+    for n in grid if POLICY == "npu" else grid[1:]:
+        if n > 65535:
+            raise ValueError(f"launch grid {grid} exceeds 65535 programs along an axis")
     return grid
 
 
@@ -209,13 +210,14 @@ Tensors = tuple[Tensor, Tensor, tuple[Tensor, ...], "Tensor | None", "Tensor | N
 
 @dataclasses.dataclass
 class Plan:
-    """A launch worked out and checked once: the kernel, its grid and its compile-time
-    constants (``meta``: the fused kernel's per-group table), and the tensors of its last
-    launch with the geometry they had then (``seen``)."""
+    """A launch worked out and checked once: the kernel, its grid, its compile-time constants
+    and runtime keyword arguments (``meta``: the fused kernel's per-group table), and the
+    tensors of its last launch with the geometry they had then (``seen``)."""
 
     kernel: Any
     grid: tuple[int, ...]
-    constants: dict
+    constants: dict  # shared between plans of one variant: never modified
+    runtime: dict = dataclasses.field(default_factory=dict)  # runtime keyword arguments
     meta: Tensor | None = None
     seen: tuple = ()
 

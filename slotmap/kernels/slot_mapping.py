@@ -7,6 +7,8 @@ additions come after the production parameters, with defaults.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -189,7 +191,7 @@ def compute_slot_mapping(
         layout.block_size,
         out,
     )
-    plan.kernel[plan.grid](*args, **plan.constants, **trace)
+    plan.kernel[plan.grid](*args, **plan.constants, **plan.runtime, **trace)
     return out
 
 
@@ -200,8 +202,19 @@ def window_plan(layout: SlotLayout, knobs: LaunchKnobs, num_tokens: int, num_req
     # Production's request grid: program (q, p) maps tiles p, p + P, ... of request q; the
     # last row of programs pads the tail.
     grid = check_grid((num_reqs + 1, parallel))
-    constants = window_kernel_constants(layout, tile, parallel, knobs.window_gather_as_float)
-    return Plan(_compute_slot_mapping_kernel, grid, constants | options)
+    warps = options.get("num_warps")
+    constants = _window_constants(layout, tile, knobs.window_gather_as_float, warps)
+    return Plan(_compute_slot_mapping_kernel, grid, constants, {"parallel_tiles": parallel})
+
+
+@functools.lru_cache(maxsize=256)
+def _window_constants(
+    layout: SlotLayout, tile: int, gather_as_float: bool, num_warps: int | None
+) -> dict:
+    # One dict a variant, shared by its plans (never modified): built once, not per launch.
+    constants = window_kernel_constants(layout, tile, 1, gather_as_float)
+    del constants["parallel_tiles"]
+    return constants if num_warps is None else constants | {"num_warps": num_warps}
 
 
 def window_trace_arguments(window_trace: Tensor, query_start_loc: Tensor) -> dict:

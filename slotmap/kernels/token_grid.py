@@ -14,9 +14,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from slotmap.backend import BACKEND
 from slotmap.kernels.common import INT32_MAX_SENTINEL
-from slotmap.kernels.launch import check_tile, warps_option
+from slotmap.kernels.launch import POLICY, check_tile, warps_option
+from slotmap.layout import next_power_of_2
 
 MAX_TOKEN_GRID_REQS = 4096  # a tile the first answer does not settle loads every end
 MAX_TOKEN_GRID_TOKENS = 1 << 16  # larger: bandwidth-bound, where the request grid is as fast
@@ -299,7 +299,7 @@ def use_token_grid(
     scalar load there, and ``tl.histogram`` has not run on triton-ascend)."""
     if token_parallel is None:
         return (
-            BACKEND.policy != "npu"
+            POLICY != "npu"
             and parallel_tiles is None
             and num_reqs <= MAX_TOKEN_GRID_REQS
             and num_tokens <= MAX_TOKEN_GRID_TOKENS
@@ -336,20 +336,21 @@ def token_launch_shape(
       a possible decode batch loads them only when its guess misses.
     """
     if tile_size is None:
-        if BACKEND.policy == "cpu":
+        if POLICY == "cpu":
             tile_size = 1024
         else:
-            wanted = triton.next_power_of_2(max(-(-num_tokens // TOKENS_PER_GRID), 1))
+            wanted = next_power_of_2(-(-num_tokens // TOKENS_PER_GRID))
             tile_size = min(max(wanted, 32), 1024)
-    check_tile(tile_size)
-    if num_warps is None and BACKEND.policy != "npu":
+    else:
+        check_tile(tile_size)
+    if num_warps is None and POLICY != "npu":
         num_warps = 1 if tile_size <= 64 else 4
     token_tiles = -(-num_tokens // tile_size)
     pad_programs = -(-max(max_num_tokens - token_tiles * tile_size, 0) // PAD_TILE)
     options = warps_option(tile_size, num_warps)
     options.update(
         num_reqs=num_reqs,
-        REQ_LANES=triton.next_power_of_2(max(num_reqs, min(req_capacity, MAX_TOKEN_GRID_REQS), 1)),
+        REQ_LANES=next_power_of_2(max(num_reqs, min(req_capacity, MAX_TOKEN_GRID_REQS))),
         PAD_TILE_SIZE=PAD_TILE,
         EARLY_ENDS=num_tokens != num_reqs,
     )
