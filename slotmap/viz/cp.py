@@ -315,6 +315,37 @@ def ownership_widget(
 COLUMNS = (("world_size", "rank"), ("interleave", "kv_cache_block_size"), ("seq_len",))
 
 
+@dataclass
+class FiveStepsRun:
+    """The five steps of every position, and the slot the kernel gave it on its owner rank."""
+
+    world_size: int
+    interleave: int
+    kv_cache_block_size: int
+    block_size: int
+    steps: list  # five_steps(p, ...) of each position p
+    slots: list[int | None]  # the slot on the owner rank (None: not exactly one owner)
+    tables: list[list[int]]  # [rank]: the block-table entries its step 5 reads
+
+
+def run_five_steps(
+    world_size: int, interleave: int, kv_cache_block_size: int, block_size: int, num_positions: int
+) -> FiveStepsRun:
+    """The five steps in Python for positions 0..num_positions-1, and the production kernel run
+    once per rank (``run_ownership``) for the slots and the block tables."""
+    run = run_ownership(world_size, interleave, kv_cache_block_size, num_positions, block_size)
+    layout = (block_size, kv_cache_block_size, world_size, interleave)
+    steps = [five_steps(p, *layout) for p in range(num_positions)]
+    owners = [run.owners(token) for token in range(num_positions)]
+    slots = [run.slots[o[0]][t] if len(o) == 1 else None for t, o in enumerate(owners)]
+    used = [
+        max((s.block for s in steps if s.owner == r), default=-1) + 1 for r in range(world_size)
+    ]
+    tables = [run.tables[r][: used[r]] for r in range(world_size)]
+    sizes = (world_size, interleave, kv_cache_block_size, block_size)
+    return FiveStepsRun(*sizes, steps, slots, tables)
+
+
 def draw_five_steps(
     world_size: int = 2,
     interleave: int = 2,
@@ -324,66 +355,57 @@ def draw_five_steps(
 ):
     """The five steps of docs/semantics.md §2 for positions 0..num_positions-1, one row per
     step; the slot row is the production kernel's output on the owner rank. Returns a Figure."""
-    run = run_ownership(world_size, interleave, kv_cache_block_size, num_positions, block_size)
-    steps = [
-        five_steps(p, block_size, kv_cache_block_size, world_size, interleave)
-        for p in range(num_positions)
-    ]
-    virtual = kv_cache_block_size * world_size
-    per = kv_cache_block_size // block_size
-    owners = [run.owners(token) for token in range(num_positions)]
-    slots = [run.slots[o[0]][t] if len(o) == 1 else None for t, o in enumerate(owners)]
+    sizes = (world_size, interleave, kv_cache_block_size, block_size)
+    return draw_five_steps_run(run_five_steps(*sizes, num_positions))
+
+
+def draw_five_steps_run(run: FiveStepsRun):
+    """Draw a ``FiveStepsRun`` (see ``draw_five_steps``)."""
+    steps, n, world, b = run.steps, len(run.steps), run.world_size, run.block_size
+    virtual, per = run.kv_cache_block_size * world, run.kv_cache_block_size // b
     rows = [
         ("position p", [s.position for s in steps], None),
         (f"1. vb = p // {virtual}", [s.virtual_block for s in steps], None),
         (f"   vo = p % {virtual}", [s.virtual_offset for s in steps], None),
-        (f"2. segment vo // {interleave}", [s.segment for s in steps], None),
-        (f"   owner = segment % {world_size}", [s.owner for s in steps], "owner"),
+        (f"2. segment vo // {run.interleave}", [s.segment for s in steps], None),
+        (f"   owner = segment % {world}", [s.owner for s in steps], "owner"),
         ("3. local offset lo", [s.local_offset for s in steps], "owner"),
-        (f"4. block vb·{per} + lo // {block_size}", [s.block for s in steps], "owner"),
-        (f"   offset lo % {block_size}", [s.offset for s in steps], "owner"),
-        (f"5. slot table[b]·{block_size} + o", slots, "owner"),
+        (f"4. block vb·{per} + lo // {b}", [s.block for s in steps], "owner"),
+        (f"   offset lo % {b}", [s.offset for s in steps], "owner"),
+        (f"5. slot table[b]·{b} + o", run.slots, "owner"),
     ]
     fig, axes = figure(rows=len(rows), height_per_row=0.42)
     height = fig.get_figheight() + 1.1
     fig.set_figheight(height)
-    fig.subplots_adjust(
-        left=0.28, right=0.99, top=1 - 0.75 / height, bottom=0.35 / height, hspace=0.15
-    )
+    top, bottom = 1 - 0.75 / height, 0.35 / height
+    fig.subplots_adjust(left=0.28, right=0.99, top=top, bottom=bottom, hspace=0.15)
     for ax, (label, values, colour_by) in zip(axes, rows, strict=True):
         owned = colour_by == "owner"
         colours = [rank_colour(s.owner) if owned else EMPTY for s in steps]
         colours = [HIGHLIGHT if v is None else c for c, v in zip(colours, values, strict=True)]
         labels = ["?" if v is None else str(v) for v in values]
-        text_colour = "white" if owned else "black"
-        look = {"text_colour": text_colour, "font_size": FONT_SIZE - 1}
+        look = {"text_colour": "white" if owned else "black", "font_size": FONT_SIZE - 1}
         boxes(ax, 0, colours, labels, gids=label.split()[0], **look)
         row_label(ax, 0, label, family="monospace")
-        ax.set_xlim(-0.2, num_positions + 0.2)
+        ax.set_xlim(-0.2, n + 0.2)
         ax.set_ylim(-0.1, 0.9)
     # Step 5 needs each rank's block table: show them, so every slot can be checked by hand.
-    used = [
-        max((s.block for s in steps if s.owner == r), default=-1) + 1 for r in range(world_size)
-    ]
-    tables = [run.tables[r][: used[r]] for r in range(world_size)]
     font = {"va": "bottom", "fontsize": FONT_SIZE, "gid": "block-table"}
-    x, y = 0.28 - 0.4 / (num_positions + 0.4) * 0.71, 0.12 / height
+    x, y = 0.28 - 0.4 / (n + 0.4) * 0.71, 0.12 / height
     fig.text(x, y, "block tables", ha="right", **font)
     x = 0.28 * WIDTH * 72
-    for r in range(world_size):
-        text = f"rank {r}: {tables[r]}"
+    for r in range(world):
+        text = f"rank {r}: {run.tables[r]}"
         fig.text(x / (WIDTH * 72), y, text, ha="left", color=rank_colour(r), **font)
         x += text_points(text, FONT_SIZE) + 16
     fig.suptitle(
-        f"The five steps, W = {world_size}, I = {interleave}, K = {kv_cache_block_size} = "
-        f"{plural(per, 'block')} of B = {block_size} (colour: owner rank)\n"
+        f"The five steps, W = {world}, I = {run.interleave}, K = {run.kv_cache_block_size} = "
+        f"{plural(per, 'block')} of B = {b} (colour: owner rank)\n"
         f"step 5 is the slot the production kernel wrote on the owner rank, with that rank's "
         f"block table (below)",
         fontsize=FONT_SIZE + 1,
     )
-    fig.slotmap_steps = steps
-    fig.slotmap_slots = slots
-    fig.slotmap_tables = tables
+    fig.slotmap_steps, fig.slotmap_slots, fig.slotmap_tables = steps, run.slots, run.tables
     return fig
 
 

@@ -152,31 +152,13 @@ def draw_groups_run(run: GroupsRun):
     canvas.token_rows(0, run.positions, rows, run.max_num_tokens)
 
     # Group 0: its block table, then its cache; group 1 below, the same way.
-    canvas.heading(
-        y_table[0],
-        f"group 0: full attention, paged, blocks of {plural(full_size, 'slot')}: its block table",
-    )
-    canvas.table_rows(0, y_table[0], run.tables[0], run.used[0], label_x=-0.25)
-    canvas.heading(
-        y_cache[0],
-        "its KV cache (label: position; hatched: written by earlier steps; under a block: its "
-        "number and slots)",
-    )
-    canvas.row_title(y_cache[0], "slots")
+    full = f"group 0: full attention, paged, blocks of {plural(full_size, 'slot')}"
     earlier = draw.earlier(run.positions, run.tables[0], full_size)
-    landed = draw.landed(run.positions, run.slots[0])
-    canvas.cache(y_cache[0], full_size, run.num_blocks[0], landed, "cache0", earlier=earlier)
-    canvas.heading(
-        y_table[1],
-        f"group 1: sliding window, a ring of {ring_size} slots a request: its block table (one "
-        "ring each)",
-    )
-    canvas.table_rows(0, y_table[1], run.tables[1], run.used[1], label_x=-0.25)
-    heading = "its KV cache (label: position; red edge: two tokens of this step, one slot)"
-    canvas.heading(y_cache[1], heading)
-    canvas.row_title(y_cache[1], "slots")
-    landed = draw.landed(run.positions, run.slots[1])
-    canvas.cache(y_cache[1], ring_size, run.num_blocks[1], landed, "cache1", collisions=collisions)
+    hatched = "hatched: written by earlier steps; under a block: its number and slots"
+    _paint_group(canvas, run, 0, y_table[0], y_cache[0], full, hatched, earlier=earlier)
+    ring = f"group 1: sliding window, a ring of {ring_size} slots a request"
+    red = "red edge: two tokens of this step, one slot"
+    _paint_group(canvas, run, 1, y_table[1], y_cache[1], ring, red, collisions=collisions)
 
     tile, parallel = run.tiling
     verdict = "kernel = reference" if run.slots == run.expected else "KERNEL DIFFERS"
@@ -194,6 +176,18 @@ def draw_groups_run(run: GroupsRun):
     )
     canvas.fig.slotmap_run = run
     return canvas.fig
+
+
+def _paint_group(canvas, run: GroupsRun, g: int, y_table, y_cache, name, legend, **marks):
+    """Group ``g``'s block table, then its cache with what this batch wrote (``marks``: the
+    cache's ``earlier`` or ``collisions``)."""
+    each = " (one ring each)" if g else ""
+    canvas.heading(y_table, f"{name}: its block table{each}")
+    canvas.table_rows(0, y_table, run.tables[g], run.used[g], label_x=-0.25)
+    canvas.heading(y_cache, f"its KV cache (label: position; {legend})")
+    canvas.row_title(y_cache, "slots")
+    landed = draw.landed(run.positions, run.slots[g])
+    canvas.cache(y_cache, run.block_sizes[g], run.num_blocks[g], landed, f"cache{g}", **marks)
 
 
 def groups_widget(lengths: Sequence[int] = (6, 3, 1), first_positions: Sequence[int] = (0, 9, 21)):

@@ -150,6 +150,32 @@ def predicted_us(data: dict, shape: str, block_size: int, variant: str) -> float
 # ---------------------------------------------------------------------------------------------
 # Figures
 # ---------------------------------------------------------------------------------------------
+FLOORS = (
+    ("empty", "--", "launch floor: empty kernel, same grid"),
+    ("copy", ":", "bandwidth floor: copy of the same bytes"),
+)
+MODEL = "model: max(floor, bytes / bandwidth)"
+
+
+def variant_times(data: dict, shape: str, block_size: int, mode: str) -> tuple[dict, dict]:
+    """(µs per call of every variant the run measured, the model's µs of each kernel) for one
+    shape, block size and mode; the model is drawn on graph times (eager ones where the run
+    has no graph)."""
+    key = (shape, block_size, mode)
+    records = [r for r in data["records"] if (r["shape"], r["block_size"], r["mode"]) == key]
+    if not records:
+        raise ValueError(f"no records for {shape}/b{block_size} ({mode}) in {describe(data)}")
+    us = {r["variant"]: r["us"] for r in records}
+    measured = {v: us[v] for v in VARIANT_COLOURS if v in us}
+    predicted = {}
+    if mode == "graph" or "graph" not in modes_of(data):
+        for variant in measured:
+            value = predicted_us(data, shape, block_size, variant)
+            if value is not None:
+                predicted[variant] = value
+    return measured, predicted
+
+
 def draw_variants(
     shape: str = "huge", block_size: int = 128, mode: str = "graph", data: dict | None = None
 ):
@@ -159,45 +185,27 @@ def draw_variants(
     from matplotlib.lines import Line2D
 
     data = data if data is not None else results()
-    records = {
-        r["variant"]: r
-        for r in data["records"]
-        if (r["shape"], r["block_size"], r["mode"]) == (shape, block_size, mode)
-    }
-    if not records:
-        raise ValueError(f"no records for {shape}/b{block_size} ({mode}) in {describe(data)}")
-    variants = [v for v in VARIANT_COLOURS if v in records]
-    heights = [records[v]["us"] for v in variants]
+    measured, predicted = variant_times(data, shape, block_size, mode)
+    variants, heights = list(measured), list(measured.values())
     fig, ax = plt.subplots(figsize=(WIDTH, 4.4))
     colours = [VARIANT_COLOURS[v] for v in variants]
     bars = ax.bar(range(len(variants)), heights, 0.7, color=colours, edgecolor=EDGE, linewidth=0.6)
     for bar, variant in zip(bars, variants, strict=True):
         bar.set_gid(f"bar-{variant}")
     handles = []
-    for variant, style, label in (
-        ("empty", "--", "launch floor: empty kernel, same grid"),
-        ("copy", ":", "bandwidth floor: copy of the same bytes"),
-    ):
-        if variant in records:
-            us = records[variant]["us"]
+    for variant, style, label in FLOORS:
+        if variant in measured:
+            us = measured[variant]
             ax.axhline(us, color="#555555", linestyle=style, linewidth=1.2, zorder=0)
-            handles.append(
-                Line2D([], [], color="#555555", linestyle=style, label=f"{label} ({us:.3g} µs)")
-            )
-    predicted = {}
-    if mode == "graph" or "graph" not in modes_of(data):
-        for index, variant in enumerate(variants):
-            value = predicted_us(data, shape, block_size, variant)
-            if value is None:
-                continue
-            predicted[variant] = value
-            look = {"color": "black", "linewidth": 2.4, "solid_capstyle": "butt"}
-            ax.plot(
-                [index - 0.42, index + 0.42], [value, value], **look, gid=f"predicted-{variant}"
-            )
-        if predicted:
-            model = "model: max(floor, bytes / bandwidth)"
-            handles.append(Line2D([], [], color="black", linewidth=2.4, label=model))
+            line = {"color": "#555555", "linestyle": style, "label": f"{label} ({us:.3g} µs)"}
+            handles.append(Line2D([], [], **line))
+    tick = {"color": "black", "linewidth": 2.4, "solid_capstyle": "butt"}
+    for index, variant in enumerate(variants):
+        if variant in predicted:
+            value, gid = predicted[variant], f"predicted-{variant}"
+            ax.plot([index - 0.42, index + 0.42], [value, value], **tick, gid=gid)
+    if predicted:
+        handles.append(Line2D([], [], color="black", linewidth=2.4, label=MODEL))
     for index, (variant, us) in enumerate(zip(variants, heights, strict=True)):
         above = max(us, predicted.get(variant, 0.0))  # the label clears the model's tick
         ax.text(index, above * 1.08, f"{us:.3g}", ha="center", va="bottom", fontsize=FONT_SIZE - 1)
