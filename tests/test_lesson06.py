@@ -17,6 +17,7 @@ from slotmap.exercises import get_exercise, run_check
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 
+from slotmap.viz import group_kinds as group_kinds_viz  # noqa: E402
 from slotmap.viz import groups as groups_viz  # noqa: E402
 from slotmap.viz import hybrid as hybrid_viz  # noqa: E402
 
@@ -599,3 +600,35 @@ def test_replay_widget_redraws_on_a_change():
     assert run.after == run.expected
     assert sum(run.replayed()) == 2
     print(f"replay widget update: {elapsed * 1000:.0f} ms")
+
+
+# ---------------------------------------------------------------------------------------------
+# Section 5: the group switches' figure
+# ---------------------------------------------------------------------------------------------
+def test_group_kinds_figure_shows_what_the_kernel_wrote():
+    fig = group_kinds_viz.draw_group_kinds()
+    run = fig.slotmap_run
+    pad = slotmap.PAD_SLOT_ID
+    assert run.slots == run.expected  # the fused kernel, on every rank, is the oracle
+    # The lesson's answer: the decode at position 13 (token 7).
+    decode = run.positions.index(13)
+    assert [run.slots[rank][0][decode] for rank in (0, 1)] == [pad, 46]
+    assert [run.slots[rank][1][decode] for rank in (0, 1)] == [253, 253]
+    # The prose: rank 0 packs positions 0, 2, 4, 6 into slots 20..23, rank 1 positions 1, 3, 5
+    # into 20..22; the window maps every real position on both ranks alike; no 4242 survives.
+    prefill = [run.slots[rank][0][:7] for rank in (0, 1)]
+    assert prefill == [[20, pad, 21, pad, 22, pad, 23], [pad, 20, pad, 21, pad, 22, pad]]
+    for rank in (0, 1):
+        assert run.slots[rank][2] == [pad] * run.max_num_tokens
+        assert all(s == pad for g in range(3) for s in run.slots[rank][g][run.real - 2 :])
+        assert group_kinds_viz.STALE not in sum(run.slots[rank], [])
+    assert run.slots[0][1] == run.slots[1][1]
+    # Every entry is drawn: a number for each slot, a dash for each PAD_ID.
+    drawn = [t.get_text() for t in fig.axes[0].texts]
+    slots = [s for rank in run.slots for row in rank for s in row]
+    assert drawn.count("–") == slots.count(pad)
+    assert sorted(int(t) for t in drawn if t.isdigit() and int(t) >= 20) == sorted(
+        s for s in slots if s >= 0
+    )
+    assert len(by_gid(fig, "dummy-token")) == 2
+    assert not layout_problems(fig)
