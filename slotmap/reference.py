@@ -297,7 +297,8 @@ def slot_mappings_oracle(
             # Up to the real token count: a padded num_tokens adds no token.
             for token in range(starts[request], min(starts[request + 1], num_tokens)):
                 result[token] = token_slot(pos[token], entries, **layout.fields())
-        groups.append(_emit(result, None, positions.device))
+        # int64 until the output's width: an int64 out holds slots past int32.
+        groups.append(torch.tensor(result, dtype=torch.int64))
     return _emit_groups(groups, out, positions.device)
 
 
@@ -567,6 +568,6 @@ def _emit(values: list[int], out: Tensor | None, device: torch.device) -> Tensor
 def _emit_groups(groups: list[Tensor], out: Tensor | None, device: torch.device) -> Tensor:
     stacked = torch.stack(groups).to(device)  # validation guarantees at least one group
     if out is None:
-        return stacked
+        return stacked.to(torch.int32)
     out.copy_(stacked)
     return out

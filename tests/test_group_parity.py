@@ -351,3 +351,39 @@ def test_padding_starts_at_the_real_token_count(impl: str, validate: bool) -> No
     fn(*case.args(), out=guarded.out, validate=validate, **case.options)
     guarded.check_guards()
     assert_slots_equal(guarded.out, expected, impl)
+
+
+@ON_EVERY_IMPLEMENTATION
+def test_slots_past_int32_in_an_int64_out(impl: str) -> None:
+    # Sharded kernel blocks of 2 inside allocation blocks of 4 on CP rank 1 of 2, entries
+    # near 2**31: the slots pass int32, so only an int64 out holds them (in its own width).
+    big = 2**31 - 8
+    case = ParityCase(
+        qsl_of([4]),
+        tensor([0, 1, 2, 3], torch.int64),
+        [tensor([[big, big + 1]], torch.int32), None],
+        [4, 4],
+        dict(
+            kernel_block_sizes=[2, 4],
+            slot_mapping_enabled=[True, False],
+            cp_world_size=2,
+            cp_rank=1,
+        ),
+    )
+    guarded = Guarded(case.out_shape, torch.int64)
+    IMPLEMENTATIONS[impl]()(*case.args(), out=guarded.out, **case.options)
+    guarded.check()
+    expected = [[PAD, big * 2, PAD, big * 2 + 1], [PAD] * 4]
+    assert_slots_equal(guarded.out, expected, impl)
+
+
+@ON_EVERY_IMPLEMENTATION
+def test_slots_past_int32_without_switches(impl: str) -> None:
+    # The same without any switch: the multi-group oracle once wrapped these to int32.
+    big = 2**31 - 8
+    case = ParityCase(
+        qsl_of([2]), tensor([0, 1], torch.int64), [tensor([[big]], torch.int32)], [2]
+    )
+    guarded = Guarded(case.out_shape, torch.int64)
+    IMPLEMENTATIONS[impl]()(*case.args(), out=guarded.out, **case.options)
+    assert_slots_equal(guarded.check(), [[big * 2, big * 2 + 1]], impl)
