@@ -76,6 +76,7 @@ def pytest_report_header(config) -> str:
     return f"slotmap: backend {slotmap.BACKEND.name} on {DEVICE}; hypothesis profile {PROFILE}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook puts the groups in the ids
 def pytest_collection_modifyitems(config, items) -> None:
     """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) the tests of a
     module that share one of its module-scoped fixtures run on one worker: each worker would
@@ -91,6 +92,29 @@ def pytest_collection_modifyitems(config, items) -> None:
         ]
         if shared:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def pytest_collection_finish(session) -> None:
+    """A worker under ``--dist loadgroup`` refuses to run when a grouped test's id lacks its
+    group: xdist tells its scheduler the group through the id, and pytest 9.2's structured ids
+    dropped it without a word (pytest-xdist#1386), spreading a group over every worker."""
+    if not (
+        os.environ.get("PYTEST_XDIST_WORKER")
+        and getattr(session.config.option, "loadgroup", False)
+    ):
+        return
+    lost = [
+        item.nodeid
+        for item in session.items
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
+    ]
+    if lost:
+        message = (
+            f"pytest-xdist's loadgroup lost the group of {len(lost)} tests ({lost[0]}, ...): "
+            "this pytest and pytest-xdist do not work together (pytest-xdist#1386)"
+        )
+        print(message, file=sys.stderr)  # the worker's own error is not shown
+        raise pytest.UsageError(message)
 
 
 # ---------------------------------------------------------------------------------------------
