@@ -387,3 +387,22 @@ def test_slots_past_int32_without_switches(impl: str) -> None:
     guarded = Guarded(case.out_shape, torch.int64)
     IMPLEMENTATIONS[impl]()(*case.args(), out=guarded.out, **case.options)
     assert_slots_equal(guarded.check(), [[big * 2, big * 2 + 1]], impl)
+
+
+def test_the_hot_path_serves_a_batch_with_a_disabled_group_without_table(monkeypatch) -> None:
+    # A serving loop's repeated validate=False call: the cached plan serves it even though
+    # the state group's table is None (the first enabled table stands in for the checks).
+    from slotmap.kernels import fused_groups
+
+    case = hybrid_model(cp_rank=1)
+    out = torch.full(case.out_shape, STALE, dtype=torch.int32, device=slotmap.DEVICE)
+    options = dict(case.options, num_tokens=8, out=out, validate=False)
+    slotmap.compute_slot_mappings(*case.args(), **options)
+
+    def no_full_way(*args, **kwargs):
+        raise AssertionError("the hot call went the full way (resolve_counts)")
+
+    monkeypatch.setattr(fused_groups, "resolve_counts", no_full_way)
+    out.fill_(STALE)
+    slotmap.compute_slot_mappings(*case.args(), **options)
+    assert_slots_equal(out, HYBRID_RANK_1)
