@@ -77,7 +77,7 @@ def pytest_report_header(config) -> str:
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook puts the groups in the ids
-def pytest_collection_modifyitems(config, items) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) the tests of a
     module that share one of its module-scoped fixtures run on one worker: each worker would
     set the fixture up again (a JupyterLab server and chromium, ranks, a grading run)."""
@@ -94,7 +94,7 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
-def pytest_collection_finish(session) -> None:
+def pytest_collection_finish(session: pytest.Session) -> None:
     """A worker under ``--dist loadgroup`` refuses to run when a grouped test's id lacks its
     group: xdist tells its scheduler the group through the id, and pytest 9.2's structured ids
     dropped it without a word (pytest-xdist#1386), spreading a group over every worker."""
