@@ -114,8 +114,9 @@ def _group_block_and_offset(
             CP_KV_CACHE_INTERLEAVE_SIZE,
             False,
         )
-        block_indices = kv_blocks * (kv_block_size // block_size) + kv_offsets // block_size
-        slot_offsets = kv_offsets % block_size
+        inner = kv_offsets // block_size
+        block_indices = kv_blocks * (kv_block_size // block_size) + inner
+        slot_offsets = kv_offsets - inner * block_size  # not %: a scalar fallback on Ascend
     else:
         # Not split: every position maps here, in kernel blocks.
         block_indices, slot_offsets, has_slot = _block_and_offset(
