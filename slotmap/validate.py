@@ -367,12 +367,12 @@ def check_slot_mappings_inputs(
                     f"request {q}: idx_mapping[{q}] = {int(rows[q])} is below -1 (-1 marks a "
                     "dummy request; other rows are >= 0)"
                 )
-            bad = (rows >= min_rows).nonzero() if min_rows is not None else None
-            if bad is not None and bad.numel():
+            # Only enabled groups' tables are read, so only they bound the rows.
+            if min_rows is not None and (bad := (rows >= min_rows).nonzero()).numel():
                 q = int(bad[0, 0])
                 _fail(
                     f"request {q}: idx_mapping[{q}] = {int(rows[q])} is not a row of every "
-                    f"block table (the smallest has {min_rows} rows)"
+                    f"block table (the smallest an enabled group reads has {min_rows} rows)"
                 )
     elif min_rows is not None and num_reqs > min_rows:
         _fail(f"{num_reqs} requests but a block table has only {min_rows} rows")
