@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -35,6 +36,11 @@ from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
 from slotmap.viz.draw import CENTRE, first_fitting, key, legend, plural, row_label, text_points
 from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, WIDTH, boxes, request_colour
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.figure import Figure
+
 
 TOLERANCE = 1e-4  # |paged - dense| below this counts as a match (float32 arithmetic)
 CORRUPTIONS = ("none", "one token to a free slot", "one token to another request's slot")
@@ -161,7 +167,7 @@ def draw_paged_attention(
     corruption: str = "none",
     seed: int = 0,
     num_heads: int = 2,
-):
+) -> Figure:
     """The paged cache after ``reshape_and_cache`` and the attention's error per request and
     head against dense attention; returns a matplotlib Figure.
 
@@ -172,7 +178,7 @@ def draw_paged_attention(
     )
 
 
-def draw_paged_run(run: PagedRun):
+def draw_paged_run(run: PagedRun) -> Figure:
     """Draw a ``PagedRun`` (see ``draw_paged_attention``)."""
     import matplotlib.pyplot as plt
 
@@ -315,7 +321,7 @@ def _paint_errors(ax, run: PagedRun) -> None:
     ax.set_title(f"paged attention against dense attention, {per}", fontsize=FONT_SIZE)
 
 
-def paged_attention_widget(block_size: int = 4, longest: int = 11, num_heads: int = 1):
+def paged_attention_widget(block_size: int = 4, longest: int = 11, num_heads: int = 1) -> VBox:
     """``draw_paged_attention`` with sliders for the block size and the longest request, and
     a corruption to apply. One head by default: a wrong slot damages every head of a request
     alike, and the interpreted attention kernel runs one program per (request, head), so a
@@ -356,7 +362,9 @@ class CPAttentionRun:
         return len(self.local_lens)
 
 
-def run_cp_attention(seq_len: int, world_size: int, interleave: int, block_size: int):
+def run_cp_attention(
+    seq_len: int, world_size: int, interleave: int, block_size: int
+) -> CPAttentionRun:
     """``simulate_ranks`` on one request of ``seq_len`` positions: what each rank stored and
     how much of the merged softmax it carries."""
     problem = CPProblem(
@@ -390,13 +398,13 @@ def run_cp_attention(seq_len: int, world_size: int, interleave: int, block_size:
 
 def draw_cp_attention(
     seq_len: int = 13, world_size: int = 2, interleave: int = 2, block_size: int = 4
-):
+) -> Figure:
     """One request decoding position ``seq_len - 1`` over ``world_size`` ranks: ownership,
     local caches, each rank's weight exp(lse_r - lse) and the merged error; a Figure."""
     return draw_cp_attention_run(run_cp_attention(seq_len, world_size, interleave, block_size))
 
 
-def draw_cp_attention_run(run: CPAttentionRun):
+def draw_cp_attention_run(run: CPAttentionRun) -> Figure:
     """Draw a ``CPAttentionRun`` (see ``draw_cp_attention``)."""
     import matplotlib.pyplot as plt
 
@@ -483,7 +491,7 @@ def _paint_local_cache(ax, run: CPAttentionRun, r: int, block_points: float) -> 
     row_label(ax, 0, f"rank {r}\n{plural(n, 'position')}")
 
 
-def cp_attention_widget(seq_len: int = 13, world_size: int = 2, interleave: int = 2):
+def cp_attention_widget(seq_len: int = 13, world_size: int = 2, interleave: int = 2) -> VBox:
     """``draw_cp_attention`` with sliders for the length, the ranks and the interleave
     (block size 4: interleaves 1, 2 and 4 divide it)."""
     from slotmap.viz.live import choice, live_figure, slider

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,6 +37,11 @@ from slotmap.viz.style import (
     figure,
     request_colour,
 )
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.figure import Figure
+
 
 STALE = "#9ecae1"  # a slot holding a token older than the window: attention no longer reads it
 
@@ -90,13 +96,15 @@ def run_ring(position: int, window: int, block_size: int, block_number: int = 3)
     return RingRun(position, window, block_size, block_number, batch, *slots, holder, overwritten)
 
 
-def draw_ring(position: int = 13, window: int = 6, block_size: int = 8, block_number: int = 3):
+def draw_ring(
+    position: int = 13, window: int = 6, block_size: int = 8, block_number: int = 3
+) -> Figure:
     """A ring buffer of ``block_size`` slots after writing positions 0..``position``, and the
     slots of the batch of the last ``window`` positions; returns a matplotlib Figure."""
     return draw_ring_run(run_ring(position, window, block_size, block_number))
 
 
-def draw_ring_run(run: RingRun):
+def draw_ring_run(run: RingRun) -> Figure:
     """Draw a ``RingRun`` (see ``draw_ring``)."""
     import matplotlib.pyplot as plt
 
@@ -187,7 +195,9 @@ def _paint_window_batch(ax, run: RingRun) -> set[int]:
     return shared
 
 
-def draw_remainder(block_size: int = 4, low: int = -9, high: int = 6, block_number: int = 3):
+def draw_remainder(
+    block_size: int = 4, low: int = -9, high: int = 6, block_number: int = 3
+) -> Figure:
     """``p % B``: Python's floor, Triton's truncation (a kernel run), and the circular slot
     the production kernel gives, for positions ``low..high``."""
     positions = list(range(low, high + 1))
@@ -238,7 +248,7 @@ def draw_remainder(block_size: int = 4, low: int = -9, high: int = 6, block_numb
     return fig
 
 
-def ring_widget(position: int = 13, window: int = 6, block_size: int = 8):
+def ring_widget(position: int = 13, window: int = 6, block_size: int = 8) -> VBox:
     """``draw_ring`` with sliders for the newest position, the window and the ring's size."""
     from slotmap.viz.live import live_figure, slider
 

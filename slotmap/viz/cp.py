@@ -21,6 +21,7 @@ shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from slotmap.backend import DEVICE
 from slotmap.cp import CPBatch, RankEvidence, five_steps, launch_unchecked, local_layout
@@ -39,6 +40,11 @@ from slotmap.viz.style import (
     figure,
     request_colour,
 )
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.figure import Figure
+
 
 OK = "#1b7f3b"
 BLOCK_GAP = 0.35  # space between two logical blocks of a rank's local layout, in cells
@@ -125,14 +131,14 @@ def draw_ownership(
     interleave: int = 2,
     kv_cache_block_size: int = 4,
     seq_len: int = 20,
-):
+) -> Figure:
     """Positions coloured by their owner, each rank's packed local layout and ``rank``'s slot
     mapping, all from the production kernel run once per rank; returns a Figure."""
     run = run_ownership(world_size, interleave, kv_cache_block_size, seq_len)
     return draw_ownership_run(run, min(rank, world_size - 1))
 
 
-def draw_ownership_run(run: OwnershipRun, rank: int):
+def draw_ownership_run(run: OwnershipRun, rank: int) -> Figure:
     """Draw an ``OwnershipRun`` (see ``draw_ownership``), ``rank``'s positions outlined."""
     import matplotlib.pyplot as plt
 
@@ -291,7 +297,7 @@ def ownership_widget(
     interleave: int = 2,
     kv_cache_block_size: int = 4,
     seq_len: int = 20,
-):
+) -> VBox:
     """``draw_ownership`` with controls for W, the rank, I, the kv block and the length."""
     from slotmap.viz.live import choice, columns, live_figure, slider
 
@@ -352,14 +358,14 @@ def draw_five_steps(
     kv_cache_block_size: int = 4,
     block_size: int = 2,
     num_positions: int = 20,
-):
+) -> Figure:
     """The five steps of docs/semantics.md §2 for positions 0..num_positions-1, one row per
     step; the slot row is the production kernel's output on the owner rank. Returns a Figure."""
     sizes = (world_size, interleave, kv_cache_block_size, block_size)
     return draw_five_steps_run(run_five_steps(*sizes, num_positions))
 
 
-def draw_five_steps_run(run: FiveStepsRun):
+def draw_five_steps_run(run: FiveStepsRun) -> Figure:
     """Draw a ``FiveStepsRun`` (see ``draw_five_steps``)."""
     steps, n, world, b = run.steps, len(run.steps), run.world_size, run.block_size
     virtual, per = run.kv_cache_block_size * world, run.kv_cache_block_size // b
@@ -409,7 +415,7 @@ def draw_five_steps_run(run: FiveStepsRun):
     return fig
 
 
-def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch):
+def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch) -> Figure:
     """A real multi-process run: the slot each rank's kernel gave each token (all-gathered
     ownership), and the all-reduced number of ranks storing it, which must be 1."""
     import matplotlib.pyplot as plt

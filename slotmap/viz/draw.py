@@ -14,9 +14,15 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from slotmap.viz import style
+
+if TYPE_CHECKING:
+    import torch
+    from matplotlib.axes import Axes
+    from matplotlib.legend import Legend
+    from matplotlib.patches import Patch, Rectangle
 
 GAP = 0.5  # space between two physical blocks in a KV-cache picture, in cells
 MIN_FONT = 8.0  # points: no text of a Canvas figure is smaller
@@ -60,7 +66,7 @@ def text_points(text: str, size: float) -> float:
     return max(measure(line or " ", font, ismath=False)[0] for line in text.split("\n"))
 
 
-def first_fitting(candidates: Sequence[Any], room: float, size: float, default: Any = None):
+def first_fitting(candidates: Sequence[Any], room: float, size: float, default: Any = None) -> Any:
     """The first candidate (a text, or a list of texts that must all fit) whose texts are at
     most ``room`` points wide at ``size``; ``default`` when none is."""
     for candidate in candidates:
@@ -71,6 +77,7 @@ def first_fitting(candidates: Sequence[Any], room: float, size: float, default: 
 
 
 def plural(count: int, word: str) -> str:
+    """``1 slot``, ``2 slots``."""
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
@@ -85,7 +92,7 @@ def pale(colour: str, amount: float = 0.55) -> tuple[float, float, float]:
 # Cells, captions, legend keys
 # ---------------------------------------------------------------------------------------------
 def cell(
-    ax,
+    ax: Axes,
     x: float,
     y: float,
     colour: Any,
@@ -100,7 +107,7 @@ def cell(
     edge: str = style.EDGE,
     linewidth: float = 0.6,
     hatch_colour: str | None = None,
-):
+) -> Rectangle:
     """One box ``wide`` x ``high`` at (x, y), labelled in its middle; patch and label carry
     ``gid`` so that a test can read the figure back. Returns the patch."""
     from matplotlib.patches import Rectangle
@@ -115,20 +122,20 @@ def cell(
     return patch
 
 
-def row_label(ax, y: float, text: str, x: float = -0.4, **kwargs) -> None:
+def row_label(ax: Axes, y: float, text: str, x: float = -0.4, **kwargs: Any) -> None:
     """A row's caption, right-aligned in the margin left of the row at height ``y``."""
     kwargs.setdefault("fontsize", style.FONT_SIZE)
     ax.text(x, y + 0.4, text, **RIGHT, **kwargs)
 
 
-def key(colour: Any, label: str, edge: str = style.EDGE, **kwargs):
+def key(colour: Any, label: str, edge: str = style.EDGE, **kwargs: Any) -> Patch:
     """A legend entry: a box of ``colour``."""
     from matplotlib.patches import Patch
 
     return Patch(facecolor=colour, edgecolor=edge, label=label, **kwargs)
 
 
-def legend(owner, handles: list, **kwargs):
+def legend(owner: Any, handles: list, **kwargs: Any) -> Legend:
     """A frameless legend of ``handles`` on a figure or axes, at the notes' size."""
     kwargs = {"fontsize": style.FONT_SIZE - 1, "frameon": False, **kwargs}
     return owner.legend(handles=handles, **kwargs)
@@ -172,7 +179,9 @@ class Canvas:
         does. One format for a whole cache, so that its captions look alike."""
         return next((f for f in formats if self.fits(f.format(**widest), cells)), formats[-1])
 
-    def cell(self, x: float, y: float, colour: Any, label: object, gid: str, **kwargs):
+    def cell(
+        self, x: float, y: float, colour: Any, label: object, gid: str, **kwargs: Any
+    ) -> Rectangle:
         """A cell (``draw.cell``) whose label takes the cells' size, or the captions' smaller
         one where it would not fit (a three-digit slot in a narrow cell)."""
         if "size" not in kwargs or kwargs["size"] is None:
@@ -180,7 +189,7 @@ class Canvas:
             kwargs["size"] = self.font if self.fits(text, wide, self.font) else self.small
         return cell(self.ax, x, y, colour, label, gid, **kwargs)
 
-    def earlier(self, x: float, y: float, request: int, position: int, gid: str):
+    def earlier(self, x: float, y: float, request: int, position: int, gid: str) -> Rectangle:
         """A slot an earlier step wrote: hatched in the request's colour, its position in
         black on the pale cell (the same look in every lesson-06 figure)."""
         colour = style.request_colour(request)
@@ -193,22 +202,32 @@ class Canvas:
         return self.cell(x, y, pale(colour, 0.85), position, gid, **look)
 
     def row_title(self, y: float, text: str, x: float = -0.25) -> None:
+        """A row's caption in the left margin."""
         row_label(self.ax, y, text, x)
 
     def heading(self, y: float, text: str, x: float = 0.0, colour: str = "black") -> None:
+        """A section's heading, just above the row at ``y``."""
         self.ax.text(
             x, y - 0.3, text, ha="left", va="bottom", fontsize=style.FONT_SIZE, color=colour
         )
 
     def title(self, text: str) -> None:
+        """The figure's title, at the top."""
         self.fig.suptitle(text, fontsize=style.FONT_SIZE + 1, y=0.995, va="top")
 
-    def note(self, x: float, y: float, text: str, **kwargs) -> None:
+    def note(self, x: float, y: float, text: str, **kwargs: Any) -> None:
+        """A small grey text (a caption, a block number) at (x, y)."""
         kwargs.setdefault("fontsize", self.small)
         kwargs.setdefault("color", style.EDGE)
         self.ax.text(x, y, text, **kwargs)
 
-    def token_rows(self, y: float, positions, rows: Sequence[SlotRow], max_num_tokens: int):
+    def token_rows(
+        self,
+        y: float,
+        positions: Sequence[Sequence[int]],
+        rows: Sequence[SlotRow],
+        max_num_tokens: int,
+    ) -> None:
         """The batch: each token coloured by its request and labelled with its position, and
         under it one row per ``SlotRow``, then the padding tail (``pad-token`` over
         ``row.pad_gid`` cells, labelled PAD where that fits)."""
@@ -232,7 +251,14 @@ class Canvas:
             for k, row in enumerate(rows):
                 self.cell(x, y + 1 + k, style.PAD, pad, row.pad_gid, size=self.small)
 
-    def table_rows(self, x0: float, y: float, rows, used, label_x: float | None = None) -> None:
+    def table_rows(
+        self,
+        x0: float,
+        y: float,
+        rows: Sequence[Sequence[int]],
+        used: Sequence[int],
+        label_x: float | None = None,
+    ) -> None:
         """Block-table rows, one per request, coloured by request where used."""
         for request, row in enumerate(rows):
             if label_x is not None:
@@ -309,7 +335,9 @@ def starts_of(lengths: Sequence[int]) -> list[int]:
     return starts
 
 
-def batch_tensors(lengths: Sequence[int], positions: Sequence[Sequence[int]], device=None):
+def batch_tensors(
+    lengths: Sequence[int], positions: Sequence[Sequence[int]], device: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(query_start_loc, positions) tensors of a batch on ``device`` (``slotmap.DEVICE``)."""
     import torch
 

@@ -24,11 +24,17 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from slotmap.viz import draw, style
 from slotmap.viz.draw import GAP, SHARED, Canvas, SlotRow, plural, shared_slots
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.figure import Figure
+
 
 __all__ = ["SHARED", "draw_groups", "draw_replay", "draw_tiling", "groups_widget"]
 
@@ -114,7 +120,7 @@ def draw_groups(
     *,
     padding: int = 2,
     seed: int = 1,
-):
+) -> Figure:
     """One fused launch, two groups: the output rows, then each group's table and cache."""
     run = run_groups(
         lengths, first_positions, full_block_size, ring_size, padding=padding, seed=seed
@@ -122,7 +128,7 @@ def draw_groups(
     return draw_groups_run(run)
 
 
-def draw_groups_run(run: GroupsRun):
+def draw_groups_run(run: GroupsRun) -> Figure:
     """Draw a ``GroupsRun`` (see ``draw_groups``): the launch's two output rows under the
     tokens, then group 0's block table and cache, then group 1's, each over the full width
     (the figure is as wide as its widest row: the tokens or group 0's block table)."""
@@ -190,7 +196,9 @@ def _paint_group(canvas, run: GroupsRun, g: int, y_table, y_cache, name, legend,
     canvas.cache(y_cache, run.block_sizes[g], run.num_blocks[g], landed, f"cache{g}", **marks)
 
 
-def groups_widget(lengths: Sequence[int] = (6, 3, 1), first_positions: Sequence[int] = (0, 9, 21)):
+def groups_widget(
+    lengths: Sequence[int] = (6, 3, 1), first_positions: Sequence[int] = (0, 9, 21)
+) -> VBox:
     """Sliders for three request lengths, the positions requests 1 and 2 start at (each its
     own slider; request 0 is a prefill from 0), the full-attention block size and the ring
     size; every change re-runs the fused kernel."""
@@ -268,7 +276,7 @@ def run_tiling(shapes=TILING_SHAPES, block_size: int = 16) -> list[TilingRow]:
     return rows
 
 
-def draw_tiling(shapes=TILING_SHAPES):
+def draw_tiling(shapes=TILING_SHAPES) -> Figure:
     """Bars: lanes issued per token and the busiest program's tiles, for three tilings."""
     import matplotlib.pyplot as plt
     import numpy as np
@@ -443,13 +451,13 @@ def draw_replay(
     new_tokens: int = 3,
     block_size: int = 4,
     ring_size: int | None = None,
-):
+) -> Figure:
     """Run the fused kernel and the replay padding; draw the slots and the shared blocks."""
     run = run_replay(cached_blocks, window, new_tokens, block_size, ring_size)
     return draw_replay_run(run)
 
 
-def draw_replay_run(run: ReplayRun):
+def draw_replay_run(run: ReplayRun) -> Figure:
     """Draw a ``ReplayRun`` (see ``draw_replay``)."""
     b = run.block_size
     width = float(max(run.num_tokens, 26))  # cells wide enough for "PAD" at the cells' size
@@ -557,7 +565,7 @@ def _paint_shared_table(canvas: Canvas, run: ReplayRun, y_table: float) -> None:
             canvas.cell(k, y_table + request, fill, physical if on else "", gid, **extra)
 
 
-def replay_widget(cached_blocks: int = 3, window: int = 5, new_tokens: int = 3):
+def replay_widget(cached_blocks: int = 3, window: int = 5, new_tokens: int = 3) -> VBox:
     """Sliders for the cached prefix (in blocks of 4), the sliding window and the new tokens;
     every change re-runs the fused kernel and the replay padding."""
     from slotmap.viz.live import live_figure, slider

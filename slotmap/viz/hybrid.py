@@ -20,11 +20,17 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from slotmap.viz import draw, style
 from slotmap.viz.draw import GAP, MAX_CELLS, MIN_FONT, Canvas, plural
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.figure import Figure
+
 
 __all__ = ["MAX_CELLS", "MIN_FONT", "HybridRun", "draw_hybrid", "hybrid_widget", "run_hybrid"]
 
@@ -112,7 +118,7 @@ def draw_hybrid(
     first_positions: Sequence[int] | None = None,
     padding: int = 0,
     seed: int = 5,
-):
+) -> Figure:
     """Run the kernel with hybrid blocks and draw tokens, both block tables and the cache."""
     run = run_hybrid(
         lengths,
@@ -125,7 +131,7 @@ def draw_hybrid(
     return draw_hybrid_run(run)
 
 
-def draw_hybrid_run(run: HybridRun):
+def draw_hybrid_run(run: HybridRun) -> Figure:
     """Draw a ``HybridRun`` (see ``draw_hybrid``).
 
     The lesson's notation: B = ``block_size`` (the attention block), K =
@@ -228,7 +234,7 @@ def _paint_kv_cache(canvas: Canvas, run: HybridRun, y_cache: float) -> None:
 
 def hybrid_widget(
     lengths: Sequence[int] = (7, 10), block_size: int = 2, blocks_per_kv_block: int = 3
-):
+) -> VBox:
     """Sliders for two request lengths, where request 1 starts, the attention block B and
     K/B, the attention blocks per KV block; every change re-runs the kernel and redraws."""
     from slotmap.viz.live import live_figure, slider, split_columns

@@ -6,15 +6,18 @@ from __future__ import annotations
 import contextlib
 import io
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ipywidgets import Dropdown, HBox, IntSlider, VBox
 
 
 def live_figure(
     draw: Callable[..., Any],
     controls: dict[str, Any],
     layout: Any | None = None,
-):
+) -> VBox:
     """Controls + an Output showing ``draw(**{name: control.value})``, redrawn on every change.
 
     ``layout``: how the controls are arranged (default: one row). Returns the widget box, with
@@ -52,7 +55,7 @@ def live_figure(
     return box
 
 
-def columns(*groups: list):
+def columns(*groups: list) -> HBox:
     """Controls in side-by-side columns that wrap under each other in a narrow notebook."""
     import ipywidgets as widgets
 
@@ -65,7 +68,7 @@ def columns(*groups: list):
 WIDE = {"description_width": "initial"}  # the whole description, however long
 
 
-def slider(description: str, value: int, low: int, high: int, wide: bool = True):
+def slider(description: str, value: int, low: int, high: int, wide: bool = True) -> IntSlider:
     """An integer slider from ``low`` to ``high``."""
     import ipywidgets as widgets
 
@@ -73,7 +76,7 @@ def slider(description: str, value: int, low: int, high: int, wide: bool = True)
     return widgets.IntSlider(value=value, min=low, max=high, description=description, style=style)
 
 
-def choice(description: str, options, value=None, wide: bool = True):
+def choice(description: str, options: Sequence, value: Any = None, wide: bool = True) -> Dropdown:
     """A dropdown of ``options`` (default value: the first)."""
     import ipywidgets as widgets
 
@@ -82,7 +85,7 @@ def choice(description: str, options, value=None, wide: bool = True):
     return widgets.Dropdown(options=options, value=value, description=description, style=style)
 
 
-def request_sliders(lengths, high: int, count: int = 3) -> dict:
+def request_sliders(lengths: Sequence[int], high: int, count: int = 3) -> dict:
     """``request_0`` .. : one length slider a request, ``count`` of them (missing ones 0)."""
     lengths = list(lengths)[:count] + [0] * (count - len(lengths))
     return {
@@ -90,7 +93,7 @@ def request_sliders(lengths, high: int, count: int = 3) -> dict:
     }
 
 
-def split_columns(controls: dict, first: int):
+def split_columns(controls: dict, first: int) -> HBox:
     """The first ``first`` controls in one column, the rest in a second (``columns``)."""
     values = list(controls.values())
     return columns(values[:first], values[first:])

@@ -13,10 +13,16 @@ import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from slotmap.viz import draw, style
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.figure import Figure
+
 
 CACHE_GAP = 0.8  # space between two physical blocks in the KV-cache picture, in cells
 TABLE_GAP = 0.6  # space between two block-table entries: the arrows leave down it
@@ -186,7 +192,7 @@ def draw_paged(
     num_physical_blocks: int | None = None,
     max_num_tokens: int | None = None,
     seed: int = 0,
-):
+) -> Figure:
     """Run the kernel on a batch and draw token -> logical block -> physical block -> slot.
 
     Patches and texts carry a gid (``token``, ``slot``, ``table-entry``, ``cache-slot``,
@@ -203,7 +209,7 @@ def draw_paged(
     return draw_batch(batch)
 
 
-def draw_batch(batch: PagedBatch):
+def draw_batch(batch: PagedBatch) -> Figure:
     """Draw a ``PagedBatch`` (see ``draw_paged``): the batch's tokens and slots, the block
     tables, the KV cache, and an arrow from each used table entry to its physical block."""
     from matplotlib.patches import FancyArrowPatch
@@ -358,7 +364,7 @@ def _paint_cache(ax, cell, batch: PagedBatch, y_cache: float, per_line: int, hei
     return origins
 
 
-def paged_widget(lengths: Sequence[int] = (5, 11, 3), block_size: int = 4, seed: int = 0):
+def paged_widget(lengths: Sequence[int] = (5, 11, 3), block_size: int = 4, seed: int = 0) -> VBox:
     """Sliders for three request lengths, the block size, the padding tail and the shuffle of
     physical blocks; every change re-runs the kernel and redraws (``slotmap.viz.live``)."""
     from slotmap.viz.live import live_figure, request_sliders, slider, split_columns

@@ -21,6 +21,8 @@ numbers it drew, so tests can compare a figure with the JSON.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slotmap.exercises.lesson08 import (
     AT_THE_FLOOR,
     SHAPE_TOKENS,
@@ -33,6 +35,11 @@ from slotmap.exercises.lesson08 import (
 )
 from slotmap.viz.draw import key
 from slotmap.viz.style import EDGE, FONT_SIZE, WIDTH
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.figure import Figure
+
 
 VARIANT_COLOURS = {
     "window": "#0072B2",
@@ -178,7 +185,7 @@ def variant_times(data: dict, shape: str, block_size: int, mode: str) -> tuple[d
 
 def draw_variants(
     shape: str = "huge", block_size: int = 128, mode: str = "graph", data: dict | None = None
-):
+) -> Figure:
     """µs per call of every variant (bars), the empty kernel and the copy of the same bytes
     (lines), and the model's prediction (a black tick on each kernel's bar)."""
     import matplotlib.pyplot as plt
@@ -237,7 +244,9 @@ def draw_variants(
     return fig
 
 
-def draw_eager_vs_graph(variant: str = "direct", block_size: int = 128, data: dict | None = None):
+def draw_eager_vs_graph(
+    variant: str = "direct", block_size: int = 128, data: dict | None = None
+) -> Figure:
     """``variant`` and the empty kernel, eager and in a graph, for every shape of the run."""
     import matplotlib.pyplot as plt
 
@@ -286,7 +295,7 @@ SHAPE_MARKERS = {
 }
 
 
-def draw_prediction(data: dict | None = None):
+def draw_prediction(data: dict | None = None) -> Figure:
     """Measured against predicted µs for every kernel record (graph mode where the run has
     it): on the diagonal the kernel runs at the model's floor."""
     import matplotlib.pyplot as plt
@@ -364,7 +373,7 @@ def draw_prediction(data: dict | None = None):
 # ---------------------------------------------------------------------------------------------
 # Widget
 # ---------------------------------------------------------------------------------------------
-def perf_widget(data: dict | None = None, shape: str | None = None):
+def perf_widget(data: dict | None = None, shape: str | None = None) -> VBox:
     """``draw_variants`` with a shape, a block size and a mode to pick."""
     import ipywidgets as widgets
 

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
 
 # Requests are told apart by colour in every figure (colour-blind-safe Okabe-Ito order).
 REQUEST_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
@@ -19,7 +24,9 @@ def request_colour(request: int) -> str:
     return REQUEST_COLOURS[request % len(REQUEST_COLOURS)]
 
 
-def figure(rows: int = 1, height_per_row: float = 1.4, width: float = WIDTH, **kwargs: Any):
+def figure(
+    rows: int = 1, height_per_row: float = 1.4, width: float = WIDTH, **kwargs: Any
+) -> tuple[Figure, list[Axes]]:
     """A figure of ``rows`` stacked axes with the course's defaults, axes without spines."""
     import matplotlib.pyplot as plt
 

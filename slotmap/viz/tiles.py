@@ -15,10 +15,16 @@ import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from slotmap.viz import draw, style
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.figure import Figure
+
 
 POISON = -999  # every output cell, and the cells past its end, hold this before the launch
 
@@ -59,6 +65,7 @@ class TileRun:
         ]
 
     def request_of(self, token: int) -> int:
+        """The request that batch token ``token`` belongs to."""
         return next(q for q in range(self.num_reqs) if token < self.starts[q + 1])
 
     def padding_tiles(self) -> list[int]:
@@ -155,7 +162,7 @@ def draw_tiles(
     *,
     programs: int | None = None,
     seed: int = 0,
-):
+) -> Figure:
     """Run the kernel (``run_tiles``) and draw programs, tiles, masked lanes and the output.
 
     Patches carry a gid for tests: ``lane`` (a lane that stored), ``masked`` (a lane masked
@@ -167,7 +174,7 @@ def draw_tiles(
     )
 
 
-def draw_run(run: TileRun):
+def draw_run(run: TileRun) -> Figure:
     """Draw a ``TileRun`` (see ``draw_tiles``)."""
     tile = run.tile_size
     width = run.max_num_tokens + tile
@@ -259,7 +266,9 @@ def _paint_output(ax, cell, run: TileRun, y: float) -> None:
             cell(x, y, style.request_colour(run.request_of(x)), value, "out", text_colour="white")
 
 
-def tiles_widget(lengths: Sequence[int] = (5, 11, 3), tile_size: int = 4, padding: int = 6):
+def tiles_widget(
+    lengths: Sequence[int] = (5, 11, 3), tile_size: int = 4, padding: int = 6
+) -> VBox:
     """Sliders for three request lengths, the tile size and the padding tail, and a switch
     that launches one program fewer; every change re-runs the kernel and redraws."""
     import ipywidgets as widgets

@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import textwrap
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,6 +26,11 @@ from slotmap.layout import cdiv, next_power_of_2, window_size
 from slotmap.reference import slot_mapping_oracle, window_bases_oracle
 from slotmap.viz.draw import key, legend, row_label
 from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, boxes, figure
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.figure import Figure
+
 
 TILE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
 WINDOW_FILL = "#fff4c2"  # entries a window loaded that no lane picked
@@ -118,7 +124,7 @@ def _window_outline(ax, base: int, window: int, row_length: int, y: float, colou
 
 def draw_windows(
     tile_size: int = 8, block_size: int = 4, first_position: int = 5, num_tokens: int = 22
-):
+) -> Figure:
     """Which block-table entries each tile's window loaded, and which its lanes picked.
 
     Runs ``compute_slot_mapping`` on the active backend for one request of ``num_tokens``
@@ -127,7 +133,7 @@ def draw_windows(
     return draw_windows_run(run_windows(tile_size, block_size, first_position, num_tokens))
 
 
-def draw_windows_run(run: WindowRun):
+def draw_windows_run(run: WindowRun) -> Figure:
     """Draw a ``WindowRun`` (see ``draw_windows``)."""
     tile_size, block_size = run.tile_size, run.block_size
     row = run.block_table_row
@@ -266,7 +272,7 @@ def draw_window_failure(
     first_position: int = 3,
     num_tokens: int = 24,
     seed: int = 0,
-):
+) -> Figure:
     """Positions, the reference's slots and the kernel's slots for one request; wrong slots
     in red, the launcher's verdict underneath. ``mode``: one of ``FAILURE_MODES``."""
     return draw_failure_run(
@@ -274,7 +280,7 @@ def draw_window_failure(
     )
 
 
-def draw_failure_run(run: FailureRun):
+def draw_failure_run(run: FailureRun) -> Figure:
     """Draw a ``FailureRun`` (see ``draw_window_failure``)."""
     mode, tile_size, block_size, num_tokens = (
         run.mode,
@@ -328,7 +334,7 @@ def draw_failure_run(run: FailureRun):
 # ---------------------------------------------------------------------------------------------
 def window_widget(
     tile_size: int = 8, block_size: int = 4, first_position: int = 5, num_tokens: int = 22
-):
+) -> VBox:
     """``draw_windows`` with sliders for the tile size, block size, first position, length."""
     from slotmap.viz.live import choice, live_figure, slider
 
@@ -347,7 +353,7 @@ def window_failure_widget(
     block_size: int = 4,
     first_position: int = 3,
     num_tokens: int = 24,
-):
+) -> VBox:
     """``draw_window_failure`` with a dropdown for what to break and sliders for the sizes."""
     from slotmap.viz.live import choice, live_figure, slider
 
