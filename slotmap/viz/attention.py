@@ -120,29 +120,16 @@ def run_paged(
         written[corrupted_token] = target
     key = dense.key[requests, positions].contiguous()
     value = dense.value[requests, positions].contiguous()
+    caches = (state.key_cache, state.value_cache)
     if corrupted_token is not None and corruption != "one token to a free slot":
         # Two tokens share one slot: let the corrupted one write last, as a later step would.
         order = [t for t in range(len(written)) if t != corrupted_token] + [corrupted_token]
         index = torch.tensor(order, device=DEVICE)
-        reshape_and_cache(
-            key[index[:-1]],
-            value[index[:-1]],
-            state.key_cache,
-            state.value_cache,
-            written[index[:-1]],
-        )
-        reshape_and_cache(
-            key[index[-1:]],
-            value[index[-1:]],
-            state.key_cache,
-            state.value_cache,
-            written[index[-1:]],
-        )
+        for part in (index[:-1], index[-1:]):
+            reshape_and_cache(key[part], value[part], *caches, written[part])
     else:
-        reshape_and_cache(key, value, state.key_cache, state.value_cache, written)
-    out, _ = paged_decode_attention(
-        dense.query, state.key_cache, state.value_cache, state.block_table, dense.seq_lens
-    )
+        reshape_and_cache(key, value, *caches, written)
+    out, _ = paged_decode_attention(dense.query, *caches, state.block_table, dense.seq_lens)
     dense_out, _ = dense_attention(dense.query, dense.key, dense.value, dense.seq_lens)
     errors = (out - dense_out).abs().amax(dim=-1).cpu()
     return PagedRun(
