@@ -295,6 +295,22 @@ SHAPE_MARKERS = {
 }
 
 
+def prediction_points(data: dict) -> list[dict]:
+    """Every kernel record of the run in graph mode (eager where it has no graph) with the
+    model's µs for it, and whether 08.predict_time's check uses it (``checked``)."""
+    mode = "graph" if "graph" in modes_of(data) else "eager"
+    committed = data["hardware"] == committed_results()["hardware"]
+    points = []
+    for r in data["records"]:
+        if r["mode"] != mode or r["variant"] not in KERNELS:
+            continue
+        predicted = predicted_us(data, r["shape"], r["block_size"], r["variant"])
+        if predicted is not None:
+            checked = committed and (r["shape"], r["block_size"], r["variant"]) in AT_THE_FLOOR
+            points.append(dict(record=r, predicted=predicted, measured=r["us"], checked=checked))
+    return points
+
+
 def draw_prediction(data: dict | None = None) -> Figure:
     """Measured against predicted µs for every kernel record (graph mode where the run has
     it): on the diagonal the kernel runs at the model's floor."""
@@ -304,27 +320,14 @@ def draw_prediction(data: dict | None = None) -> Figure:
 
     data = data if data is not None else results()
     mode = "graph" if "graph" in modes_of(data) else "eager"
-    committed = data["hardware"] == committed_results()["hardware"]
+    points = prediction_points(data)
     fig, ax = plt.subplots(figsize=(WIDTH, 5.2))
-    points = []
-    for r in data["records"]:
-        if r["mode"] != mode or r["variant"] not in KERNELS:
-            continue
-        predicted = predicted_us(data, r["shape"], r["block_size"], r["variant"])
-        if predicted is None:
-            continue
-        checked = committed and (r["shape"], r["block_size"], r["variant"]) in AT_THE_FLOOR
-        points.append(dict(record=r, predicted=predicted, measured=r["us"], checked=checked))
+    for p in points:
+        r = p["record"]
         colour, marker = VARIANT_COLOURS[r["variant"]], SHAPE_MARKERS.get(r["shape"], "o")
         look = {"s": 90 if r["shape"] == "huge" else 45, "marker": marker, "edgecolor": colour}
-        ax.scatter(
-            predicted,
-            r["us"],
-            facecolor=colour if checked else "none",
-            **look,
-            linewidth=1.4,
-            zorder=3,
-        )
+        fill = colour if p["checked"] else "none"
+        ax.scatter(p["predicted"], p["measured"], facecolor=fill, **look, linewidth=1.4, zorder=3)
     low = min(min(p["predicted"], p["measured"]) for p in points) / 1.5
     high = max(max(p["predicted"], p["measured"]) for p in points) * 1.5
     line = [low, high]
@@ -342,22 +345,13 @@ def draw_prediction(data: dict | None = None) -> Figure:
     ax.set_ylabel(f"measured µs ({mode})", fontsize=FONT_SIZE)
     variants = [v for v in KERNELS if any(p["record"]["variant"] == v for p in points)]
     shapes = [s for s in SHAPE_MARKERS if any(p["record"]["shape"] == s for p in points)]
+    marker = {"linestyle": "", "color": "#555555"}
     handles = [key(VARIANT_COLOURS[v], v) for v in variants]
-    handles += [
-        Line2D([], [], marker=SHAPE_MARKERS[s], linestyle="", color="#555555", label=s)
-        for s in shapes
-    ]
+    handles += [Line2D([], [], marker=SHAPE_MARKERS[s], label=s, **marker) for s in shapes]
+    hollow = {"markerfacecolor": "none", "markeredgecolor": "#555555"}
     handles += [
         key("#d9f0d3", "measured 1 to 1.25x the model", edge=None),
-        Line2D(
-            [],
-            [],
-            marker="o",
-            linestyle="",
-            markerfacecolor="none",
-            markeredgecolor="#555555",
-            label="hollow: not in 08.predict_time's check",
-        ),
+        Line2D([], [], marker="o", linestyle="", label=HOLLOW, **hollow),
     ]
     ax.legend(handles=handles, loc="upper left", fontsize=FONT_SIZE - 1, ncol=2, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
@@ -368,6 +362,9 @@ def draw_prediction(data: dict | None = None) -> Figure:
     fig.tight_layout()
     fig.slotmap_points = points
     return fig
+
+
+HOLLOW = "hollow: not in 08.predict_time's check"
 
 
 # ---------------------------------------------------------------------------------------------
