@@ -52,7 +52,23 @@ from slotmap.layout import SlotLayout, group_layouts
 from slotmap.serving import SlotMapper, serving_trace, step_tensors
 
 POISON = -999  # fills every output before a run: never a slot, never pad_id
-VARIANTS = ["window", "direct", "fused-1", "fused-2", "fused-4", "torch", "empty", "copy"]
+VARIANTS = [
+    "window",
+    "direct",
+    "fused-1",
+    "fused-2",
+    "fused-4",
+    "fused-3-cp2",
+    "torch",
+    "empty",
+    "copy",
+]
+# fused-3-cp2: a hybrid model's three kinds of group under context parallelism 2 (rank 0):
+# full attention sharded across the ranks, a sliding window unsharded, a state group disabled.
+GROUP_KINDS = dict(
+    cp_world_size=2, cp_rank=0, dcp_sharded=[True, False, False],
+    slot_mapping_enabled=[True, True, False],
+)  # fmt: skip
 MODES = ["eager", "graph"]
 
 
@@ -92,6 +108,7 @@ LATENCY_TARGETS = {"decode256": 1.5, "decode1024": 2.0, "mixed": 2.0, "prefill81
 BANDWIDTH_TARGET_GBPS = 2000.0
 BANDWIDTH_TARGET_OF_COPY = 2 / 3
 FUSED_TARGET = 1.3
+GROUP_KINDS_TARGET = 1.1
 LAUNCHER_TARGET = 1.15
 TARGETS_HEADING = "## Performance targets (docs/performance.md)"
 
@@ -228,6 +245,24 @@ def make_variants(case: Case, names: list[str]) -> list[Variant]:
                     lambda out=out: out.fill_(POISON),
                     lambda out=out, want=want: torch.equal(out, want),
                     case.bytes_moved(groups),
+                )
+            )
+        elif name == "fused-3-cp2":
+            out = torch.empty(3, m, dtype=torch.int32, device=device)
+            tables = [*case.block_tables[:2], None]
+            fused = (case.query_start_loc, case.positions, tables, [case.block_size] * 3)
+            want = slotmap.slot_mappings_torch(*fused, **GROUP_KINDS, max_num_tokens=m)
+
+            def run(out=out, fused=fused):
+                return slotmap.compute_slot_mappings(*fused, **GROUP_KINDS, **options, out=out)
+
+            variants.append(
+                Variant(
+                    name,
+                    run,
+                    lambda out=out: out.fill_(POISON),
+                    lambda out=out, want=want: torch.equal(out, want),
+                    case.bytes_moved(3),
                 )
             )
         elif name == "empty":
@@ -725,6 +760,22 @@ def targets(records: list[dict], launcher: list[dict], serving: dict | None = No
                     reached=f"{four['us']:.2f} us = {ratio:.2f}x",
                     floor=f"fused-1 {one['us']:.2f} us",
                     met=ratio <= FUSED_TARGET,
+                )
+            )
+    for shape in dict.fromkeys(r["shape"] for r in records):
+        for block in blocks_of(records, shape):
+            two = lookup(records, shape, block, "fused-2", "graph")
+            kinds = lookup(records, shape, block, "fused-3-cp2", "graph")
+            if two is None or kinds is None:
+                continue
+            ratio = kinds["us"] / two["us"]
+            rows.append(
+                dict(
+                    target=f"{shape} b{block} fused-3-cp2 (sharded, unsharded, disabled): "
+                    "<= 1.1x fused-2",
+                    reached=f"{kinds['us']:.2f} us = {ratio:.2f}x",
+                    floor=f"fused-2 {two['us']:.2f} us",
+                    met=ratio <= GROUP_KINDS_TARGET,
                 )
             )
     for r in launcher:
