@@ -25,24 +25,16 @@ from slotmap.exercises.lesson04 import triton_remainder
 from slotmap.kernels.slot_mapping import compute_slot_mapping
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
+from slotmap.viz import style
 from slotmap.viz.draw import CENTRE, key, legend, row_label, shared_slots
-from slotmap.viz.style import (
-    EDGE,
-    EMPTY,
-    FONT_SIZE,
-    HIGHLIGHT,
-    PAD,
-    WIDTH,
-    boxes,
-    figure,
-    request_colour,
-)
+from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, PAD, WIDTH, boxes, figure
 
 if TYPE_CHECKING:
     from ipywidgets import VBox
     from matplotlib.figure import Figure
 
 
+WINDOW = style.request_colour(0)  # the one request's tokens, and the ring slots its window holds
 STALE = "#9ecae1"  # a slot holding a token older than the window: attention no longer reads it
 
 
@@ -122,7 +114,7 @@ def draw_ring_run(run: RingRun) -> Figure:
             f"tokens of this batch collide (red)"
         )
     handles = [
-        key(request_colour(0), "in the window"),
+        key(WINDOW, "in the window"),
         key(STALE, "older than the window"),
         key(EMPTY, "never written"),
         key("white", "newest token", HIGHLIGHT, linewidth=2),
@@ -140,7 +132,7 @@ def draw_ring_run(run: RingRun) -> Figure:
     return fig
 
 
-RING_COLOURS = {"empty": EMPTY, "window": request_colour(0), "stale": STALE}
+RING_COLOURS = {"empty": EMPTY, "window": WINDOW, "stale": STALE}
 
 
 def _paint_ring(ax, run: RingRun) -> None:
@@ -179,7 +171,7 @@ def _paint_window_batch(ax, run: RingRun) -> set[int]:
     slots two of its tokens share (a ring smaller than the window)."""
     ax.set_axis_off()
     pad = [s == PAD_SLOT_ID for s in run.batch_slots]
-    colours = [PAD if p else request_colour(0) for p in pad]
+    colours = [PAD if p else WINDOW for p in pad]
     boxes(ax, 1.1, colours, [str(p) for p in run.batch_positions], text_colour="white")
     shared = shared_slots(run.batch_slots)
     pairs = list(zip(pad, run.batch_slots, strict=True))
@@ -220,7 +212,7 @@ def draw_remainder(
         ),
         (
             "circular slot\n(kernel)",
-            [PAD if s == PAD_SLOT_ID else request_colour(0) for s in slots],
+            [PAD if s == PAD_SLOT_ID else WINDOW for s in slots],
             ["PAD" if s == PAD_SLOT_ID else s for s in slots],
             "slot",
         ),

@@ -27,19 +27,9 @@ from slotmap.backend import DEVICE
 from slotmap.cp import CPBatch, RankEvidence, five_steps, launch_unchecked, local_layout
 from slotmap.kernels.slot_mapping import compute_slot_mapping
 from slotmap.layout import PAD_SLOT_ID
-from slotmap.viz import draw
+from slotmap.viz import draw, style
 from slotmap.viz.draw import ABOVE, first_fitting, key, legend, plural, row_label, text_points
-from slotmap.viz.style import (
-    EDGE,
-    EMPTY,
-    FONT_SIZE,
-    HIGHLIGHT,
-    PAD,
-    WIDTH,
-    boxes,
-    figure,
-    request_colour,
-)
+from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, PAD, WIDTH, boxes, figure
 
 if TYPE_CHECKING:
     from ipywidgets import VBox
@@ -49,7 +39,7 @@ if TYPE_CHECKING:
 OK = "#1b7f3b"
 BLOCK_GAP = 0.35  # space between two logical blocks of a rank's local layout, in cells
 AXES_LEFT, AXES_WIDTH = 0.15, 0.83  # the ownership figure's one axes, in figure fractions
-rank_colour = request_colour  # ranks are told apart like requests
+rank_colour = style.request_colour  # ranks are told apart like requests
 
 
 @dataclass
