@@ -170,29 +170,30 @@ def one_round(learners: int, moves: int, work: Path) -> dict:
 
 
 def plot(rows: list[dict], path: Path) -> None:
+    """Widget redraws and cells, p50 and p95, against the number of learners."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     n = [row["learners"] for row in rows]
-    figure, axis = plt.subplots(figsize=(7, 4.2))
-    for key, label, style in (
-        ("redraw_p95", "widget redraw p95", "o-"),
-        ("redraw_p50", "widget redraw p50", "o--"),
-        ("cell_p95", "cell p95", "s-"),
-        ("cell_p50", "cell p50", "s--"),
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    for axis, kind, title in (
+        (axes[0], "redraw", "widget redraw (lesson 03's slider)"),
+        (axes[1], "cell", "notebook cell (lessons 01 and 03)"),
     ):
-        axis.plot(n, [row[key] for row in rows], style, label=label)
-    axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
-    axis.text(n[0], 1.03, "1 s", color="grey")
-    axis.set_xscale("log", base=2)
-    axis.set_xticks(n, [str(v) for v in n])
-    axis.set_xlabel("learners on one hub (2 CPU cores)")
-    axis.set_ylabel("seconds")
-    axis.set_title("Workshop load: latency against learners")
-    axis.legend()
-    axis.grid(alpha=0.3)
+        axis.plot(n, [row[f"{kind}_p95"] for row in rows], "o-", label="p95")
+        axis.plot(n, [row[f"{kind}_p50"] for row in rows], "s--", label="p50")
+        axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":", label="1 s")
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(n, [str(v) for v in n])
+        axis.set_xlabel("learners, all busy at once (2 CPU cores)")
+        axis.set_ylabel("seconds")
+        axis.set_ylim(bottom=0)
+        axis.set_title(title)
+        axis.legend()
+        axis.grid(alpha=0.3)
+    figure.suptitle("Workshop load: latency against learners on one hub")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
