@@ -5,8 +5,9 @@ memory for N learners.
 
 Memory: every Python process of the course takes about 0.4 GB. A learner holds their server
 and a lesson's kernel (2 processes); lessons 05 and 07 also start up to 3 ranks from the
-kernel (5 processes). The check wants room for everyone at that peak, and fails when even
-the 2-process floor does not fit. The cores get advice only (from an extrapolation).
+kernel (5 processes). It says OK when everyone fits at that peak, TIGHT when only the
+2-process floor fits, and fails only below the floor. The cores get advice only (from an
+extrapolation).
 """
 
 from __future__ import annotations
