@@ -181,8 +181,8 @@ MUTANTS = {
     # (m') The same on the token grid.
     "fused-token-grid-disabled-group-reads-its-row": Mutant(
         "kernels/fused_groups.py",
-        "    if (is_enabled == 0) | (tile_start >= num_tokens):",
-        "    if tile_start >= num_tokens:",
+        "    if is_enabled == 0:\n        # A disabled group: PAD_ID, no block-table address.",
+        "    if False:\n        # A disabled group: PAD_ID, no block-table address.",
         (f"{PARITY}::test_disabled_group_never_reads_its_poisoned_table[fused-token-grid]",),
     ),
     # (n) Context parallelism applied to every group: the unsharded sliding window's tokens
@@ -200,6 +200,13 @@ MUTANTS = {
         "_real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK_SIZE,",
         "num_tokens + part * TILE_BLOCK_SIZE,",
         (f"{PARITY}::test_padding_starts_at_the_real_token_count[False-fused-window]",),
+    ),
+    # (o') The same on the token grid, whose lanes past the real count must get PAD_ID.
+    "fused-token-grid-pads-from-the-host-count": Mutant(
+        "kernels/fused_groups.py",
+        "    mask = mask & real\n",
+        "",
+        (f"{PARITY}::test_padding_starts_at_the_real_token_count[False-fused-token-grid]",),
     ),
     # (p) A dummy request (idx_mapping -1) that reads "row -1": the poisoned row before the
     # table.

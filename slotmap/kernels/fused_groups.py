@@ -293,12 +293,6 @@ def _compute_slot_mappings_tokens_kernel(
     ) = _load_group_meta(group_meta_ptr, group_idx)
     tile_start = tile_idx * TILE_BLOCK_SIZE
     offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
-    # From here on the batch is its real tokens: the rest of a padded count is padding.
-    num_tokens = _real_token_count(query_start_loc_ptr, num_reqs, num_tokens)
-    if (is_enabled == 0) | (tile_start >= num_tokens):
-        # A disabled group or a tile past the real tokens: PAD_ID, no block-table address.
-        tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
-        return
     mask = offsets < num_tokens
     pos = tl.load(positions_ptr + offsets, mask=mask, other=0).to(tl.int32)
     # As the direct token kernel: answer each lane's request at once, load, check off the
@@ -306,6 +300,15 @@ def _compute_slot_mappings_tokens_kernel(
     req_idx, likely, lane_ok, one = _token_grid_requests(
         query_start_loc_ptr, num_reqs, num_tokens, tile_start, TILE_BLOCK_SIZE, EARLY_ENDS
     )
+    # The real token count masks the lanes, not the loads above: past it, a padded host
+    # count's lanes get PAD_ID and read no block table. Branching on it here would put its
+    # load ahead of every other.
+    real = offsets < _real_token_count(query_start_loc_ptr, num_reqs, num_tokens)
+    if is_enabled == 0:
+        # A disabled group: PAD_ID, no block-table address.
+        tl.store(slot_mapping_ptr + offsets, PAD_ID, mask=offsets < max_num_tokens)
+        return
+    mask = mask & real
     block_indices, slot_offsets, has_slot = _group_block_and_offset(
         pos,
         block_size,
