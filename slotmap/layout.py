@@ -343,6 +343,32 @@ def group_layouts(
     return tuple(layouts)
 
 
+def group_layouts_of(num_groups: int, *lists: Sequence | None, **batch: int) -> tuple:
+    """``group_layouts``, remembered: the fused launcher's hot path builds the groups on every
+    call. ``lists`` are its per-group sequences in order (block sizes, circular, kernel block
+    sizes, enabled, sharded); ``batch`` its context parallelism and pad id."""
+    # Keyed with each value's type: 4.0 and True hash as 4 and 1, and must still be refused.
+    key = tuple(None if x is None else tuple((type(v), v) for v in x) for x in lists)
+    batch_key = tuple((name, type(v), v) for name, v in batch.items())
+    try:
+        return _group_layouts(num_groups, key, batch_key)
+    except TypeError as exc:
+        if "unhashable" not in str(exc):
+            raise
+        return _group_layouts.__wrapped__(num_groups, key, batch_key)
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _group_layouts(num_groups: int, lists: tuple, batch: tuple) -> tuple[SlotLayout, ...]:
+    sizes, circular, kernel, enabled, sharded = (
+        None if x is None else [v for _, v in x] for x in lists
+    )
+    return group_layouts(
+        num_groups, sizes, circular, kernel_block_sizes=kernel, slot_mapping_enabled=enabled,
+        dcp_sharded=sharded, **{name: v for name, _, v in batch},
+    )  # fmt: skip
+
+
 def request_of_tokens(query_start_loc: Tensor, num_tokens: int) -> Tensor:
     """[num_tokens] int64: the request each batch token belongs to."""
     lengths = (query_start_loc[1:] - query_start_loc[:-1]).to(torch.int64)

@@ -17,6 +17,7 @@ write PAD_ID without forming a block-table address (docs/semantics.md §4).
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -50,7 +51,7 @@ from slotmap.layout import (
     PRODUCTION_TILE,
     SlotLayout,
     cdiv,
-    group_layouts,
+    group_layouts_of,
     window_size,
 )
 from slotmap.validate import check_padded_count, check_slot_mappings_inputs, resolve_counts
@@ -475,18 +476,11 @@ def compute_slot_mappings(
     ``use_lane_loads`` choose.
     """
     tables = tuple(block_tables)
-    layouts = group_layouts(
-        len(tables),
-        block_sizes,
-        circular,
-        cp_world_size=cp_world_size,
-        cp_rank=cp_rank,
-        cp_interleave=cp_interleave,
-        pad_id=pad_id,
-        kernel_block_sizes=kernel_block_sizes,
-        slot_mapping_enabled=slot_mapping_enabled,
-        dcp_sharded=dcp_sharded,
-    )
+    switches = (kernel_block_sizes, slot_mapping_enabled, dcp_sharded)
+    layouts = group_layouts_of(
+        len(tables), block_sizes, circular, *switches, cp_world_size=cp_world_size,
+        cp_rank=cp_rank, cp_interleave=cp_interleave, pad_id=pad_id,
+    )  # fmt: skip
     knobs = LaunchKnobs.of(
         tile_size, parallel_tiles, num_warps, gather_as_float, token_parallel, lane_loads
     )
@@ -505,6 +499,12 @@ def compute_slot_mappings(
             )
         check_int32_extent("out", out)
         remember_plan(key, plan, (*tensors[:4], out))
+    if plan.meta is None:  # the tables' addresses and rows, until the tables change
+        plan.meta = (
+            group_metadata(tables, layouts, positions.device),
+            enabled_rows(tables, layouts),
+        )
+    meta, num_rows = plan.meta
     plan.kernel[plan.grid](
         num_tokens,
         max_num_tokens or num_tokens,
@@ -512,8 +512,8 @@ def compute_slot_mappings(
         query_start_loc,
         positions,
         idx_mapping if idx_mapping is not None else query_start_loc,
-        enabled_rows(tables, layouts),  # num_rows
-        group_metadata(tables, layouts, positions.device),
+        num_rows,
+        meta,
         out,
         out.stride(0),
         **plan.constants,
@@ -526,9 +526,17 @@ def read_tables(
 ) -> tuple[Tensor, ...]:
     """The tables as the plan cache's structural checks see them: a disabled group's table
     (never read, may be None) stands in as the first enabled one, or as ``stand_in``."""
+    # ``is``, not ``in``: ``None in tables`` would compare tensors with ``==``.
+    if all(_enabled(layouts)) and not any(t is None for t in tables):
+        return tables
     enabled = [t for t, layout in zip(tables, layouts, strict=True) if layout.enabled]
     first = enabled[0] if enabled else stand_in
     return tuple(t if layout.enabled else first for t, layout in zip(tables, layouts, strict=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _enabled(layouts: tuple[SlotLayout, ...]) -> tuple[bool, ...]:
+    return tuple(layout.enabled for layout in layouts)
 
 
 def enabled_rows(tables: tuple[Tensor | None, ...], layouts: tuple[SlotLayout, ...]) -> int:

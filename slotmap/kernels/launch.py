@@ -211,14 +211,14 @@ Tensors = tuple[Tensor, Tensor, tuple[Tensor, ...], "Tensor | None", "Tensor | N
 @dataclasses.dataclass
 class Plan:
     """A launch worked out and checked once: the kernel, its grid, its compile-time constants
-    and runtime keyword arguments (``meta``: the fused kernel's per-group table), and the
-    tensors of its last launch with the geometry they had then (``seen``)."""
+    and runtime keyword arguments, and the tensors of its last launch with the geometry they
+    had then (``seen``)."""
 
     kernel: Any
     grid: tuple[int, ...]
     constants: dict  # shared between plans of one variant: never modified
     runtime: dict = dataclasses.field(default_factory=dict)  # runtime keyword arguments
-    meta: Tensor | None = None
+    meta: Any = None  # what a launcher derives from the plan's tensors (fused: its metadata)
     seen: tuple = ()
 
 
@@ -269,6 +269,7 @@ def hot_plan(
     except (AttributeError, TypeError):
         return None  # not tensors at all: the full checks name them
     plan.seen = (*tensors, _geometry(*tensors))
+    plan.meta = None  # what the launcher derived from the last tensors, worked out again
     return plan
 
 
