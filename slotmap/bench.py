@@ -42,7 +42,7 @@ from torch import Tensor
 
 import slotmap
 from slotmap.kernels.fused_groups import group_metadata, plan_slot_mappings
-from slotmap.kernels.launch import LaunchKnobs, launch_shape
+from slotmap.kernels.launch import LaunchKnobs, Plan, launch_shape
 from slotmap.kernels.slot_mapping import (
     _compute_slot_mapping_kernel,
     slot_mapping_args,
@@ -570,6 +570,12 @@ TINY_SERVING = dict(
 SERVING_RUNS = ("raw", "mapper", "launcher", "empty")
 
 
+def raw_launch(plan: Plan, args: tuple) -> object:
+    """``kernel[grid](...)`` exactly as the plan's launcher makes it: its compile-time
+    constants and its runtime keyword arguments (programs per request, say)."""
+    return plan.kernel[plan.grid](*args, **plan.constants, **plan.runtime)
+
+
 def measure_serving(device: str, quick: bool, log) -> dict:
     """Host µs per step of a synthetic serving trace (chunked prefill beside decode, a new
     ``num_tokens`` and fresh tensors every step) for: the raw ``kernel[grid](...)`` with the
@@ -597,7 +603,7 @@ def measure_serving(device: str, quick: bool, log) -> dict:
         args = (n, tokens, qsl, pos, table, table.stride(0), block_size, out)
         warps = {k: v for k, v in plan.constants.items() if k == "num_warps"}
         return {
-            "raw": lambda: plan.kernel[plan.grid](*args, **plan.constants),
+            "raw": lambda: raw_launch(plan, args),
             "mapper": lambda: mapper(qsl, pos, n),
             "launcher": lambda: slotmap.compute_slot_mapping(
                 qsl, pos, table, block_size, num_tokens=n, max_num_tokens=tokens, out=out,

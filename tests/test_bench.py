@@ -137,3 +137,18 @@ def test_the_report_says_which_graph_api_timed_it_and_whether_it_ran_on_hardware
     assert "(never run" not in bench.graph_line(dict(result, graph=None))
     assert "captured CUDA graph of" in bench.graph_line(dict(result, graph=None))
     assert bench.graph_line(npu) in bench.markdown(npu)
+
+
+def test_the_raw_launch_passes_what_the_launcher_passes() -> None:
+    # A raw launch without the plan's runtime arguments would run another configuration
+    # (every program walking every tile) and still be exact: compare the calls themselves.
+    calls = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append((grid, args, kwargs))
+
+    plan = bench.Plan(Kernel(), (3, 2), {"TILE_BLOCK_SIZE": 64}, {"parallel_tiles": 2})
+    bench.raw_launch(plan, (1, 2))
+    assert calls == [((3, 2), (1, 2), {"TILE_BLOCK_SIZE": 64, "parallel_tiles": 2})]
+
