@@ -117,23 +117,31 @@ def launch_shape(
     * CPU interpreter: the NPU's tile (the lessons' TILE_BLOCK_SIZE), the GPU's parallel
       tiles, so that the CPU suite runs the GPU's grid.
     """
+    if tile_size is not None:
+        check_tile(tile_size)
+    if parallel_tiles is not None and parallel_tiles < 1:
+        raise ValueError(f"parallel_tiles must be >= 1, got {parallel_tiles}")
+    tile_size, parallel_tiles = request_grid(num_tokens, num_reqs, tile_size, parallel_tiles)
+    return tile_size, parallel_tiles, warps_option(tile_size, num_warps)
+
+
+def request_grid(
+    num_tokens: int, num_reqs: int, tile_size: int | None = None, parallel_tiles: int | None = None
+) -> tuple[int, int]:
+    """``launch_shape``'s (tile, parallel tiles), for arguments already checked: the
+    arithmetic a serving step pays for."""
     mean = -(-num_tokens // max(num_reqs, 1))
     if tile_size is None:
         tile_size = DECODE_TILE if POLICY == "cuda" and mean <= 2 else 1024
-    else:
-        check_tile(tile_size)
     if parallel_tiles is None:
         if POLICY == "npu":
-            parallel_tiles = 1
-        else:
-            parallel_tiles = -(-mean // tile_size)
-            if tile_size > DECODE_TILE and num_tokens > tile_size:
-                parallel_tiles = max(parallel_tiles, 2)
-            budget = max(MAX_PARALLEL_PROGRAMS // (num_reqs + 1), 1)
-            parallel_tiles = min(max(parallel_tiles, 1), budget)
-    if parallel_tiles < 1:
-        raise ValueError(f"parallel_tiles must be >= 1, got {parallel_tiles}")
-    return tile_size, parallel_tiles, warps_option(tile_size, num_warps)
+            return tile_size, 1
+        parallel_tiles = -(-mean // tile_size)
+        if tile_size > DECODE_TILE and num_tokens > tile_size:
+            parallel_tiles = max(parallel_tiles, 2)
+        budget = max(MAX_PARALLEL_PROGRAMS // (num_reqs + 1), 1)
+        parallel_tiles = min(max(parallel_tiles, 1), budget)
+    return tile_size, parallel_tiles
 
 
 def warps_option(tile_size: int, num_warps: int | None) -> dict:

@@ -23,8 +23,9 @@ from slotmap.kernels.launch import (
     check_launch_device,
     check_window_trace,
     hot_plan,
-    launch_shape,
     remember_plan,
+    request_grid,
+    warps_option,
 )
 from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, SlotLayout, window_size
 from slotmap.validate import check_slot_mapping_inputs, resolve_counts
@@ -198,23 +199,20 @@ def compute_slot_mapping(
 def window_plan(layout: SlotLayout, knobs: LaunchKnobs, num_tokens: int, num_reqs: int) -> Plan:
     """The window kernel's launch for a batch of ``num_tokens`` tokens in ``num_reqs``
     requests: arithmetic only, no tensor read (the launcher, ``SlotMapper`` and warm-up)."""
-    tile, parallel, options = launch_shape(num_tokens, num_reqs, *knobs.request_grid())
+    tile, parallel = request_grid(num_tokens, num_reqs, knobs.tile_size, knobs.parallel_tiles)
     # Production's request grid: program (q, p) maps tiles p, p + P, ... of request q; the
     # last row of programs pads the tail.
     grid = check_grid((num_reqs + 1, parallel))
-    warps = options.get("num_warps")
-    constants = _window_constants(layout, tile, knobs.window_gather_as_float, warps)
+    constants = _window_constants(layout, knobs, tile)
     return Plan(_compute_slot_mapping_kernel, grid, constants, {"parallel_tiles": parallel})
 
 
 @functools.lru_cache(maxsize=256)
-def _window_constants(
-    layout: SlotLayout, tile: int, gather_as_float: bool, num_warps: int | None
-) -> dict:
+def _window_constants(layout: SlotLayout, knobs: LaunchKnobs, tile: int) -> dict:
     # One dict a variant, shared by its plans (never modified): built once, not per launch.
-    constants = window_kernel_constants(layout, tile, 1, gather_as_float)
+    constants = window_kernel_constants(layout, tile, 1, knobs.window_gather_as_float)
     del constants["parallel_tiles"]
-    return constants if num_warps is None else constants | {"num_warps": num_warps}
+    return constants | warps_option(tile, knobs.num_warps)
 
 
 def window_trace_arguments(window_trace: Tensor, query_start_loc: Tensor) -> dict:
