@@ -32,7 +32,7 @@ REFERENCES = (
     "window_bases_oracle",
 )
 LAYOUT = ("PAD_SLOT_ID", "PRODUCTION_TILE", "SlotLayout", "expand_block_table", "window_size")
-SERVING = ("SlotMapper", "warmup")
+SERVING = ("SlotMapper", "GroupsMapper", "warmup")
 BACKEND_NAMES = ("BACKEND", "DEVICE")
 
 _HOMES = {

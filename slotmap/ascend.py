@@ -226,7 +226,6 @@ _SHOWN = (
     "BLOCK_TABLE_WINDOW_SIZE",
     "GATHER_AS_FLOAT",
     "LANE_LOADS",
-    "PARALLEL_TILES",
     "parallel_tiles",
     "TOTAL_CP_WORLD_SIZE",
     "TOTAL_CP_RANK",
@@ -282,7 +281,7 @@ def _ir_ranges(results: list[Compiled]) -> str:
 
 def gpu_only_traits(launch: dict) -> str:
     """What makes a launch one the NPU's policy never chooses."""
-    constants = launch["constants"]
+    constants = {**launch["constants"], **launch.get("values", {})}
     traits = []
     if "tokens" in launch["kernel"]:
         traits.append("token grid (tl.histogram, a block-table load a lane)")
@@ -291,7 +290,7 @@ def gpu_only_traits(launch: dict) -> str:
     if constants.get("GATHER_AS_FLOAT") is False and "tokens" not in launch["kernel"]:
         if not constants.get("LANE_LOADS"):
             traits.append("int32 gather")
-    if constants.get("PARALLEL_TILES", 1) > 1 and "fused_groups" not in launch["kernel"]:
+    if constants.get("parallel_tiles", 1) > 1 and "fused_groups" not in launch["kernel"]:
         traits.append("parallel tiles")  # the fused kernel's are production's (adaptive)
     return ", ".join(traits) or "as on the NPU"
 

@@ -497,7 +497,7 @@ def raw_fused_launch(case: Case, out: Tensor) -> Callable[[], object]:
     meta = group_metadata(tables, layouts)
     rows = min(t.shape[0] for t in tables)
     args = (n, m, case.num_reqs, qsl, positions, qsl, rows, meta, out, out.stride(0))
-    return lambda: plan.kernel[plan.grid](*args, **plan.constants)
+    return lambda: raw_launch(plan, args)
 
 
 def measure_launcher(case: Case, quick: bool, log) -> list[dict]:

@@ -19,6 +19,7 @@ checked once, at construction; the contents never.
 
 from __future__ import annotations
 
+import abc
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from slotmap.kernels import direct, slot_mapping
+from slotmap.kernels import direct, fused_groups, slot_mapping
 from slotmap.kernels.launch import LaunchKnobs, Plan
 from slotmap.layout import SlotLayout, as_int, cdiv
 from slotmap.validate import check_tensor
@@ -42,7 +43,50 @@ def variant_of(plan: Plan) -> tuple:
     return (f"{plan.kernel.fn.__module__}.{plan.kernel.fn.__name__}", constants)
 
 
-class SlotMapper:
+class _Mapper(abc.ABC):
+    """What both mappers share: the variants a configuration can choose, and warm-up."""
+
+    max_num_tokens: int
+    max_num_reqs: int
+    out: Tensor
+    pad_id: int
+
+    @abc.abstractmethod
+    def plan(self, num_tokens: int, num_reqs: int) -> Plan:
+        """The launch of one step: arithmetic on two host integers."""
+
+    def warm_call(self, n: int, r: int) -> tuple[tuple, dict]:
+        """A call of r requests and n tokens (r - 1 of one token), as (args, kwargs)."""
+        query_start_loc, positions = batch_tensors([1] * (r - 1) + [n - (r - 1)], self.out.device)
+        return (query_start_loc, positions, n), {}
+
+    def variants(self) -> dict[tuple, tuple[int, int]]:
+        """Every kernel variant this mapper can launch, each with one (num_tokens, num_reqs)
+        batch that launches it. The launch choices depend on the batch through its token
+        count and mean request length, so each token count is tried with the request counts
+        at which the mean crosses a threshold of the policy (and all requests of one token)."""
+        found: dict[tuple, tuple[int, int]] = {}
+        for n in range(1, self.max_num_tokens + 1):
+            candidates = {1, n, n - 1}
+            for mean in (2, 16, 64, 1024):
+                candidates |= {cdiv(n, mean), cdiv(n, mean) - 1, cdiv(n, mean + 1)}
+            for r in candidates:
+                if 1 <= r <= min(n, self.max_num_reqs):
+                    found.setdefault(variant_of(self.plan(n, r)), (n, r))
+        return found
+
+    def warmup(self) -> int:
+        """Launch every variant once (on a batch of the shape that chooses it), so that none
+        compiles while serving. Returns how many variants there are. Writes ``out``."""
+        found = self.variants()
+        for n, r in found.values():
+            args, kwargs = self.warm_call(n, r)
+            self(*args, **kwargs)
+        self.out.fill_(self.pad_id)
+        return len(found)
+
+
+class SlotMapper(_Mapper):
     """One model runner's slot mapping for one KV-cache group, with its buffer and plans.
 
     ``block_table``: the runner's persistent [max_num_reqs, blocks] int32 table (request q of
@@ -68,8 +112,9 @@ class SlotMapper:
         self.kernel = kernel
         self.max_num_tokens = as_int("max_num_tokens", max_num_tokens)
         self.max_num_reqs = block_table.shape[0]
+        self.pad_id = self.layout.pad_id
         self.out = torch.full(
-            (max_num_tokens,), self.layout.pad_id, dtype=out_dtype, device=block_table.device
+            (max_num_tokens,), self.pad_id, dtype=out_dtype, device=block_table.device
         )
         self.knobs = LaunchKnobs()
 
@@ -97,35 +142,91 @@ class SlotMapper:
         )
         return self.out
 
-    def variants(self) -> dict[tuple, tuple[int, int]]:
-        """Every kernel variant this mapper can launch, each with one (num_tokens, num_reqs)
-        batch that launches it. The launch choices depend on the batch through its token
-        count and mean request length, so each token count is tried with the request counts
-        at which the mean crosses a threshold of the policy (and all requests of one token)."""
-        found: dict[tuple, tuple[int, int]] = {}
-        for n in range(1, self.max_num_tokens + 1):
-            candidates = {1, n, n - 1}
-            for mean in (2, 16, 64, 1024):
-                candidates |= {cdiv(n, mean), cdiv(n, mean) - 1, cdiv(n, mean + 1)}
-            for r in candidates:
-                if 1 <= r <= min(n, self.max_num_reqs):
-                    found.setdefault(variant_of(self.plan(n, r)), (n, r))
-        return found
 
-    def warmup(self) -> int:
-        """Launch every variant once (on a batch of the shape that chooses it), so that none
-        compiles while serving. Returns how many variants there are. Writes ``out``."""
-        device = self.out.device
-        found = self.variants()
-        for n, r in found.values():
-            lengths = [1] * (r - 1) + [n - (r - 1)]
-            query_start_loc, positions = batch_tensors(lengths, device)
-            self(query_start_loc, positions, n)
-        self.out.fill_(self.layout.pad_id)
-        return len(found)
+class GroupsMapper(_Mapper):
+    """A multi-group runner's slot mapping: the fused kernel, its persistent
+    [groups, max_num_tokens] output and the per-group metadata as a device tensor, built once.
+
+    ``block_tables``: one persistent int32 table a group (None for a disabled group);
+    ``layouts``: one ``SlotLayout`` a group, as ``slotmap.layout.group_layouts`` builds them
+    (its block sizes, circular flags, switches and CP); ``idx_mapping``: whether each step
+    passes one (request q reads row ``idx_mapping[q]``, -1 a dummy request).
+    ``mapper(query_start_loc, positions, num_tokens, idx_mapping=None)`` writes and returns
+    ``mapper.out``.
+    """
+
+    def __init__(
+        self,
+        block_tables: Sequence[Tensor | None],
+        layouts: Sequence[SlotLayout],
+        *,
+        max_num_tokens: int,
+        idx_mapping: bool = False,
+        out_dtype: torch.dtype = torch.int32,
+    ) -> None:
+        self.tables, self.layouts = tuple(block_tables), tuple(layouts)
+        enabled = [
+            t for t, layout in zip(self.tables, self.layouts, strict=True) if layout.enabled
+        ]
+        if not enabled:
+            raise ValueError("at least one group must map tokens")
+        for g, table in enumerate(enabled):
+            check_tensor(
+                f"block_tables[{g}]", table, (torch.int32,), 2, enabled[0].device, "the first is"
+            )
+        device = enabled[0].device
+        self.max_num_tokens = as_int("max_num_tokens", max_num_tokens)
+        self.max_num_reqs = fused_groups.enabled_rows(self.tables, self.layouts)
+        self.idx_mapping = idx_mapping
+        self.pad_id = self.layouts[0].pad_id
+        self.out = torch.full(
+            (len(self.tables), max_num_tokens), self.pad_id, dtype=out_dtype, device=device
+        )
+        self.meta = fused_groups.group_metadata(self.tables, self.layouts, device)
+        self.knobs = LaunchKnobs()
+
+    def plan(self, num_tokens: int, num_reqs: int) -> Plan:
+        """The launch of one step: arithmetic on two host integers."""
+        return fused_groups.fused_plan(
+            self.layouts, self.knobs, num_tokens, self.max_num_tokens, num_reqs,
+            self.idx_mapping, self.max_num_reqs,
+        )  # fmt: skip
+
+    def warm_call(self, n: int, r: int) -> tuple[tuple, dict]:
+        args, kwargs = super().warm_call(n, r)
+        if self.idx_mapping:
+            kwargs["idx_mapping"] = torch.arange(r, dtype=torch.int32, device=self.out.device)
+        return args, kwargs
+
+    def __call__(
+        self,
+        query_start_loc: Tensor,
+        positions: Tensor,
+        num_tokens: int,
+        idx_mapping: Tensor | None = None,
+    ) -> Tensor:
+        if (idx_mapping is not None) != self.idx_mapping:
+            raise ValueError(f"this mapper was built with idx_mapping={self.idx_mapping}")
+        num_reqs = query_start_loc.shape[0] - 1
+        plan = self.plan(num_tokens, num_reqs)
+        plan.kernel[plan.grid](
+            num_tokens,
+            self.max_num_tokens,
+            num_reqs,
+            query_start_loc,
+            positions,
+            query_start_loc if idx_mapping is None else idx_mapping,
+            self.max_num_reqs,
+            self.meta,
+            self.out,
+            self.out.stride(0),
+            **plan.constants,
+            **plan.runtime,
+        )
+        return self.out
 
 
-def warmup(*mappers: SlotMapper) -> int:
+def warmup(*mappers: _Mapper) -> int:
     """``mapper.warmup()`` for each mapper; returns the variants compiled in all."""
     return sum(mapper.warmup() for mapper in mappers)
 

@@ -14,8 +14,8 @@ import torch
 from conftest import DEVICE
 
 import slotmap
-from slotmap.layout import SlotLayout, cdiv
-from slotmap.serving import SlotMapper, serving_trace, step_tensors, variant_of
+from slotmap.layout import SlotLayout, cdiv, group_layouts
+from slotmap.serving import GroupsMapper, SlotMapper, serving_trace, step_tensors, variant_of
 
 ROOT = Path(__file__).resolve().parents[1]
 POISON = -999
@@ -92,11 +92,15 @@ def test_a_warm_mapper_neither_syncs_nor_copies_nor_allocates(kernel, monkeypatc
 COUNT = """
 import json
 import torch
-from slotmap.serving import SlotMapper, serving_trace, variant_of
+from slotmap.layout import group_layouts
+from slotmap.serving import GroupsMapper, SlotMapper, serving_trace, variant_of
 result = {}
-for kernel in ("window", "direct"):
-    mapper = SlotMapper(torch.zeros(256, 64, dtype=torch.int32), 128, max_num_tokens=8192,
-                        kernel=kernel)
+table = torch.zeros(256, 64, dtype=torch.int32)
+layouts = group_layouts(2, [128, 128], None, cp_world_size=1, cp_rank=0, cp_interleave=1,
+                        pad_id=-1)
+for kernel in ("window", "direct", "fused"):
+    mapper = (GroupsMapper([table, table], layouts, max_num_tokens=8192) if kernel == "fused"
+              else SlotMapper(table, 128, max_num_tokens=8192, kernel=kernel))
     warm = set(mapper.variants())
     used = {variant_of(mapper.plan(s.num_tokens, len(s.requests)))
             for s in serving_trace(400, 256, 8192, seed=1)}
@@ -109,7 +113,8 @@ def test_a_serving_trace_compiles_few_variants_and_warmup_has_them_all() -> None
     """400 steps of chunked prefill and decode, 256 request slots, 8,192 tokens a step, under
     the GPU's launch choices: the window kernel has 2 variants (the decode tile and the
     production tile), the direct kernels 3 (the request grid, and the token grid with and
-    without early request ends). The trace uses only warmed variants."""
+    without early request ends), the fused kernel (2 groups) at most 4. The trace uses only
+    warmed variants."""
     environment = {
         k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "SLOTMAP_BACKEND")
     }
@@ -123,6 +128,7 @@ def test_a_serving_trace_compiles_few_variants_and_warmup_has_them_all() -> None
     assert counts["window"] == {"warm": 2, "used": 2, "cold": 0}
     assert counts["direct"]["warm"] <= 3 and counts["direct"]["cold"] == 0
     assert counts["direct"]["used"] >= 2
+    assert counts["fused"]["warm"] <= 4 and counts["fused"]["cold"] == 0
 
 
 def test_warmup_launches_every_variant_and_leaves_padding() -> None:
@@ -214,3 +220,83 @@ def test_expand_block_table_without_validation_reads_nothing(monkeypatch) -> Non
     monkeypatch.setattr(torch.Tensor, "max", lambda *a, **k: pytest.fail("a device sync"))
     expanded = slotmap.expand_block_table(table, 2, validate=False)
     assert expanded.cpu().tolist() == [[6, 7, 2, 3]]
+
+
+# A hybrid model's three kinds of group under CP 2 (this rank 0): full attention sharded, a
+# sliding window unsharded, a state group disabled (no table).
+GROUP_KINDS = dict(cp_world_size=2, cp_rank=0, dcp_sharded=[True, False, False],
+                   slot_mapping_enabled=[True, True, False])  # fmt: skip
+
+
+def group_kinds_mapper(out_dtype=torch.int32, idx_mapping=False):
+    tables = [trace_table(TRACE["max_num_reqs"], 4, seed=g) for g in range(2)] + [None]
+    layouts = group_layouts(
+        3, [4, 4, 4], None, cp_world_size=2, cp_rank=0, cp_interleave=1, pad_id=-1,
+        dcp_sharded=GROUP_KINDS["dcp_sharded"],
+        slot_mapping_enabled=GROUP_KINDS["slot_mapping_enabled"],
+    )  # fmt: skip
+    mapper = GroupsMapper(tables, layouts, max_num_tokens=48, idx_mapping=idx_mapping,
+                          out_dtype=out_dtype)  # fmt: skip
+    return mapper, tables
+
+
+@pytest.mark.parametrize("idx_mapping", [False, True], ids=["rows-in-order", "idx-mapping"])
+@pytest.mark.parametrize("out_dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+def test_the_groups_mapper_matches_the_reference_over_a_trace(out_dtype, idx_mapping) -> None:
+    mapper, tables = group_kinds_mapper(out_dtype, idx_mapping)
+    for step in serving_trace(**TRACE, seed=11):
+        query_start_loc, positions = step_tensors(step, DEVICE)
+        rows = None
+        if idx_mapping:  # the batch's requests in reverse row order
+            rows = torch.arange(len(step.requests) - 1, -1, -1, dtype=torch.int32, device=DEVICE)
+        mapper.out.fill_(POISON)
+        result = mapper(query_start_loc, positions, step.num_tokens, idx_mapping=rows)
+        want = slotmap.slot_mappings_oracle(
+            query_start_loc, positions, tables, [4, 4, 4], idx_mapping=rows, max_num_tokens=48,
+            **GROUP_KINDS,
+        )  # fmt: skip
+        assert result.cpu().tolist() == want.tolist()
+
+
+def test_a_warm_groups_mapper_neither_syncs_nor_copies(monkeypatch) -> None:
+    mapper, _ = group_kinds_mapper()
+    steps = [(step, *step_tensors(step, DEVICE)) for step in serving_trace(**TRACE, seed=5)]
+    module = slotmap.kernels.fused_groups
+    stubs = {}
+    for name in ("_compute_slot_mappings_kernel", "_compute_slot_mappings_tokens_kernel"):
+        stubs[name] = Stub(getattr(module, name).fn)
+        monkeypatch.setattr(module, name, stubs[name])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a device sync, a host-to-device copy or an allocation")
+
+    for target, name in [(torch, "tensor"), (torch, "empty"), (torch, "full"),
+                         (torch.Tensor, "item"), (torch.Tensor, "tolist"),
+                         (torch.Tensor, "__int__"), (torch.Tensor, "__bool__"),
+                         (torch.Tensor, "to"), (torch.Tensor, "cpu")]:  # fmt: skip
+        monkeypatch.setattr(target, name, refuse)
+    for step, query_start_loc, positions in steps:
+        mapper(query_start_loc, positions, step.num_tokens)
+    launches = [call for stub in stubs.values() for call in stub.launches]
+    assert len(launches) == len(steps)
+    for _, args, _ in launches:
+        assert args[7] is mapper.meta and args[8] is mapper.out  # built once, persistent
+
+
+@needs_cuda
+def test_a_cuda_graph_replays_the_groups_mapper() -> None:
+    mapper, tables = group_kinds_mapper()
+    mapper.warmup()
+    step = next(iter(serving_trace(**TRACE, seed=7)))
+    query_start_loc, positions = (t.clone() for t in step_tensors(step, DEVICE))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        mapper(query_start_loc, positions, step.num_tokens)
+    positions += 1
+    mapper.out.fill_(POISON)
+    graph.replay()
+    torch.cuda.synchronize()
+    want = slotmap.slot_mappings_oracle(
+        query_start_loc, positions, tables, [4, 4, 4], max_num_tokens=48, **GROUP_KINDS
+    )
+    assert mapper.out.cpu().tolist() == want.tolist()

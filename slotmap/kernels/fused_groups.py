@@ -133,7 +133,9 @@ def _real_token_count(query_start_loc_ptr, num_reqs, num_tokens):
     return tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + num_reqs), 0), num_tokens)
 
 
-@triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs", "num_rows"])
+@triton.jit(
+    do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs", "num_rows", "parallel_tiles"]
+)
 def _compute_slot_mappings_kernel(
     num_tokens,  # int: tokens in the batch, or a padded count (query_start_loc says the real)
     max_num_tokens,  # int: length of each output row
@@ -151,7 +153,7 @@ def _compute_slot_mappings_kernel(
     PAD_ID: tl.constexpr,
     TILE_BLOCK_SIZE: tl.constexpr,
     BLOCK_TABLE_WINDOW_SIZE: tl.constexpr,  # fits the smallest linear enabled kernel block
-    PARALLEL_TILES: tl.constexpr,  # programs per request along grid axis 2
+    parallel_tiles,  # int: programs per request along grid axis 2 (runtime: one compile)
     HAS_IDX_MAPPING: tl.constexpr,
     GATHER_AS_FLOAT: tl.constexpr = False,
     LANE_LOADS: tl.constexpr = False,  # GPU: one block-table load a lane, not the window
@@ -168,7 +170,7 @@ def _compute_slot_mappings_kernel(
             slot_mapping_ptr,
             _real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK_SIZE,
             max_num_tokens,
-            PARALLEL_TILES,
+            parallel_tiles,
             PAD_ID,
             TILE_BLOCK_SIZE,
         )
@@ -196,7 +198,7 @@ def _compute_slot_mappings_kernel(
             slot_mapping_ptr,
             start_idx + part * TILE_BLOCK_SIZE,
             end_idx,
-            PARALLEL_TILES,
+            parallel_tiles,
             PAD_ID,
             TILE_BLOCK_SIZE,
         )
@@ -204,7 +206,7 @@ def _compute_slot_mappings_kernel(
     block_table_row_ptr = block_table_ptr + row_idx * block_table_stride
 
     for tile_start in range(
-        start_idx + part * TILE_BLOCK_SIZE, end_idx, PARALLEL_TILES * TILE_BLOCK_SIZE
+        start_idx + part * TILE_BLOCK_SIZE, end_idx, parallel_tiles * TILE_BLOCK_SIZE
     ):
         offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
         mask = offsets < end_idx
@@ -517,6 +519,7 @@ def compute_slot_mappings(
         out,
         out.stride(0),
         **plan.constants,
+        **plan.runtime,
     )
     return out
 
@@ -567,11 +570,9 @@ def plan_slot_mappings(
     if validate:
         check_padded_count(query_start_loc, num_tokens)
     num_reqs = query_start_loc.numel() - 1
+    # The window's precondition is checked where the plan will gather from a window.
     tokens = use_token_grid(num_tokens, num_reqs, knobs.token_parallel, knobs.parallel_tiles)
-    lane_loads = use_lane_loads(knobs.lane_loads, knobs.gather_as_float)
-    tile, parallel = choose_tiling(num_tokens, num_reqs)
-    tile = tile if knobs.tile_size is None else knobs.tile_size
-    parallel = parallel if knobs.parallel_tiles is None else knobs.parallel_tiles
+    tile = knobs.tile_size or choose_tiling(num_tokens, num_reqs)[0]
     check_slot_mappings_inputs(
         layouts,
         query_start_loc,
@@ -582,12 +583,36 @@ def plan_slot_mappings(
         idx_mapping=idx_mapping,
         out=out,
         full=validate,
-        tile_size=None if tokens else tile,  # the token grid has no window to check
+        tile_size=None if tokens else tile,
     )
     check_launch_device(positions)
     for g, (table, layout) in enumerate(zip(tables, layouts, strict=True)):
         if layout.enabled:
             check_int32_extent(f"block_tables[{g}]", table)
+    capacity = enabled_rows(tables, layouts) if idx_mapping is None else idx_mapping.numel()
+    plan = fused_plan(
+        layouts, knobs, num_tokens, max_num_tokens, num_reqs, idx_mapping is not None, capacity
+    )
+    return plan, num_tokens, max_num_tokens
+
+
+def fused_plan(
+    layouts: tuple[SlotLayout, ...],
+    knobs: LaunchKnobs,
+    num_tokens: int,
+    max_num_tokens: int,
+    num_reqs: int,
+    has_idx_mapping: bool,
+    req_capacity: int,
+) -> Plan:
+    """The fused kernels' launch for a batch: arithmetic only, no tensor read (the launcher,
+    ``SlotMapper`` and warm-up). ``req_capacity``: idx_mapping's entries, else the smallest
+    enabled table's rows."""
+    tokens = use_token_grid(num_tokens, num_reqs, knobs.token_parallel, knobs.parallel_tiles)
+    lane_loads = use_lane_loads(knobs.lane_loads, knobs.gather_as_float)
+    tile, parallel = choose_tiling(num_tokens, num_reqs)
+    tile = tile if knobs.tile_size is None else knobs.tile_size
+    parallel = parallel if knobs.parallel_tiles is None else knobs.parallel_tiles
     # The batch's CP, from a sharded group (unsharded and disabled groups have none).
     cp = next((layout for layout in layouts if layout.cp_world_size > 1), layouts[0])
     constants = dict(
@@ -595,33 +620,31 @@ def plan_slot_mappings(
         TOTAL_CP_RANK=cp.cp_rank,
         CP_KV_CACHE_INTERLEAVE_SIZE=cp.cp_interleave,
         PAD_ID=cp.pad_id,
-        HAS_IDX_MAPPING=idx_mapping is not None,
+        HAS_IDX_MAPPING=has_idx_mapping,
     )
     if tokens:
         # The token grid, one row of programs a group: token tiles, then padding programs.
         kernel = _compute_slot_mappings_tokens_kernel
         tile, (programs,), options = token_launch_shape(
-            num_tokens, max_num_tokens, num_reqs, knobs.tile_size, knobs.num_warps
-        )
+            num_tokens, max_num_tokens, num_reqs, knobs.tile_size, knobs.num_warps,
+            req_capacity=req_capacity,
+        )  # fmt: skip
         del options["num_reqs"]  # a positional argument of this kernel
-        grid = (len(tables), programs)
+        grid = (len(layouts), programs)
+        runtime = {}
     else:
         # The request grid: program (g, q, p) maps tiles p, p + P, ... of request q in group
         # g; q == num_reqs pads the tail. The window fits the smallest kernel block of a
         # linear group that maps tokens.
         kernel = _compute_slot_mappings_kernel
-        grid = (len(tables), num_reqs + 1, parallel)
+        grid = (len(layouts), num_reqs + 1, parallel)
+        runtime = {"parallel_tiles": parallel}
         linear = [x.block_size for x in layouts if x.enabled and not x.circular]
         options = dict(
             BLOCK_TABLE_WINDOW_SIZE=window_size(tile, min(linear)) if linear else 2,
-            PARALLEL_TILES=parallel,
             GATHER_AS_FLOAT=knobs.window_gather_as_float,
             LANE_LOADS=lane_loads,
             **warps_option(tile, knobs.num_warps),
         )
-    check_grid(grid)
-    return (
-        Plan(kernel, grid, constants | options | {"TILE_BLOCK_SIZE": tile}),
-        num_tokens,
-        max_num_tokens,
-    )
+    constants = constants | options | {"TILE_BLOCK_SIZE": tile}
+    return Plan(kernel, check_grid(grid), constants, runtime)
