@@ -4,7 +4,7 @@ Every tensor is built on ``slotmap.DEVICE``, so the same suite runs under Triton
 interpreter and on a GPU. Test modules import the helpers with ``from conftest import ...``
 (``tests/`` has no ``__init__.py``, so pytest puts it on ``sys.path``).
 
-Two rules every comparison here follows (STYLE.md, "Tests"):
+Two rules every comparison here follows:
 
 * integer outputs compare exactly (``torch.equal``), never with a tolerance;
 * every output is pre-filled with ``POISON`` and sits inside a larger ``POISON`` buffer, so an
