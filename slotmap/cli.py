@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from slotmap.markers import COURSE_MARKER
+
 
 def _version(distribution: str) -> str | None:
     try:
@@ -263,9 +265,6 @@ def doctor(_: argparse.Namespace) -> int:
     return 0 if passed and widgets_ok else 1
 
 
-# The course is known by this file at its root, not by its folder names: a research folder
-# with a notebooks/ of its own must never have its outputs stripped.
-COURSE_MARKER = ".slotmap-course"
 CHECKOUT = Path(__file__).resolve().parents[1]  # where slotmap runs from (an editable install)
 
 

@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from slotmap.cli import COURSE_MARKER
+from slotmap.markers import COURSE_MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"
