@@ -232,8 +232,8 @@ def test_preflight_memory_for_the_room():
 def test_preflight_cpu_advice():
     from slotmap.workshop.preflight import cpu_line
 
-    assert cpu_line(16, 8).endswith(": OK")
-    assert "SLOW" in cpu_line(30, 2) and "about 4 learners" in cpu_line(30, 2)
+    assert cpu_line(16, 2).endswith(": OK")
+    assert "SLOW" in cpu_line(30, 2) and "about 16 learners" in cpu_line(30, 2)
 
 
 def test_preflight_fails_when_the_doctor_does(monkeypatch, capsys):

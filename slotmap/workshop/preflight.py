@@ -21,8 +21,8 @@ GB_PER_PROCESS = 0.4
 PROCESSES_FLOOR = 2  # the learner's server and one kernel
 PROCESSES_PEAK = 5  # ... and lesson 05's or 07's three ranks
 # The load measurement's extrapolation (benchmarks/results/workshop-load.md): widget redraws
-# under 1 s at p95 with about 2 learners a core when 1 in 4 is busy at any moment.
-LEARNERS_PER_CORE = 2
+# under 1 s at p95 with 2 busy learners a core, 8 learners a core when 1 in 4 is busy.
+LEARNERS_PER_CORE = 8
 
 
 def cpu_line(learners: int, cores: int) -> str:
