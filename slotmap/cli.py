@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slotmap.markers import COURSE_MARKER
+from slotmap.lab import COURSE_MARKER, course_root, is_course, lab_command
 
 
 def _version(distribution: str) -> str | None:
@@ -265,89 +265,6 @@ def doctor(_: argparse.Namespace) -> int:
     return 0 if passed and widgets_ok else 1
 
 
-CHECKOUT = Path(__file__).resolve().parents[1]  # where slotmap runs from (an editable install)
-
-
-def is_course(folder: Path) -> bool:
-    """Whether ``folder`` is the course's root: it holds the course's marker file."""
-    return (Path(folder) / COURSE_MARKER).is_file()
-
-
-def course_root() -> Path:
-    """The course's root: the current folder or the nearest folder above it that holds the
-    marker file, else the checkout slotmap runs from (check the answer with ``is_course``:
-    slotmap installed on its own has no course)."""
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if is_course(folder):
-            return folder
-    return CHECKOUT
-
-
-COURSE_FOLDERS = ("notebooks", "solutions", "exercises")
-
-
-def keep_course_notebooks_clean(model: dict, path: str, contents_manager, **kwargs) -> None:
-    """JupyterLab's pre-save hook for the course: a lesson, solution or exercise notebook is
-    saved without outputs and with the metadata it has on disk.
-
-    A learner running a lesson autosaves it. Without this, git would see every lesson as
-    modified (a ``git pull`` of a course update would then conflict), and reopening a lesson
-    would show its saved widgets as "model not found". The learner's own copies in
-    ``my_work/`` are saved as they are, and so is every notebook of a server whose root is
-    not the course (the hook only acts where the marker file says the course is).
-    """
-    if model.get("type") != "notebook" or not is_course(Path(contents_manager.root_dir)):
-        return
-    if path.strip("/").split("/")[0] not in COURSE_FOLDERS:
-        return
-    notebook = model["content"]
-    for cell in notebook.get("cells", []):
-        if cell.get("cell_type") == "code":
-            cell["outputs"] = []
-            cell["execution_count"] = None
-        cell.get("metadata", {}).pop("execution", None)
-    on_disk = Path(contents_manager.root_dir) / path.strip("/")
-    if on_disk.exists():
-        try:
-            import json
-
-            notebook["metadata"] = json.loads(on_disk.read_text(encoding="utf-8"))["metadata"]
-        except (ValueError, KeyError, OSError):
-            notebook.get("metadata", {}).pop("widgets", None)
-    else:
-        notebook.get("metadata", {}).pop("widgets", None)
-
-
-def lab_command(
-    port: int | None = None,
-    no_browser: bool = False,
-    token: str | None = None,
-    ip: str = "127.0.0.1",
-    extra: list[str] | None = None,
-) -> list[str]:
-    """The JupyterLab command line the course runs under (the browser tests use it too)."""
-    root = course_root()
-    command = [
-        sys.executable, "-m", "jupyterlab",
-        f"--ServerApp.root_dir={root}",
-        f"--ServerApp.ip={ip}",
-        "--LabApp.default_url=/lab/tree/notebooks",
-        "--ContentsManager.pre_save_hook=slotmap.cli.keep_course_notebooks_clean",
-        # Notebooks open with the kernel metadata JupyterLab would add: no "unsaved" marker.
-        "--ServerApp.contents_manager_class=slotmap.labserver.CourseContentsManager",
-    ]  # fmt: skip
-    if port is not None:
-        command += [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
-    if no_browser:
-        command.append("--no-browser")
-    if token is not None:
-        command.append(f"--IdentityProvider.token={token}")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--allow-root")
-    return command + list(extra or [])
-
-
 # Jupyter options that set the token: an empty one turns authentication off too.
 TOKEN_OPTIONS = ("--IdentityProvider.token=", "--ServerApp.token=", "--NotebookApp.token=")
 NO_AUTH_FLAG = "--unsafe-no-auth"
@@ -567,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         return bench.run(args)
     commands = {"doctor": doctor, "lab": lab, "exercises": exercises, "grade": grade}
     if args.command == "workshop":  # lazy: the hub's and tornado's imports
-        from slotmap.workshop import run
+        from slotmap.workshop.commands import run
 
         return run(args, unknown)
     if args.command == "ascend":  # lazy: slotmap.ascend imports the kernels

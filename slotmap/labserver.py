@@ -5,7 +5,7 @@ JupyterLab itself would write into it as soon as its kernel starts (the kernel's
 name, and the ``language_info`` the kernel reports, Python's version included). Without
 it, every lesson shows unsaved changes the moment it opens, and closing it asks whether to
 save. The files on disk are untouched: the course's notebooks ship with portable metadata,
-and the pre-save hook (``slotmap.cli.keep_course_notebooks_clean``) puts it back on a save.
+and the pre-save hook (``slotmap.lab.keep_course_notebooks_clean``) puts it back on a save.
 """
 
 from __future__ import annotations

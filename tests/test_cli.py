@@ -241,7 +241,7 @@ def test_doctor_canary_fails_on_a_wrong_kernel(monkeypatch):
 
 
 def test_lab_command_opens_the_course(tmp_path, monkeypatch):
-    from slotmap.cli import lab_command
+    from slotmap.lab import lab_command
 
     monkeypatch.chdir(tmp_path)  # not a course folder: falls back to the checkout
     command = lab_command(port=8123, no_browser=True, token="abc")
@@ -320,7 +320,7 @@ def test_lab_accepts_jupyter_options(capsys):
     assert main(["lab", "--dry-run", "--no-browser", "--LabApp.news_url=", "--", "--x=1"]) == 0
     command = capsys.readouterr().out.split()
     assert "--LabApp.news_url=" in command and "--x=1" in command and "--" not in command
-    assert "--ContentsManager.pre_save_hook=slotmap.cli.keep_course_notebooks_clean" in command
+    assert "--ContentsManager.pre_save_hook=slotmap.lab.keep_course_notebooks_clean" in command
 
 
 def test_the_lab_saves_course_notebooks_without_outputs(tmp_path, monkeypatch):
@@ -331,7 +331,7 @@ def test_the_lab_saves_course_notebooks_without_outputs(tmp_path, monkeypatch):
     import urllib.request
 
     pytest.importorskip("jupyterlab")
-    from slotmap.cli import lab_command
+    from slotmap.lab import lab_command
 
     course = tmp_path / "course"
     for folder in ("notebooks", "my_work"):
@@ -446,7 +446,7 @@ def unsaved_notebook() -> dict:
 
 
 def test_the_course_is_known_by_its_marker_file_not_by_a_notebooks_folder(tmp_path, monkeypatch):
-    from slotmap.cli import course_root
+    from slotmap.lab import course_root
 
     research = tmp_path / "research"
     (research / "notebooks").mkdir(parents=True)
@@ -465,7 +465,7 @@ def test_the_save_hook_keeps_outputs_when_the_server_root_is_not_the_course(tmp_
     import copy
     from types import SimpleNamespace
 
-    from slotmap.cli import keep_course_notebooks_clean
+    from slotmap.lab import keep_course_notebooks_clean
 
     research = tmp_path / "research"
     (research / folder).mkdir(parents=True)
@@ -483,7 +483,7 @@ def test_the_save_hook_keeps_outputs_when_the_server_root_is_not_the_course(tmp_
 
 
 def test_the_course_marker_is_in_the_checkout_and_tracked_by_git():
-    from slotmap.cli import COURSE_MARKER, is_course
+    from slotmap.lab import COURSE_MARKER, is_course
 
     assert is_course(ROOT)
     if not (ROOT / ".git").exists():
@@ -582,11 +582,11 @@ def test_lab_refuses_an_empty_token_unless_told_that_no_authentication_is_meant(
 
 
 def test_lab_outside_any_course_says_so(tmp_path, monkeypatch, capsys):
-    from slotmap import cli
+    from slotmap import cli, lab
 
     (tmp_path / "notebooks").mkdir()
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "CHECKOUT", tmp_path / "site-packages")  # installed on its own
+    monkeypatch.setattr(lab, "CHECKOUT", tmp_path / "site-packages")  # installed on its own
     assert cli.main(["lab", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("slotmap lab: no course here: ") and err.count("\n") == 1

@@ -317,6 +317,6 @@ def test_a_learners_server_is_jupyterhub_singleuser_with_the_labs_options(tmp_pa
     command = learner_server_command(course, ["--debug"])
     assert command[1:3] == ["-m", "jupyterhub.singleuser"] and command[-1] == "--debug"
     assert f"--ServerApp.root_dir={course.resolve()}" in command
-    assert "--ContentsManager.pre_save_hook=slotmap.cli.keep_course_notebooks_clean" in command
+    assert "--ContentsManager.pre_save_hook=slotmap.lab.keep_course_notebooks_clean" in command
     # The hub says where the server listens: not the lab's loopback default.
     assert not [option for option in command if option.startswith("--ServerApp.ip")]

@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from slotmap.markers import COURSE_MARKER
+from slotmap.lab import COURSE_MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"

@@ -8,7 +8,8 @@
   learner, then becomes ``jupyterhub-singleuser`` with the options ``slotmap lab`` uses, on
   the course copy, with ``$SLOTMAP_WORKSPACE`` pointing at their ``my_work/``.
 * ``slotmap.workshop.dashboard`` is the instructor's live view; ``slotmap.workshop.preflight``
-  the check an instructor runs before the room arrives.
+  the check an instructor runs before the room arrives; ``slotmap.workshop.commands`` the
+  ``slotmap workshop`` command, above them all.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 from slotmap.exercises.build import (
     COURSE_MARKER,
@@ -92,7 +92,7 @@ def sync_course(source: Path, target: Path) -> list[str]:
 
 def course_source() -> Path:
     """The course the hub hands out: ``$SLOTMAP_COURSE_SOURCE``, else this checkout."""
-    from slotmap.cli import CHECKOUT
+    from slotmap.lab import CHECKOUT
 
     return Path(os.environ.get(SOURCE_VARIABLE) or CHECKOUT).resolve()
 
@@ -104,7 +104,7 @@ def learner_course() -> Path:
 
 def learner_server_command(course: Path, extra: list[str]) -> list[str]:
     """``jupyterhub-singleuser`` on ``course`` with ``slotmap lab``'s server options."""
-    from slotmap.cli import lab_command
+    from slotmap.lab import lab_command
 
     cwd = Path.cwd()
     os.chdir(course)  # lab_command serves the course it is in
@@ -128,26 +128,3 @@ def learner_server(extra: list[str]) -> int:
     os.chdir(course)
     os.execv(command[0], command)
     return 0  # not reached
-
-
-def run(args: Any, extra: list[str]) -> int:
-    """``slotmap workshop ACTION``: the hub's two commands and the pre-flight check."""
-    if args.action == "learner-server":
-        return learner_server(extra)
-    if extra:
-        print(f"slotmap workshop: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
-        return 2
-    if args.action == "dashboard":
-        from slotmap.workshop.dashboard import serve
-
-        return serve()
-    if args.action == "confirm":
-        from slotmap.workshop.dashboard import confirm
-
-        if not args.room or not args.grades:
-            print("slotmap workshop confirm: give --room and --grades", file=sys.stderr)
-            return 2
-        return confirm(Path(args.room), Path(args.grades))
-    from slotmap.workshop.preflight import preflight
-
-    return preflight(args.learners)

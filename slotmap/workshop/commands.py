@@ -1,0 +1,33 @@
+"""``slotmap workshop ACTION``: the hub's two commands, the confirmation and the pre-flight
+check. Above the package and its modules, which it dispatches to."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from slotmap.workshop import learner_server
+
+
+def run(args: Any, extra: list[str]) -> int:
+    """Run one ``slotmap workshop`` action; returns the exit code."""
+    if args.action == "learner-server":
+        return learner_server(extra)
+    if extra:
+        print(f"slotmap workshop: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
+        return 2
+    if args.action == "dashboard":
+        from slotmap.workshop.dashboard import serve
+
+        return serve()
+    if args.action == "confirm":
+        from slotmap.workshop.dashboard import confirm
+
+        if not args.room or not args.grades:
+            print("slotmap workshop confirm: give --room and --grades", file=sys.stderr)
+            return 2
+        return confirm(Path(args.room), Path(args.grades))
+    from slotmap.workshop.preflight import preflight
+
+    return preflight(args.learners)
