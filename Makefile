@@ -50,6 +50,7 @@ lab: setup
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup browser ascend-ir hub
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	SLOTMAP_BACKEND="$${SLOTMAP_BACKEND:-cpu}" $(VENV_PY) -m pytest --ignore=tests/ascend \
 	  -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 	@# triton-ascend's compiler on every recorded NPU launch (tests/ascend says why apart)

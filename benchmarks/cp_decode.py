@@ -60,7 +60,7 @@ SHAPES = {
         block_size=16,
         interleave=1,
         dtype="bfloat16",
-    ),  # fmt: skip
+    ),
     # 4 requests of 32k context: where context parallelism is meant to help.
     "long4x32k": CPProblem(
         seq_lens=(32768,) * 4,
@@ -69,7 +69,7 @@ SHAPES = {
         block_size=16,
         interleave=1,
         dtype="bfloat16",
-    ),  # fmt: skip
+    ),
 }
 TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 5e-3}
 
@@ -131,7 +131,7 @@ def time_decode_rank(ctx: RankContext, problem: CPProblem, repeats: int, warmup:
             state.positions,
             out=state.slot_mapping,
             validate=False,
-        ),  # fmt: skip
+        ),
     }
     modes = ["eager", "graph"] if ctx.device.type == "cuda" else ["eager"]
     medians: dict[str, float] = {}
@@ -211,13 +211,17 @@ def markdown(result: dict) -> str:
     for r in result["runs"]:
         base = single.get(r["shape"])
         cells = [
-            r["shape"], str(r["world_size"]),
+            r["shape"],
+            str(r["world_size"]),
             "/".join(str(rank["local_tokens"]) for rank in r["ranks"]),
-            f"{r['eager_step_ms']:.3f}", f"{r['eager_local_ms']:.3f}",
-        ]  # fmt: skip
+            f"{r['eager_step_ms']:.3f}",
+            f"{r['eager_local_ms']:.3f}",
+        ]
         if graphs:
-            cells += [f"{r[name]:.3f}" for name in ("graph_step_ms", "graph_local_ms",
-                                                     "graph_slot_mapping_ms")]  # fmt: skip
+            cells += [
+                f"{r[name]:.3f}"
+                for name in ("graph_step_ms", "graph_local_ms", "graph_slot_mapping_ms")
+            ]
         cells += [
             f"{r['max_error']:.1e} {'ok' if r['ok'] else 'FAIL'}",
             f"{base / r[key]:.2f}x" if base and r["world_size"] > 1 else "-",

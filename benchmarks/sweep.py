@@ -42,8 +42,9 @@ def _empty_kernel():
 
 
 @triton.jit
-def _ladder_lanes_kernel(qsl_ptr, pos_ptr, table_ptr, out_ptr, n, STEPS: tl.constexpr,
-                         LANES: tl.constexpr):  # fmt: skip
+def _ladder_lanes_kernel(
+    qsl_ptr, pos_ptr, table_ptr, out_ptr, n, STEPS: tl.constexpr, LANES: tl.constexpr
+):
     # The same chain, LANES requests a program: fewer programs, the same dependent loads.
     lanes = tl.program_id(0) * LANES + tl.arange(0, LANES)
     mask = lanes < n
@@ -116,10 +117,19 @@ def sweep_single(case, launcher_name, configs, results):
         def run(tile=tile, warps=warps, parallel=parallel):
             extra = {} if launcher_name == "window" else {"token_parallel": False}
             return launcher(
-                case.query_start_loc, case.positions, case.block_tables[0], case.block_size,
-                num_tokens=case.shape.num_tokens, max_num_tokens=m, out=out, validate=False,
-                tile_size=tile, num_warps=warps, parallel_tiles=parallel, **extra,
-            )  # fmt: skip
+                case.query_start_loc,
+                case.positions,
+                case.block_tables[0],
+                case.block_size,
+                num_tokens=case.shape.num_tokens,
+                max_num_tokens=m,
+                out=out,
+                validate=False,
+                tile_size=tile,
+                num_warps=warps,
+                parallel_tiles=parallel,
+                **extra,
+            )
 
         us = checked_graph_time(run, out, want, label)
         gbps = case.bytes_moved(1) / us / 1e3
@@ -139,11 +149,18 @@ def sweep_fused(case, configs, results):
 
             def run(tile=tile, warps=warps, parallel=parallel, groups=groups, out=out):
                 return slotmap.compute_slot_mappings(
-                    case.query_start_loc, case.positions, case.block_tables[:groups],
-                    [case.block_size] * groups, num_tokens=case.shape.num_tokens,
-                    max_num_tokens=m, out=out, validate=False, tile_size=tile,
-                    num_warps=warps, parallel_tiles=parallel,
-                )  # fmt: skip
+                    case.query_start_loc,
+                    case.positions,
+                    case.block_tables[:groups],
+                    [case.block_size] * groups,
+                    num_tokens=case.shape.num_tokens,
+                    max_num_tokens=m,
+                    out=out,
+                    validate=False,
+                    tile_size=tile,
+                    num_warps=warps,
+                    parallel_tiles=parallel,
+                )
 
             us = checked_graph_time(run, out, want, label)
             print(f"{label:<48} {us:9.3f} us", flush=True)
@@ -168,15 +185,31 @@ def sweep_tokens(case, configs, results, groups_list=(0, 1, 4)):
             def run(tile=tile, warps=warps, groups=groups, out=out):
                 if groups == 0:
                     return slotmap.compute_slot_mapping_direct(
-                        case.query_start_loc, case.positions, case.block_tables[0],
-                        case.block_size, num_tokens=n, max_num_tokens=m, out=out[0],
-                        validate=False, tile_size=tile, num_warps=warps, token_parallel=True,
-                    )  # fmt: skip
+                        case.query_start_loc,
+                        case.positions,
+                        case.block_tables[0],
+                        case.block_size,
+                        num_tokens=n,
+                        max_num_tokens=m,
+                        out=out[0],
+                        validate=False,
+                        tile_size=tile,
+                        num_warps=warps,
+                        token_parallel=True,
+                    )
                 return slotmap.compute_slot_mappings(
-                    case.query_start_loc, case.positions, case.block_tables[:groups],
-                    [case.block_size] * groups, num_tokens=n, max_num_tokens=m, out=out,
-                    validate=False, tile_size=tile, num_warps=warps, token_parallel=True,
-                )  # fmt: skip
+                    case.query_start_loc,
+                    case.positions,
+                    case.block_tables[:groups],
+                    [case.block_size] * groups,
+                    num_tokens=n,
+                    max_num_tokens=m,
+                    out=out,
+                    validate=False,
+                    tile_size=tile,
+                    num_warps=warps,
+                    token_parallel=True,
+                )
 
             us = checked_graph_time(run, out, want, label)
             gbps = case.bytes_moved(g) / us / 1e3
@@ -227,9 +260,15 @@ def main() -> None:
         sweep_tokens(warm, [(64, 1)], [], (0,))
         # The token grid over tile x warps on every shape, the request grid beside it.
         small = [(32, 1), (64, 1), (64, 2), (128, 1), (128, 2), (128, 4), (256, 4), (512, 4)]
-        for shape, block in (("decode256", 128), ("decode1024", 128), ("mixed", 128),
-                             ("mixed", 16), ("prefill8192", 128), ("decode256", 16),
-                             ("decode1024", 16)):  # fmt: skip
+        for shape, block in (
+            ("decode256", 128),
+            ("decode1024", 128),
+            ("mixed", 128),
+            ("mixed", 16),
+            ("prefill8192", 128),
+            ("decode256", 16),
+            ("decode1024", 16),
+        ):
             case = build_case(SHAPES[shape], block, "cuda")
             sweep_tokens(case, small, results)
             sweep_single(case, "direct", [(None, None, None)], results)
@@ -246,26 +285,56 @@ def main() -> None:
         # The launchers' own choices next to a few alternatives, on the latency-bound shapes.
         for shape in ("decode256", "decode1024", "mixed", "prefill8192"):
             case = build_case(SHAPES[shape], 128, "cuda")
-            configs = [(None, None, None), (None, 4, None), (1024, 4, 2), (1024, 8, 2),
-                       (64, 2, None), (32, 1, None), (512, 4, None)]  # fmt: skip
+            configs = [
+                (None, None, None),
+                (None, 4, None),
+                (1024, 4, 2),
+                (1024, 8, 2),
+                (64, 2, None),
+                (32, 1, None),
+                (512, 4, None),
+            ]
             for name in ("direct", "window"):
                 sweep_single(case, name, configs, results)
             sweep_fused(case, [(None, None, None), (None, 4, None), (1024, 4, None)], results)
     if "big" in args.parts:
-        big = [(1024, 4, 1), (1024, 4, None), (1024, 8, None), (2048, 8, None),
-               (4096, 8, None), (4096, 16, None), (512, 2, None), (512, 4, None)]  # fmt: skip
+        big = [
+            (1024, 4, 1),
+            (1024, 4, None),
+            (1024, 8, None),
+            (2048, 8, None),
+            (4096, 8, None),
+            (4096, 16, None),
+            (512, 2, None),
+            (512, 4, None),
+        ]
         for block in (128, 16):
             case = build_case(SHAPES["huge"], block, "cuda")
             for name in ("direct", "window"):
                 sweep_single(case, name, big, results)
         case = build_case(SHAPES["prefill8192"], 128, "cuda")
-        prefill = [(1024, 4, 1), (1024, 4, None), (512, 2, None), (256, 1, None),
-                   (512, 4, None), (2048, 8, None), (128, 1, None), (256, 2, None)]  # fmt: skip
+        prefill = [
+            (1024, 4, 1),
+            (1024, 4, None),
+            (512, 2, None),
+            (256, 1, None),
+            (512, 4, None),
+            (2048, 8, None),
+            (128, 1, None),
+            (256, 2, None),
+        ]
         for name in ("direct", "window"):
             sweep_single(case, name, prefill, results)
     if "small" in args.parts:
-        small = [(1024, 4, 1), (1024, 1, 1), (256, 1, 1), (128, 1, 1), (64, 1, 1),
-                 (32, 1, 1), (16, 1, 1)]  # fmt: skip
+        small = [
+            (1024, 4, 1),
+            (1024, 1, 1),
+            (256, 1, 1),
+            (128, 1, 1),
+            (64, 1, 1),
+            (32, 1, 1),
+            (16, 1, 1),
+        ]
         for shape in ("decode256", "decode1024", "mixed"):
             case = build_case(SHAPES[shape], 128, "cuda")
             extra = (

@@ -242,10 +242,19 @@ def reshape_and_cache(
     num_blocks, block_size, num_heads, head_dim = key_cache.shape
     row = num_heads * head_dim
     _reshape_and_cache_kernel[(num_tokens,)](
-        key, value, key_cache, value_cache, slot_mapping,
-        block_size, num_blocks * block_size, key_cache.stride(0), key_cache.stride(1),
-        ROW=row, ROW_TILE=triton.next_power_of_2(row), PAD_ID=pad_id,
-    )  # fmt: skip
+        key,
+        value,
+        key_cache,
+        value_cache,
+        slot_mapping,
+        block_size,
+        num_blocks * block_size,
+        key_cache.stride(0),
+        key_cache.stride(1),
+        ROW=row,
+        ROW_TILE=triton.next_power_of_2(row),
+        PAD_ID=pad_id,
+    )
 
 
 def reshape_and_cache_torch(
@@ -388,12 +397,23 @@ def paged_decode_attention(
         return out, lse
     _paged_decode_attention_kernel[(num_reqs, num_heads)](
         # The row length is a contiguous table's row stride, and 0 for rows of no entries.
-        out, lse, query, key_cache, value_cache, block_table, block_table.shape[1], seq_lens,
-        _default_scale(head_dim, scale), block_size, key_cache.shape[0], key_cache.stride(0),
+        out,
+        lse,
+        query,
+        key_cache,
+        value_cache,
+        block_table,
+        block_table.shape[1],
+        seq_lens,
+        _default_scale(head_dim, scale),
+        block_size,
+        key_cache.shape[0],
+        key_cache.stride(0),
         key_cache.stride(1),
-        HEAD_DIM=head_dim, HEAD_DIM_TILE=triton.next_power_of_2(head_dim),
+        HEAD_DIM=head_dim,
+        HEAD_DIM_TILE=triton.next_power_of_2(head_dim),
         BLOCK_SIZE_TILE=triton.next_power_of_2(block_size),
-    )  # fmt: skip
+    )
     return out, lse
 
 
@@ -543,9 +563,15 @@ def merge_attention_states(
     if num_reqs * num_heads == 0:
         return out, lse
     _merge_attention_states_kernel[(num_reqs * num_heads,)](
-        out, lse, outs, lses, num_states, num_reqs * num_heads,
-        HEAD_DIM=head_dim, HEAD_DIM_TILE=triton.next_power_of_2(head_dim),
-    )  # fmt: skip
+        out,
+        lse,
+        outs,
+        lses,
+        num_states,
+        num_reqs * num_heads,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_TILE=triton.next_power_of_2(head_dim),
+    )
     return out, lse
 
 

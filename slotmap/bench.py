@@ -66,9 +66,11 @@ VARIANTS = [
 # fused-3-cp2: a hybrid model's three kinds of group under context parallelism 2 (rank 0):
 # full attention sharded across the ranks, a sliding window unsharded, a state group disabled.
 GROUP_KINDS = dict(
-    cp_world_size=2, cp_rank=0, dcp_sharded=[True, False, False],
+    cp_world_size=2,
+    cp_rank=0,
+    dcp_sharded=[True, False, False],
     slot_mapping_enabled=[True, True, False],
-)  # fmt: skip
+)
 MODES = ["eager", "graph"]
 
 
@@ -435,9 +437,14 @@ def raw_window_launch(case: Case, out: Tensor) -> Callable[[], object]:
     tile, parallel, options = launch_shape(num_tokens, case.num_reqs, None, None, None)
     grid = (case.num_reqs + 1, parallel)
     args = slot_mapping_args(
-        num_tokens, m, case.query_start_loc, case.positions, case.block_tables[0],
-        case.block_size, out,
-    )  # fmt: skip
+        num_tokens,
+        m,
+        case.query_start_loc,
+        case.positions,
+        case.block_tables[0],
+        case.block_size,
+        out,
+    )
     constants = dict(
         **window_kernel_constants(SlotLayout.of(case.block_size), tile, parallel),
         window_trace_ptr=None,
@@ -606,11 +613,17 @@ def measure_serving(device: str, quick: bool, log) -> dict:
             "raw": lambda: raw_launch(plan, args),
             "mapper": lambda: mapper(qsl, pos, n),
             "launcher": lambda: slotmap.compute_slot_mapping(
-                qsl, pos, table, block_size, num_tokens=n, max_num_tokens=tokens, out=out,
+                qsl,
+                pos,
+                table,
+                block_size,
+                num_tokens=n,
+                max_num_tokens=tokens,
+                out=out,
                 validate=False,
             ),
             "empty": lambda: _empty_kernel[plan.grid](**warps),
-        }  # fmt: skip
+        }
 
     exact = True
     for i, (_, qsl, pos) in enumerate(inputs):
@@ -649,12 +662,16 @@ def measure_serving(device: str, quick: bool, log) -> dict:
         variants_warmed=warm,
         exact=exact,
         host_us_per_step={name: round(statistics.mean(host[name]), 3) for name in SERVING_RUNS},
-        mapper_over_raw={q: round(quantile(ratios, v), 3) for q, v in
-                         (("median", 0.5), ("p95", 0.95), ("max", 1.0))},
-        launcher_over_raw={q: round(quantile(launcher, v), 3) for q, v in
-                           (("median", 0.5), ("p95", 0.95), ("max", 1.0))},
+        mapper_over_raw={
+            q: round(quantile(ratios, v), 3)
+            for q, v in (("median", 0.5), ("p95", 0.95), ("max", 1.0))
+        },
+        launcher_over_raw={
+            q: round(quantile(launcher, v), 3)
+            for q, v in (("median", 0.5), ("p95", 0.95), ("max", 1.0))
+        },
         device_us_per_step=None,
-    )  # fmt: skip
+    )
     capture = graph_capture(slotmap.BACKEND.name)
     if capture is not None:
         sample = range(0, len(steps), max(len(steps) // 16, 1))
@@ -696,8 +713,10 @@ def hardware() -> dict:
         try:
             done = subprocess.run(
                 ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=30,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             info["driver"] = done.stdout.strip().splitlines()[0] if done.stdout else None
         except (OSError, subprocess.SubprocessError):
             pass
@@ -964,9 +983,12 @@ def plot(result: dict, path: Path) -> bool:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     shapes = list(SHAPES) + list(TINY_SHAPES)
     parser.add_argument(
-        "--shapes", nargs="+", choices=shapes, default=None,
+        "--shapes",
+        nargs="+",
+        choices=shapes,
+        default=None,
         help="default: the reference shapes on an accelerator, tiny ones on the CPU interpreter",
-    )  # fmt: skip
+    )
     parser.add_argument("--block-sizes", nargs="+", type=int, default=list(DEFAULT_BLOCK_SIZES))
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))

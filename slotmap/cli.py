@@ -206,17 +206,47 @@ def canary() -> list[tuple[str, bool, float, str]]:
     cp = dict(kv_cache_block_size=32, cp_world_size=2, cp_rank=1, cp_interleave=8)
     # (name, launcher, its reference, arguments, options for both, launcher-only options)
     cases = [
-        ("window kernel", slotmap.compute_slot_mapping, slotmap.slot_mapping_oracle,
-         single, {}, {"tile_size": 64}),
-        ("window kernel, float32-halves gather", slotmap.compute_slot_mapping,
-         slotmap.slot_mapping_oracle, single, {}, {"tile_size": 64, "gather_as_float": True}),
-        ("direct kernel", slotmap.compute_slot_mapping_direct, slotmap.slot_mapping_oracle,
-         single, {}, {}),
-        ("window kernel, context parallel", slotmap.compute_slot_mapping,
-         slotmap.slot_mapping_oracle, single, cp, {}),
-        ("fused two-group kernel", slotmap.compute_slot_mappings, slotmap.slot_mappings_oracle,
-         groups, {"circular": [False, True]}, {}),
-    ]  # fmt: skip
+        (
+            "window kernel",
+            slotmap.compute_slot_mapping,
+            slotmap.slot_mapping_oracle,
+            single,
+            {},
+            {"tile_size": 64},
+        ),
+        (
+            "window kernel, float32-halves gather",
+            slotmap.compute_slot_mapping,
+            slotmap.slot_mapping_oracle,
+            single,
+            {},
+            {"tile_size": 64, "gather_as_float": True},
+        ),
+        (
+            "direct kernel",
+            slotmap.compute_slot_mapping_direct,
+            slotmap.slot_mapping_oracle,
+            single,
+            {},
+            {},
+        ),
+        (
+            "window kernel, context parallel",
+            slotmap.compute_slot_mapping,
+            slotmap.slot_mapping_oracle,
+            single,
+            cp,
+            {},
+        ),
+        (
+            "fused two-group kernel",
+            slotmap.compute_slot_mappings,
+            slotmap.slot_mappings_oracle,
+            groups,
+            {"circular": [False, True]},
+            {},
+        ),
+    ]
     max_num_tokens = starts[-1] + 11
     checks = []
     for name, launcher, reference, args, options, launcher_only in cases:
@@ -381,9 +411,13 @@ def grade(args: argparse.Namespace) -> int:
         if bar:
             width = 30
             filled = width * done // total
-            print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
-                  f"{time.monotonic() - started:.0f} s", end="" if done < total else "\n",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+                f"{time.monotonic() - started:.0f} s",
+                end="" if done < total else "\n",
+                file=sys.stderr,
+                flush=True,
+            )
         else:
             print(f"[{done}/{total}] {one.notebook}: {verdict}", file=sys.stderr, flush=True)
 

@@ -134,8 +134,9 @@ def local_length(
     round_size = world_size * interleave
 
     def count(m: int) -> int:
-        return (m // round_size) * interleave + min(max(m % round_size - rank * interleave, 0),
-                                                    interleave)  # fmt: skip
+        return (m // round_size) * interleave + min(
+            max(m % round_size - rank * interleave, 0), interleave
+        )
 
     whole, rest = divmod(seq_len, virtual_block_size)
     return whole * count(virtual_block_size) + count(rest)
@@ -153,8 +154,12 @@ def five_steps(
     position = as_int("position", position)
     if position < 0:
         raise ValueError(f"position must be >= 0, got {position}")
-    for name, value in (("block_size", block_size), ("kv_cache_block_size", kv_cache_block_size),
-                        ("world_size", world_size), ("interleave", interleave)):  # fmt: skip
+    for name, value in (
+        ("block_size", block_size),
+        ("kv_cache_block_size", kv_cache_block_size),
+        ("world_size", world_size),
+        ("interleave", interleave),
+    ):
         check_at_least_one(name, value)
     return cp_steps(position, block_size, kv_cache_block_size, world_size, interleave)
 
@@ -200,8 +205,11 @@ class CPBatch:
 
     @property
     def positions(self) -> list[int]:
-        return [p for first, n in zip(self.first_positions, self.lengths, strict=True)
-                for p in range(first, first + n)]  # fmt: skip
+        return [
+            p
+            for first, n in zip(self.first_positions, self.lengths, strict=True)
+            for p in range(first, first + n)
+        ]
 
     def local_blocks(self, rank: int) -> list[int]:
         """Physical (kv-cache) blocks rank ``rank`` needs for each request: enough for the
@@ -209,8 +217,11 @@ class CPBatch:
         needed = []
         for first, n in zip(self.first_positions, self.lengths, strict=True):
             config = (self.world_size, self.interleave, self.kv_cache_block_size)
-            mine = [local_position(p, *config) for p in range(first, first + n)
-                    if owner_of(p, *config) == rank]  # fmt: skip
+            mine = [
+                local_position(p, *config)
+                for p in range(first, first + n)
+                if owner_of(p, *config) == rank
+            ]
             needed.append(cdiv(max(mine) + 1, self.kv_cache_block_size) if mine else 0)
         return needed
 
@@ -257,10 +268,15 @@ def expected_slots(batch: CPBatch, rank: int, pad_id: int = PAD_SLOT_ID) -> list
     for q in range(len(batch.lengths)):
         for token in range(starts[q], starts[q + 1]):
             slots[token] = token_slot(
-                positions[token], table[q], batch.block_size,
-                kv_cache_block_size=batch.kv_cache_block_size, cp_world_size=batch.world_size,
-                cp_rank=rank, cp_interleave=batch.interleave, pad_id=pad_id,
-            )  # fmt: skip
+                positions[token],
+                table[q],
+                batch.block_size,
+                kv_cache_block_size=batch.kv_cache_block_size,
+                cp_world_size=batch.world_size,
+                cp_rank=rank,
+                cp_interleave=batch.interleave,
+                pad_id=pad_id,
+            )
     return slots
 
 
@@ -428,8 +444,9 @@ def cp_slot_mapping_rank(ctx: RankContext, batch: CPBatch) -> RankEvidence:
     config = (batch.world_size, rank, batch.interleave, batch.kv_cache_block_size)
     for q, first in enumerate(batch.first_positions):
         mine = [local[t] for t in range(starts[q], starts[q + 1]) if local[t] >= 0]
-        want = list(range(local_length(first, *config),
-                          local_length(first + batch.lengths[q], *config)))  # fmt: skip
+        want = list(
+            range(local_length(first, *config), local_length(first + batch.lengths[q], *config))
+        )
         if mine != want:
             packed = False
             notes.append(f"request {q} on rank {rank}: local positions {mine}, expected {want}")

@@ -121,9 +121,11 @@ def build_problem(problem: CPProblem, device: torch.device | str) -> DenseProble
     value = torch.randn(shape, generator=generator)
     seq_lens = torch.tensor(problem.seq_lens, dtype=torch.int32)
     return DenseProblem(
-        query.to(device, dtype), key.to(device, dtype), value.to(device, dtype),
+        query.to(device, dtype),
+        key.to(device, dtype),
+        value.to(device, dtype),
         seq_lens.to(device),
-    )  # fmt: skip
+    )
 
 
 def build_rank_state(
@@ -200,11 +202,18 @@ def slot_mapping_of(
     """This rank's slot of every token: the production kernel with this rank's CP arguments."""
     problem = state.problem
     return compute_slot_mapping(
-        query_start_loc, positions, state.block_table, problem.block_size,
-        num_tokens=positions.numel(), kv_cache_block_size=problem.block_size,
-        cp_world_size=state.world_size, cp_rank=state.rank, cp_interleave=problem.interleave,
-        out=out, validate=validate,
-    )  # fmt: skip
+        query_start_loc,
+        positions,
+        state.block_table,
+        problem.block_size,
+        num_tokens=positions.numel(),
+        kv_cache_block_size=problem.block_size,
+        cp_world_size=state.world_size,
+        cp_rank=state.rank,
+        cp_interleave=problem.interleave,
+        out=out,
+        validate=validate,
+    )
 
 
 def batch_of(
@@ -249,13 +258,21 @@ def local_decode_step(state: RankState, *, validate: bool = True) -> tuple[Tenso
         state, state.query_start_loc, state.positions, out=state.slot_mapping, validate=validate
     )
     reshape_and_cache(
-        state.new_key, state.new_value, state.key_cache, state.value_cache, state.slot_mapping,
+        state.new_key,
+        state.new_value,
+        state.key_cache,
+        state.value_cache,
+        state.slot_mapping,
         validate=validate,
-    )  # fmt: skip
+    )
     return paged_decode_attention(
-        state.dense.query, state.key_cache, state.value_cache, state.block_table,
-        state.local_lens, validate=validate,
-    )  # fmt: skip
+        state.dense.query,
+        state.key_cache,
+        state.value_cache,
+        state.block_table,
+        state.local_lens,
+        validate=validate,
+    )
 
 
 def all_gather_states(out: Tensor, lse: Tensor, world_size: int) -> tuple[Tensor, Tensor]:
@@ -322,8 +339,9 @@ def check_rank(
     """Max errors of this rank's results: merged vs dense attention over the whole sequence,
     and its own partial vs dense attention over the positions it owns (float, NaN if any)."""
     dense = state.dense
-    expected_out, expected_lse = dense_attention(dense.query, dense.key, dense.value,
-                                                 dense.seq_lens)  # fmt: skip
+    expected_out, expected_lse = dense_attention(
+        dense.query, dense.key, dense.value, dense.seq_lens
+    )
     local_out, local_lse = local_dense_attention(state)
     return {
         "merged_out": _max_error(merged[0], expected_out),

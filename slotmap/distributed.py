@@ -163,9 +163,17 @@ def _rank_main(
 # than the grace, so that a rank that left quietly (often the cause) is still named.
 QUIET_GRACE_S = 2.0
 SETTLE_S = QUIET_GRACE_S + 1.0
-KNOCK_ON = ("Connection closed", "Connection reset", "Read error", "DistBackendError",
-            "NCCL communicator", "Broken pipe", "connection",
-            "Timed out", "timed out")  # fmt: skip
+KNOCK_ON = (
+    "Connection closed",
+    "Connection reset",
+    "Read error",
+    "DistBackendError",
+    "NCCL communicator",
+    "Broken pipe",
+    "connection",
+    "Timed out",
+    "timed out",
+)
 
 
 def _stuck_message(rank: int) -> str:

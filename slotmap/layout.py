@@ -364,9 +364,14 @@ def _group_layouts(num_groups: int, lists: tuple, batch: tuple) -> tuple[SlotLay
         None if x is None else [v for _, v in x] for x in lists
     )
     return group_layouts(
-        num_groups, sizes, circular, kernel_block_sizes=kernel, slot_mapping_enabled=enabled,
-        dcp_sharded=sharded, **{name: v for name, _, v in batch},
-    )  # fmt: skip
+        num_groups,
+        sizes,
+        circular,
+        kernel_block_sizes=kernel,
+        slot_mapping_enabled=enabled,
+        dcp_sharded=sharded,
+        **{name: v for name, _, v in batch},
+    )
 
 
 def request_of_tokens(query_start_loc: Tensor, num_tokens: int) -> Tensor:

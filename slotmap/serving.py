@@ -188,9 +188,14 @@ class GroupsMapper(_Mapper):
     def plan(self, num_tokens: int, num_reqs: int) -> Plan:
         """The launch of one step: arithmetic on two host integers."""
         return fused_groups.fused_plan(
-            self.layouts, self.knobs, num_tokens, self.max_num_tokens, num_reqs,
-            self.idx_mapping, self.max_num_reqs,
-        )  # fmt: skip
+            self.layouts,
+            self.knobs,
+            num_tokens,
+            self.max_num_tokens,
+            num_reqs,
+            self.idx_mapping,
+            self.max_num_reqs,
+        )
 
     def warm_call(self, n: int, r: int) -> tuple[tuple, dict]:
         args, kwargs = super().warm_call(n, r)

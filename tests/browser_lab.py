@@ -132,12 +132,18 @@ class LabServer:
         script = Path(sys.executable).with_name("slotmap")
         launcher = [str(script)] if script.exists() else [sys.executable, "-m", "slotmap"]
         return launcher + [
-            "lab", "--no-browser", "--ip", "127.0.0.1", "--port", str(self.port),
-            "--token", self.token,
+            "lab",
+            "--no-browser",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--token",
+            self.token,
             "--LabApp.expose_app_in_browser=True",
             "--LabApp.news_url=None",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ]  # fmt: skip
+        ]
 
     def start(self, timeout: float = 90) -> None:
         env = self._prepare()

@@ -291,9 +291,13 @@ class Case:
     ) -> Tensor:
         """``fn`` on this case with a poisoned, guarded ``out``."""
         return call_guarded(
-            fn, *self.args(), out_shape=self.max_num_tokens, out_dtype=out_dtype,
-            **self.options, **extra,
-        )  # fmt: skip
+            fn,
+            *self.args(),
+            out_shape=self.max_num_tokens,
+            out_dtype=out_dtype,
+            **self.options,
+            **extra,
+        )
 
     def expected(self, out_dtype: torch.dtype = torch.int32) -> Tensor:
         return self.run(slotmap.slot_mapping_oracle, out_dtype)
@@ -460,9 +464,13 @@ def make_case(
         max(flat, default=0), block_size, blocks_per_kv_block, cp_world_size, circular
     )
     table = make_block_table(
-        rng, len(lengths) + extra_rows, row_blocks + extra_row_blocks, block_size,
-        blocks_per_kv_block, large_blocks,
-    )  # fmt: skip
+        rng,
+        len(lengths) + extra_rows,
+        row_blocks + extra_row_blocks,
+        block_size,
+        blocks_per_kv_block,
+        large_blocks,
+    )
     num_tokens = len(flat)
     options: dict[str, Any] = {}
     if extra_tokens:
@@ -529,7 +537,7 @@ def make_multi_case(
                 row_blocks + rng.randint(0, 2),
                 block_sizes[g],
                 large=large_blocks,
-            )  # fmt: skip
+            )
         )
     options: dict[str, Any] = {}
     if any(circular):

@@ -131,8 +131,12 @@ PUBLIC_SIGNATURES = {
 
 
 def test_the_configuration_keyword_list_is_written_once() -> None:
-    library = ["layout.py", "validate.py", "reference.py", *(f"kernels/{p.name}" for p in
-               (PACKAGE / "kernels").glob("*.py"))]  # fmt: skip
+    library = [
+        "layout.py",
+        "validate.py",
+        "reference.py",
+        *(f"kernels/{p.name}" for p in (PACKAGE / "kernels").glob("*.py")),
+    ]
     respelled = []
     for name in library:
         for node in ast.walk(ast.parse((PACKAGE / name).read_text())):
@@ -147,8 +151,10 @@ def test_the_taught_helpers_file_holds_only_kernel_helpers() -> None:
     tree = ast.parse(Path(common.__file__).read_text())
     functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     assert functions == ["_block_and_offset", "_gather_from_window", "_fill_pad"]
-    assert all(isinstance(getattr(common, f), triton.JITFunction) or callable(getattr(common, f))
-               for f in functions)  # fmt: skip
+    assert all(
+        isinstance(getattr(common, f), triton.JITFunction) or callable(getattr(common, f))
+        for f in functions
+    )
 
 
 def _batch():
@@ -169,16 +175,30 @@ def test_every_launcher_reuses_its_plan_with_validation_off(launcher, monkeypatc
 
         def call():
             return slotmap.compute_slot_mappings(
-                qsl, positions, tables, [4, 4], num_tokens=5, max_num_tokens=8, out=out,
+                qsl,
+                positions,
+                tables,
+                [4, 4],
+                num_tokens=5,
+                max_num_tokens=8,
+                out=out,
                 validate=False,
-            )  # fmt: skip
+            )
     else:
         module = slot_mapping if launcher == "window" else direct
         run = getattr(module, LAUNCHERS[["window", "direct"].index(launcher)][1])
 
         def call():
-            return run(qsl, positions, tables[0], 4, num_tokens=5, max_num_tokens=8, out=out[0],
-                       validate=False)  # fmt: skip
+            return run(
+                qsl,
+                positions,
+                tables[0],
+                4,
+                num_tokens=5,
+                max_num_tokens=8,
+                out=out[0],
+                validate=False,
+            )
 
     call()
     want = slotmap.slot_mapping_oracle(qsl, positions, tables[0], 4, max_num_tokens=8)

@@ -143,10 +143,14 @@ def paged_problem(seq_lens, block_size, heads, dim, seed=0, extra_blocks=2, dtyp
     lens = torch.tensor(seq_lens, dtype=torch.int32)
     to = {"device": DEVICE}
     return (
-        query.to(dtype=dtype, **to), key.to(dtype=dtype, **to), value.to(dtype=dtype, **to),
-        key_cache.to(dtype=dtype, **to), value_cache.to(dtype=dtype, **to),
-        torch.tensor(table, dtype=torch.int32, **to).view(num_reqs, width), lens.to(**to),
-    )  # fmt: skip
+        query.to(dtype=dtype, **to),
+        key.to(dtype=dtype, **to),
+        value.to(dtype=dtype, **to),
+        key_cache.to(dtype=dtype, **to),
+        value_cache.to(dtype=dtype, **to),
+        torch.tensor(table, dtype=torch.int32, **to).view(num_reqs, width),
+        lens.to(**to),
+    )
 
 
 @settings(max_examples=15)
@@ -242,11 +246,13 @@ def test_merging_two_halves_gives_the_whole():
     [(13, 2, 1, 4), (9, 3, 2, 4), (1, 4, 1, 2), (40, 4, 8, 8), (7, 1, 1, 3)],
 )
 def test_local_lengths_partition_the_sequence(seq_len, world_size, interleave, block_size):
-    owned = [owned_positions(seq_len, world_size, r, interleave, block_size)
-             for r in range(world_size)]  # fmt: skip
+    owned = [
+        owned_positions(seq_len, world_size, r, interleave, block_size) for r in range(world_size)
+    ]
     assert sorted(p for o in owned for p in o) == list(range(seq_len))
-    lengths = [local_length(seq_len, world_size, r, interleave, block_size)
-               for r in range(world_size)]  # fmt: skip
+    lengths = [
+        local_length(seq_len, world_size, r, interleave, block_size) for r in range(world_size)
+    ]
     assert lengths == [len(o) for o in owned]
 
 
@@ -257,7 +263,7 @@ def test_local_lengths_partition_the_sequence(seq_len, world_size, interleave, b
         pytest.param(CPProblem(seq_lens=(1, 2, 9), interleave=2), id="short-requests"),
         pytest.param(
             CPProblem(seq_lens=(17,), block_size=8, interleave=4, head_dim=32), id="interleave-4"
-        ),  # fmt: skip
+        ),
     ],
 )
 @pytest.mark.parametrize("world_size", [1, 2, 4])
@@ -293,8 +299,9 @@ def test_context_parallel_on_real_ranks_matches_dense_attention():
     assert ((slots != -1).sum(0) == 1).all()
     assert torch.tensor([r["local_lens"] for r in results]).sum(0).tolist() == [1, 6, 21]
     state = build_rank_state(problem, 1, 0, DEVICE)
-    expected = dense_attention(state.dense.query, state.dense.key, state.dense.value,
-                               state.dense.seq_lens)  # fmt: skip
+    expected = dense_attention(
+        state.dense.query, state.dense.key, state.dense.value, state.dense.seq_lens
+    )
     torch.testing.assert_close(results[0]["out"], expected[0].cpu(), atol=ATOL, rtol=1e-5)
     # The last rank owns no position of request 0 (length 1): an empty partial, without NaN.
     assert results[-1]["local_lse"][0].tolist() == [-math.inf, -math.inf]
@@ -312,34 +319,70 @@ def _cache_args(**change):
 
 
 BAD_CACHE_INPUTS = [
-    pytest.param({"slot_mapping": torch.tensor([1, -1, 8], dtype=torch.int32)},
-                 "token 2: slot 8 is outside the cache", id="slot-past-the-cache"),
-    pytest.param({"slot_mapping": torch.tensor([1, -2, 6], dtype=torch.int32)},
-                 "token 1: slot -2 is outside the cache", id="negative-slot"),
-    pytest.param({"slot_mapping": torch.tensor([6, -1, 6], dtype=torch.int32)},
-                 "tokens 0 and 2 both write slot 6", id="two-tokens-one-slot"),
-    pytest.param({"slot_mapping": torch.tensor([1, 2], dtype=torch.int32)},
-                 "slot_mapping has 2 entries for 3 tokens", id="short-slot-mapping"),
-    pytest.param({"slot_mapping": torch.tensor([1.0, 2, 3])},
-                 "slot_mapping must be int32 or int64, got float32", id="float-slots"),
-    pytest.param({"key": torch.zeros(3, 2, 4, dtype=torch.float64)},
-                 "key must be float32 or float16 or bfloat16, got float64", id="float64-key"),
-    pytest.param({"value": torch.zeros(3, 2, 5)},
-                 "key has shape (3, 2, 4) but value (3, 2, 5)", id="value-shape"),
-    pytest.param({"key": torch.zeros(3, 3, 4), "value": torch.zeros(3, 3, 4)},
-                 "key has 3 heads of 4 but the cache holds 2 heads of 4", id="heads"),
-    pytest.param({"key_cache": torch.zeros(2, 4, 2, 4, dtype=torch.float16)},
-                 "key_cache is float16 but value_cache is float32", id="cache-dtypes"),
-    pytest.param({"value_cache": torch.zeros(3, 4, 2, 4)},
-                 "key_cache has shape (2, 4, 2, 4) but value_cache (3, 4, 2, 4)",
-                 id="cache-shapes"),
-    pytest.param({"key_cache": torch.zeros(2, 2, 4, 4).transpose(1, 2),
-                  "value_cache": torch.zeros(2, 4, 2, 4)},
-                 "key_cache must be contiguous", id="non-contiguous-cache"),
-    pytest.param({"key": torch.zeros(3, 2, 4), "value": torch.zeros(3, 2, 4),
-                  "other_device": True},
-                 "key_cache is on", id="devices"),
-]  # fmt: skip
+    pytest.param(
+        {"slot_mapping": torch.tensor([1, -1, 8], dtype=torch.int32)},
+        "token 2: slot 8 is outside the cache",
+        id="slot-past-the-cache",
+    ),
+    pytest.param(
+        {"slot_mapping": torch.tensor([1, -2, 6], dtype=torch.int32)},
+        "token 1: slot -2 is outside the cache",
+        id="negative-slot",
+    ),
+    pytest.param(
+        {"slot_mapping": torch.tensor([6, -1, 6], dtype=torch.int32)},
+        "tokens 0 and 2 both write slot 6",
+        id="two-tokens-one-slot",
+    ),
+    pytest.param(
+        {"slot_mapping": torch.tensor([1, 2], dtype=torch.int32)},
+        "slot_mapping has 2 entries for 3 tokens",
+        id="short-slot-mapping",
+    ),
+    pytest.param(
+        {"slot_mapping": torch.tensor([1.0, 2, 3])},
+        "slot_mapping must be int32 or int64, got float32",
+        id="float-slots",
+    ),
+    pytest.param(
+        {"key": torch.zeros(3, 2, 4, dtype=torch.float64)},
+        "key must be float32 or float16 or bfloat16, got float64",
+        id="float64-key",
+    ),
+    pytest.param(
+        {"value": torch.zeros(3, 2, 5)},
+        "key has shape (3, 2, 4) but value (3, 2, 5)",
+        id="value-shape",
+    ),
+    pytest.param(
+        {"key": torch.zeros(3, 3, 4), "value": torch.zeros(3, 3, 4)},
+        "key has 3 heads of 4 but the cache holds 2 heads of 4",
+        id="heads",
+    ),
+    pytest.param(
+        {"key_cache": torch.zeros(2, 4, 2, 4, dtype=torch.float16)},
+        "key_cache is float16 but value_cache is float32",
+        id="cache-dtypes",
+    ),
+    pytest.param(
+        {"value_cache": torch.zeros(3, 4, 2, 4)},
+        "key_cache has shape (2, 4, 2, 4) but value_cache (3, 4, 2, 4)",
+        id="cache-shapes",
+    ),
+    pytest.param(
+        {
+            "key_cache": torch.zeros(2, 2, 4, 4).transpose(1, 2),
+            "value_cache": torch.zeros(2, 4, 2, 4),
+        },
+        "key_cache must be contiguous",
+        id="non-contiguous-cache",
+    ),
+    pytest.param(
+        {"key": torch.zeros(3, 2, 4), "value": torch.zeros(3, 2, 4), "other_device": True},
+        "key_cache is on",
+        id="devices",
+    ),
+]
 
 
 @pytest.mark.parametrize(("change", "message"), BAD_CACHE_INPUTS)
@@ -355,29 +398,54 @@ def test_bad_reshape_and_cache_inputs_are_named(change, message):
 
 def _attention_args(**change):
     query, _, _, kc, vc, table, lens = paged_problem([5, 3], 2, 2, 4)
-    args = {"query": query, "key_cache": kc, "value_cache": vc, "block_table": table,
-            "seq_lens": lens}  # fmt: skip
+    args = {
+        "query": query,
+        "key_cache": kc,
+        "value_cache": vc,
+        "block_table": table,
+        "seq_lens": lens,
+    }
     args.update(change)
     return args
 
 
 BAD_ATTENTION_INPUTS = [
-    pytest.param({"seq_lens": torch.tensor([5, -1], dtype=torch.int32)},
-                 r"request 1: seq_lens\[1\] = -1 is negative", id="negative-length"),
-    pytest.param({"seq_lens": torch.tensor([5, 9], dtype=torch.int32)},
-                 "request 1: 9 positions need 5 logical blocks of 2, but a block-table row "
-                 "holds 3", id="too-long"),
-    pytest.param({"seq_lens": torch.tensor([5], dtype=torch.int32)},
-                 "seq_lens has 1 entries for 2 requests", id="seq-lens-count"),
-    pytest.param({"seq_lens": torch.tensor([5, 3])},
-                 "seq_lens must be int32, got int64", id="seq-lens-dtype"),
-    pytest.param({"block_table": torch.tensor([[0, 1, 99], [2, 3, 4]], dtype=torch.int32)},
-                 r"request 0: block_table\[0, 2\] = 99 is not a physical block", id="block"),
-    pytest.param({"block_table": torch.zeros(1, 3, dtype=torch.int32)},
-                 "2 requests but the block table has only 1 rows", id="rows"),
-    pytest.param({"query": torch.zeros(2, 2, 8)},
-                 "query has 2 heads of 8 but the cache holds 2 heads of 4", id="head-dim"),
-]  # fmt: skip
+    pytest.param(
+        {"seq_lens": torch.tensor([5, -1], dtype=torch.int32)},
+        r"request 1: seq_lens\[1\] = -1 is negative",
+        id="negative-length",
+    ),
+    pytest.param(
+        {"seq_lens": torch.tensor([5, 9], dtype=torch.int32)},
+        "request 1: 9 positions need 5 logical blocks of 2, but a block-table row holds 3",
+        id="too-long",
+    ),
+    pytest.param(
+        {"seq_lens": torch.tensor([5], dtype=torch.int32)},
+        "seq_lens has 1 entries for 2 requests",
+        id="seq-lens-count",
+    ),
+    pytest.param(
+        {"seq_lens": torch.tensor([5, 3])},
+        "seq_lens must be int32, got int64",
+        id="seq-lens-dtype",
+    ),
+    pytest.param(
+        {"block_table": torch.tensor([[0, 1, 99], [2, 3, 4]], dtype=torch.int32)},
+        r"request 0: block_table\[0, 2\] = 99 is not a physical block",
+        id="block",
+    ),
+    pytest.param(
+        {"block_table": torch.zeros(1, 3, dtype=torch.int32)},
+        "2 requests but the block table has only 1 rows",
+        id="rows",
+    ),
+    pytest.param(
+        {"query": torch.zeros(2, 2, 8)},
+        "query has 2 heads of 8 but the cache holds 2 heads of 4",
+        id="head-dim",
+    ),
+]
 
 
 @pytest.mark.parametrize(("change", "message"), BAD_ATTENTION_INPUTS)
@@ -468,9 +536,10 @@ def test_a_nan_key_gives_nan_output_and_lse_in_kernel_and_references():
     b = table[0, 1].item()
     kc[b, 0, 1, 3] = math.nan
     sdpa = torch.nn.functional.scaled_dot_product_attention(
-        query[0, 1][None, None].double(), poisoned[0, :6, 1][None].double(),
+        query[0, 1][None, None].double(),
+        poisoned[0, :6, 1][None].double(),
         value[0, :6, 1][None].double(),
-    )  # fmt: skip
+    )
     assert torch.isnan(sdpa).all()  # what torch does with a NaN key
     for out, lse in (
         paged_decode_attention(query, kc, vc, table, lens),

@@ -48,8 +48,17 @@ SINGLE_GROUP: dict[str, Callable[..., Any]] = {
     ),
 }
 ALL = tuple(SINGLE_GROUP)
-LAUNCHERS = ("window", "direct", "fused", "direct-requests", "direct-tokens", "fused-requests",
-             "fused-tokens", "fused-lanes", "fused-window")  # fmt: skip
+LAUNCHERS = (
+    "window",
+    "direct",
+    "fused",
+    "direct-requests",
+    "direct-tokens",
+    "fused-requests",
+    "fused-tokens",
+    "fused-lanes",
+    "fused-window",
+)
 
 
 def batch(
@@ -178,7 +187,7 @@ BAD: dict[str, Bad] = {
             table=[list(range(128))],
             block_size=1,
             tile_size=16,
-        ),  # fmt: skip
+        ),
         r"request 0, tokens 0 and 1: logical blocks 0 and 100",
         # The token grid loads per lane: no window. The request grid checks the window's
         # precondition whichever gather it runs, so both accept the same batches.
@@ -561,9 +570,13 @@ def test_unvalidated_bad_input_writes_only_inside_out(bad_name: str, launcher_na
     args, _ = batch(**change)
     guarded = Guarded(max_num_tokens)
     SINGLE_GROUP[launcher_name](
-        *args, num_tokens=num_tokens, max_num_tokens=max_num_tokens, out=guarded.out,
-        validate=False, tile_size=16,
-    )  # fmt: skip
+        *args,
+        num_tokens=num_tokens,
+        max_num_tokens=max_num_tokens,
+        out=guarded.out,
+        validate=False,
+        tile_size=16,
+    )
     guarded.check_guards()
     # The padding tail is still written.
     assert torch.all(guarded.out[num_tokens:].cpu() == slotmap.PAD_SLOT_ID)
@@ -575,7 +588,14 @@ def test_unvalidated_bad_replay_writes_only_inside_slot_mappings(bad_name: str) 
     guarded.out.fill_(7)
     (qsl, positions, _, _), _ = batch(**UNVALIDATED[bad_name])
     slotmap.pad_replayed_slots(
-        guarded.out, qsl, positions, tensor([1, 1], torch.int32), 100, [True, True],
-        num_tokens=10, validate=False, tile_size=16,
-    )  # fmt: skip
+        guarded.out,
+        qsl,
+        positions,
+        tensor([1, 1], torch.int32),
+        100,
+        [True, True],
+        num_tokens=10,
+        validate=False,
+        tile_size=16,
+    )
     guarded.check_guards()

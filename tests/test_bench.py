@@ -28,9 +28,16 @@ def parse(*argv: str) -> argparse.Namespace:
 def written(tmp_path_factory) -> tuple[Path, dict]:
     folder = tmp_path_factory.mktemp("bench")
     args = parse(
-        "--shapes", "tiny-mixed", "--block-sizes", "16", "--quick",
-        "--out-dir", str(folder), "--name", "tiny",
-    )  # fmt: skip
+        "--shapes",
+        "tiny-mixed",
+        "--block-sizes",
+        "16",
+        "--quick",
+        "--out-dir",
+        str(folder),
+        "--name",
+        "tiny",
+    )
     assert bench.run(args) == 0
     return folder, json.loads((folder / "tiny.json").read_text())
 
@@ -108,9 +115,12 @@ def test_case_reference_matches_the_oracle() -> None:
     case = bench.build_case(bench.TINY_SHAPES["tiny-mixed"], 16, slotmap.DEVICE)
     for g in range(4):
         want = slotmap.slot_mapping_oracle(
-            case.query_start_loc, case.positions, case.block_tables[g], 16,
+            case.query_start_loc,
+            case.positions,
+            case.block_tables[g],
+            16,
             max_num_tokens=case.shape.max_num_tokens,
-        )  # fmt: skip
+        )
         assert torch.equal(case.expected[g].cpu(), want.cpu())
 
 
@@ -151,4 +161,3 @@ def test_the_raw_launch_passes_what_the_launcher_passes() -> None:
     plan = bench.Plan(Kernel(), (3, 2), {"TILE_BLOCK_SIZE": 64}, {"parallel_tiles": 2})
     bench.raw_launch(plan, (1, 2))
     assert calls == [((3, 2), (1, 2), {"TILE_BLOCK_SIZE": 64, "parallel_tiles": 2})]
-

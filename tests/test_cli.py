@@ -22,9 +22,13 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     environment.update(env)
     environment["PYTHONPATH"] = str(ROOT) + os.pathsep + environment.get("PYTHONPATH", "")
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=environment,
-        cwd=ROOT, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 def test_the_course_names_the_backend_once_per_process():
@@ -122,24 +126,38 @@ def test_doctor_accepts_the_pinned_widget_stack():
     "changes, problems",
     [
         pytest.param(
-            {"versions": {"jupyterlab": "4.6.6", "ipywidgets": "8.1.9",
-                          "jupyterlab_widgets": "3.0.15"}},
-            ["jupyterlab_widgets 3.0.15 is not the course's pin jupyterlab_widgets==3.0.17",
-             "ipywidgets 8.1.9 needs jupyterlab_widgets~=3.0.17, found 3.0.15"],
+            {
+                "versions": {
+                    "jupyterlab": "4.6.6",
+                    "ipywidgets": "8.1.9",
+                    "jupyterlab_widgets": "3.0.15",
+                }
+            },
+            [
+                "jupyterlab_widgets 3.0.15 is not the course's pin jupyterlab_widgets==3.0.17",
+                "ipywidgets 8.1.9 needs jupyterlab_widgets~=3.0.17, found 3.0.15",
+            ],
             id="older-frontend",
         ),
         pytest.param(
-            {"versions": {"jupyterlab": "3.6.8", "ipywidgets": "8.1.9",
-                          "jupyterlab_widgets": "3.0.17"}},
+            {
+                "versions": {
+                    "jupyterlab": "3.6.8",
+                    "ipywidgets": "8.1.9",
+                    "jupyterlab_widgets": "3.0.17",
+                }
+            },
             ["jupyterlab 3.6.8 is not the course's pin jupyterlab>=4.4,<4.7"],
             id="jupyterlab-3",
         ),
         pytest.param(
             {"loaded_extension": ("5.0.9", "/root/.local/share/jupyter/labextensions")},
-            ["JupyterLab loads @jupyter-widgets/jupyterlab-manager 5.0.9 from "
-             "/root/.local/share/jupyter/labextensions, but jupyterlab_widgets 3.0.17 ships "
-             "5.0.16: remove /root/.local/share/jupyter/labextensions/"
-             "@jupyter-widgets/jupyterlab-manager"],
+            [
+                "JupyterLab loads @jupyter-widgets/jupyterlab-manager 5.0.9 from "
+                "/root/.local/share/jupyter/labextensions, but jupyterlab_widgets 3.0.17 ships "
+                "5.0.16: remove /root/.local/share/jupyter/labextensions/"
+                "@jupyter-widgets/jupyterlab-manager"
+            ],
             id="stale-user-extension",
         ),
         pytest.param(
@@ -148,13 +166,18 @@ def test_doctor_accepts_the_pinned_widget_stack():
             id="no-extension",
         ),
         pytest.param(
-            {"versions": {"jupyterlab": "4.6.6", "ipywidgets": "8.1.9",
-                          "jupyterlab_widgets": None}},
+            {
+                "versions": {
+                    "jupyterlab": "4.6.6",
+                    "ipywidgets": "8.1.9",
+                    "jupyterlab_widgets": None,
+                }
+            },
             ["jupyterlab_widgets is not installed: the course's widgets need it"],
             id="frontend-missing",
         ),
     ],
-)  # fmt: skip
+)
 def test_doctor_reports_a_widget_mismatch(changes, problems):
     from slotmap.cli import widget_problems, widgets_report
 
@@ -185,9 +208,11 @@ def test_doctor_on_a_headless_machine_checks_only_the_kernel_side():
     headless = {"jupyterlab": None, "ipywidgets": "8.1.9", "jupyterlab_widgets": "3.0.17"}
     assert widgets_report(matching_stack(versions=headless, loaded_extension=None)) == (
         True,
-        ["widgets      kernel side only: ipywidgets 8.1.9, no JupyterLab here; the JupyterLab "
-         "that runs these notebooks needs jupyterlab_widgets==3.0.17"],
-    )  # fmt: skip
+        [
+            "widgets      kernel side only: ipywidgets 8.1.9, no JupyterLab here; the JupyterLab "
+            "that runs these notebooks needs jupyterlab_widgets==3.0.17"
+        ],
+    )
     old = dict(headless, ipywidgets="8.1.5")
     assert widget_problems(matching_stack(versions=old, loaded_extension=None)) == [
         "ipywidgets 8.1.5 is not the course's pin ipywidgets==8.1.9"
@@ -281,8 +306,10 @@ def test_the_lab_hands_out_notebooks_with_the_kernel_metadata_jupyterlab_would_a
     notebook = {"cells": [], "metadata": json.loads(json.dumps(shipped))}
     fill_kernel_metadata(notebook, Specs())
     assert notebook["metadata"]["kernelspec"] == {
-        "name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"
-    }  # fmt: skip
+        "name": "python3",
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
     info = notebook["metadata"]["language_info"]
     assert info["version"] == platform.python_version() and info["pygments_lexer"] == "ipython3"
     unknown = {"cells": [], "metadata": {"kernelspec": {"name": "julia-1.10"}}}
@@ -490,8 +517,11 @@ def test_the_course_marker_is_in_the_checkout_and_tracked_by_git():
         pytest.skip("not a git checkout")
     tracked = subprocess.run(
         ["git", "ls-files", "--error-unmatch", COURSE_MARKER],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert tracked.returncode == 0, tracked.stderr
 
 

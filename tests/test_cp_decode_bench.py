@@ -24,8 +24,11 @@ def test_cp_decode_script_checks_and_times_one_and_two_ranks(tmp_path):
     env = {**os.environ, "SLOTMAP_BACKEND": slotmap.BACKEND.name, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--tiny", "--out", str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "cp_decode.json").read_text())
     assert result["communication"] == COMMUNICATION[slotmap.BACKEND.name]

@@ -58,7 +58,7 @@ def test_each_position_has_one_owner_and_its_own_slot(config) -> None:
                     cp_world_size=world,
                     cp_rank=rank,
                     cp_interleave=interleave,
-                )  # fmt: skip
+                )
                 for p in range(span)
             ]
         )
@@ -75,11 +75,17 @@ def cp_cases(draw, chunk: int = 16):
     world, interleave, kv, bs = draw(cp_configs())
     lengths = draw(st.lists(st.integers(0, 40), min_size=1, max_size=3))
     return make_case(
-        lengths, bs, seed=draw(st.integers(0, 2**32 - 1)),
-        order=draw(st.sampled_from(("contiguous", "tile-shuffled"))), chunk=chunk,
-        blocks_per_kv_block=kv // bs, cp_world_size=world, cp_interleave=interleave,
-        extra_tokens=draw(st.sampled_from((0, 3))), large_blocks=draw(st.booleans()),
-    )  # fmt: skip
+        lengths,
+        bs,
+        seed=draw(st.integers(0, 2**32 - 1)),
+        order=draw(st.sampled_from(("contiguous", "tile-shuffled"))),
+        chunk=chunk,
+        blocks_per_kv_block=kv // bs,
+        cp_world_size=world,
+        cp_interleave=interleave,
+        extra_tokens=draw(st.sampled_from((0, 3))),
+        large_blocks=draw(st.booleans()),
+    )
 
 
 def on_rank(case: Case, rank: int) -> Case:
@@ -134,7 +140,7 @@ def test_fused_kernel_every_rank_covers_each_token_once(data) -> None:
             seed=st.integers(0, 2**32 - 1),
             cp_world_size=st.just(world),
             cp_interleave=st.just(interleave),
-        ),  # fmt: skip
+        ),
         label="case",
     )
     per_rank = [on_rank(case, rank).run(fused_single_group) for rank in range(world)]

@@ -87,9 +87,13 @@ def test_local_position_gives_the_reference_block_and_offset(config, p, per):
     kv, block = kv * per, kv
     rank = owner_of(p, world, interleave, kv)
     expected = token_block_and_offset(
-        p, block, kv_cache_block_size=kv, cp_world_size=world, cp_rank=rank,
+        p,
+        block,
+        kv_cache_block_size=kv,
+        cp_world_size=world,
+        cp_rank=rank,
         cp_interleave=interleave,
-    )  # fmt: skip
+    )
     assert divmod(local_position(p, world, interleave, kv), block) == expected
 
 
@@ -135,7 +139,11 @@ def test_the_five_steps_end_where_the_reference_does(config, p, per):
     steps = five_steps(p, kv, kv * per, world, interleave)
     assert steps.owner == owner_of(p, world, interleave, kv * per)
     expected = token_block_and_offset(
-        p, kv, kv_cache_block_size=kv * per, cp_world_size=world, cp_rank=steps.owner,
+        p,
+        kv,
+        kv_cache_block_size=kv * per,
+        cp_world_size=world,
+        cp_rank=steps.owner,
         cp_interleave=interleave,
-    )  # fmt: skip
+    )
     assert (steps.block, steps.offset) == expected

@@ -144,8 +144,9 @@ def test_an_untouched_kernel_stub_is_reported_not_done(tmp_path, notebook, kerne
 
 def test_a_new_tensor_instead_of_out_is_refused():
     def fresh(query_start_loc, positions, block_table, block_size, *, out, **options):
-        return slotmap.slot_mapping_oracle(query_start_loc, positions, block_table, block_size,
-                                           **options)  # fmt: skip
+        return slotmap.slot_mapping_oracle(
+            query_start_loc, positions, block_table, block_size, **options
+        )
 
     assert "returned a new tensor" in run_check(DEMO, fresh).failure.invariant
 
@@ -288,15 +289,26 @@ def test_markdown_regions_become_placeholders():
 def notebook(*cells: tuple[str, str]) -> dict:
     return {
         "cells": [
-            {"cell_type": kind, "id": f"c{i}", "metadata": {}, "source": text,
-             **({"outputs": [{"output_type": "stream", "name": "stdout", "text": "old"}],
-                 "execution_count": 3} if kind == "code" else {})}
+            {
+                "cell_type": kind,
+                "id": f"c{i}",
+                "metadata": {},
+                "source": text,
+                **(
+                    {
+                        "outputs": [{"output_type": "stream", "name": "stdout", "text": "old"}],
+                        "execution_count": 3,
+                    }
+                    if kind == "code"
+                    else {}
+                ),
+            }
             for i, (kind, text) in enumerate(cells)
         ],
         "metadata": {},
         "nbformat": 4,
         "nbformat_minor": 5,
-    }  # fmt: skip
+    }
 
 
 def write(path: Path, nb: dict) -> Path:
@@ -387,13 +399,25 @@ def test_grade_prints_a_notebook_by_exercise_table(tmp_path, capsys):
     # The grader checks with the course's own exercises (a pristine copy): exercise 01's.
     folder = tmp_path / "submissions"
     check_slot_of, check_batch = "check('01.slot_of', slot_of)", "check('01.slot_mapping', f)"
-    write(folder / "alice_demo.ipynb", notebook(
-        ("code", IMPORT), ("code", SLOT_OF), ("code", check_slot_of), ("code", check_batch),
-    ))  # fmt: skip
-    write(folder / "bob_demo.ipynb", notebook(
-        ("code", IMPORT), ("code", TIMES_TWO), ("code", "raise RuntimeError('bob broke a cell')"),
-        ("code", check_slot_of), ("code", check_batch),
-    ))  # fmt: skip
+    write(
+        folder / "alice_demo.ipynb",
+        notebook(
+            ("code", IMPORT),
+            ("code", SLOT_OF),
+            ("code", check_slot_of),
+            ("code", check_batch),
+        ),
+    )
+    write(
+        folder / "bob_demo.ipynb",
+        notebook(
+            ("code", IMPORT),
+            ("code", TIMES_TWO),
+            ("code", "raise RuntimeError('bob broke a cell')"),
+            ("code", check_slot_of),
+            ("code", check_batch),
+        ),
+    )
     # Carol hands in her copy of demo.ipynb in a folder of her own, without the batch check.
     write(
         folder / "carol" / "demo.ipynb",

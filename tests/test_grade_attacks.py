@@ -109,7 +109,7 @@ def faking_notebooks() -> dict[str, dict]:
                     outputs=saved(PASS_RECORD),
                     metadata={"tags": ["skip-execution"]},
                 ),
-            )  # fmt: skip
+            )
         ),
         "blank_cell_01_x.ipynb": submission(
             after=(cell("code", "  \n", "blank", outputs=saved(PASS_RECORD)),)
@@ -126,7 +126,7 @@ def faking_notebooks() -> dict[str, dict]:
                 "check-slot-of",
                 outputs=saved(PASS_RECORD),
                 metadata={"tags": ["skip-execution"]},
-            ),  # fmt: skip
+            ),
         ),
         # Results reported by the learner's own code.
         "own_display_01_x.ipynb": submission(after=(cell("code", display_pass, "fake"),)),
@@ -140,13 +140,13 @@ def faking_notebooks() -> dict[str, dict]:
                 ),
                 "patch",
             ),
-        ),  # fmt: skip
+        ),
         "patched_check_name_01_x.ipynb": submission(
             cell(
                 "code",
                 f"def check(*args, **kwargs):\n    {display_pass.splitlines()[1]}",
                 "shadow",
-            ),  # fmt: skip
+            ),
             after=(cell("code", "import builtins; builtins.check = check", "shadow2"),),
         ),
         "edited_check_cell_01_x.ipynb": notebook(
@@ -156,7 +156,7 @@ def faking_notebooks() -> dict[str, dict]:
                 "code",
                 'check("01.slot_of", lambda p, r, s: r[p // s] * s + p % s)',
                 "check-slot-of",
-            ),  # fmt: skip
+            ),
         ),
         "forged_signature_01_x.ipynb": submission(
             after=(
@@ -168,7 +168,7 @@ def faking_notebooks() -> dict[str, dict]:
                     "forge",
                 ),
             ),
-        ),  # fmt: skip
+        ),
         "patched_exercise_registry_01_x.ipynb": submission(
             cell(
                 "code",
@@ -181,7 +181,7 @@ def faking_notebooks() -> dict[str, dict]:
                 ),
                 "patch",
             ),
-        ),  # fmt: skip
+        ),
         # Controls: the same shape, honest.
         "honest_good_01_x.ipynb": submission(answer=GOOD),
         "honest_stub_01_x.ipynb": submission(),
@@ -247,22 +247,24 @@ def test_a_submission_cannot_patch_the_checks_or_delete_a_classmate(public):
         "\\ndef run_check(exercise, candidate, **kwargs):\\n"
         "    return CheckResult(exercise.id, True)\\n"
     )
-    attack = "\n".join([
-        "import pathlib, slotmap.exercises.core as core",
-        "hits = []",
-        f"for target in (pathlib.Path(core.__file__), pathlib.Path({str(course)!r}) / "
-        "'slotmap/exercises/core.py'):",
-        "    try:",
-        f"        target.write_text(target.read_text() + '{patch}')",
-        "        hits.append(str(target))",
-        "    except OSError:",
-        "        pass",
-        f"for other in pathlib.Path({str(submissions)!r}).rglob('*.ipynb'):",
-        "    try:",
-        "        other.unlink()",
-        "    except OSError:",
-        "        pass",
-    ])  # fmt: skip
+    attack = "\n".join(
+        [
+            "import pathlib, slotmap.exercises.core as core",
+            "hits = []",
+            f"for target in (pathlib.Path(core.__file__), pathlib.Path({str(course)!r}) / "
+            "'slotmap/exercises/core.py'):",
+            "    try:",
+            f"        target.write_text(target.read_text() + '{patch}')",
+            "        hits.append(str(target))",
+            "    except OSError:",
+            "        pass",
+            f"for other in pathlib.Path({str(submissions)!r}).rglob('*.ipynb'):",
+            "    try:",
+            "        other.unlink()",
+            "    except OSError:",
+            "        pass",
+        ]
+    )
     grades = grade(
         tmp_path,
         {
@@ -399,10 +401,12 @@ def test_a_fork_bomb_is_stopped_by_the_process_limit_and_killed(public):
     bomb = FORK_BOMB.format(count=str(drop / "forks"))
     grades = grade(
         tmp_path,
-        {"a_bomb_01_x.ipynb": submission(cell("code", bomb, "bomb")),
-         "b_01_x.ipynb": submission(answer=GOOD)},
+        {
+            "a_bomb_01_x.ipynb": submission(cell("code", bomb, "bomb")),
+            "b_01_x.ipynb": submission(answer=GOOD),
+        },
         nproc=64,
-    )  # fmt: skip
+    )
     assert 0 < int((drop / "forks").read_text()) < 64
     assert grades["b_01_x.ipynb"].results == {"01.slot_of": "PASS"}
     table = sandbox._proc_table()
@@ -413,10 +417,12 @@ def test_an_output_flood_is_cut_at_the_cap(tmp_path):
     flood = "for _ in range(100):\n    print('x' * 1_000_000)"  # 100 MB
     grades = grade(
         tmp_path,
-        {"a_flood_01_x.ipynb": submission(cell("code", flood, "flood"), answer=GOOD),
-         "b_01_x.ipynb": submission(answer=GOOD)},
+        {
+            "a_flood_01_x.ipynb": submission(cell("code", flood, "flood"), answer=GOOD),
+            "b_01_x.ipynb": submission(answer=GOOD),
+        },
         max_output=2_000_000,
-    )  # fmt: skip
+    )
     assert "output" in grades["a_flood_01_x.ipynb"].error
     assert grades["a_flood_01_x.ipynb"].results == {"01.slot_of": "missing"}
     assert grades["b_01_x.ipynb"].results == {"01.slot_of": "PASS"}
@@ -426,9 +432,11 @@ def test_a_hung_notebook_is_stopped_by_its_budget(tmp_path):
     # Each cell keeps under the per-cell limit; only the notebook's budget can stop them.
     sleeps = [cell("code", "import time\ntime.sleep(9)", f"sleep-{i}") for i in range(4)]
     grades = grade(
-        tmp_path, {"a_01_x.ipynb": submission(*sleeps, answer=GOOD)}, timeout=10,
+        tmp_path,
+        {"a_01_x.ipynb": submission(*sleeps, answer=GOOD)},
+        timeout=10,
         notebook_timeout=12,
-    )  # fmt: skip
+    )
     assert "budget" in grades["a_01_x.ipynb"].error
     assert grades["a_01_x.ipynb"].results == {"01.slot_of": "missing"}
 
@@ -468,8 +476,12 @@ def test_lesson_06_runs_three_times_without_a_stall():
 
     for _ in range(3):
         executed = execute_notebook(LESSON_06, timeout=300, allow_errors=True)
-        errors = [o for c in executed.cells for o in c.get("outputs", [])
-                  if o.get("output_type") == "error"]  # fmt: skip
+        errors = [
+            o
+            for c in executed.cells
+            for o in c.get("outputs", [])
+            if o.get("output_type") == "error"
+        ]
         assert errors == []
 
 
@@ -490,8 +502,10 @@ def test_jobs_grade_in_parallel_with_progress_and_a_report_per_notebook(
         write_atomically(path, text)
 
     monkeypatch.setattr(grade_module, "write_atomically", recording)
-    notebooks = {f"{name}_01_x.ipynb": submission(answer=answer)
-                 for name, answer in (("a", GOOD), ("b", STUB), ("c", GOOD))}  # fmt: skip
+    notebooks = {
+        f"{name}_01_x.ipynb": submission(answer=answer)
+        for name, answer in (("a", GOOD), ("b", STUB), ("c", GOOD))
+    }
     write(tmp_path / "submissions", notebooks)
     report = tmp_path / "grades.json"
     arguments = ["--jobs", "2", "--json", str(report), "--solutions", str(solutions(tmp_path))]

@@ -71,9 +71,15 @@ def cp_world2_rank1_interleave2() -> HandCase:
     rows = slotmap.expand_block_table(tensor([[5, 6]], torch.int32), 2).tolist()
     assert rows == [[10, 11, 12, 13]]
     case = _case(
-        [20], [range(20)], rows, 4,
-        kv_cache_block_size=8, cp_world_size=2, cp_rank=1, cp_interleave=2,
-    )  # fmt: skip
+        [20],
+        [range(20)],
+        rows,
+        4,
+        kv_cache_block_size=8,
+        cp_world_size=2,
+        cp_rank=1,
+        cp_interleave=2,
+    )
     return HandCase(case, expected)
 
 
@@ -102,9 +108,15 @@ def cp_rank0_kv128_block32() -> HandCase:
         expected.append(row[vb * 4 + local // 32] * 32 + local % 32 if owned else PAD)
     assert all(expected[p] == slot for p, slot in by_hand.items())
     case = _case(
-        [300], [range(300)], [row], 32,
-        kv_cache_block_size=128, cp_world_size=2, cp_rank=0, cp_interleave=2,
-    )  # fmt: skip
+        [300],
+        [range(300)],
+        [row],
+        32,
+        kv_cache_block_size=128,
+        cp_world_size=2,
+        cp_rank=0,
+        cp_interleave=2,
+    )
     return HandCase(case, expected)
 
 

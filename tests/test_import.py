@@ -25,9 +25,13 @@ def fresh_python(code: str, **env: str) -> subprocess.CompletedProcess:
     }
     environment.update(env, PYTHONPATH=str(ROOT))
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=environment,
-        cwd=ROOT, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 def test_import_prints_nothing_and_leaves_the_environment_and_torch_alone() -> None:
@@ -88,6 +92,7 @@ def test_the_public_names_separate_launchers_from_references() -> None:
     }
     for name in slotmap.__all__:
         assert getattr(slotmap, name) is not None
-    assert all(getattr(slotmap, n).__module__.startswith("slotmap.kernels") for n in
-               slotmap.LAUNCHERS)  # fmt: skip
+    assert all(
+        getattr(slotmap, n).__module__.startswith("slotmap.kernels") for n in slotmap.LAUNCHERS
+    )
     assert all(getattr(slotmap, n).__module__ == "slotmap.reference" for n in slotmap.REFERENCES)

@@ -61,9 +61,14 @@ def test_runtime_sizes_are_not_specialised():
 # the grid (requests or tokens), the gather and (GPU only) the warps per program change how
 # the kernel runs, never what it returns.
 LAUNCHER_ONLY = {
-    "tile_size", "gather_as_float", "parallel_tiles", "num_warps", "window_trace",
-    "token_parallel", "lane_loads",
-}  # fmt: skip
+    "tile_size",
+    "gather_as_float",
+    "parallel_tiles",
+    "num_warps",
+    "window_trace",
+    "token_parallel",
+    "lane_loads",
+}
 
 
 SINGLE_GROUP = [slotmap.slot_mapping_oracle, slotmap.slot_mapping_torch]

@@ -49,9 +49,15 @@ def test_large_block_numbers_are_exact(launcher, options, block_size, blocks, ou
     expected = [blocks[p // block_size] * block_size + p % block_size for p in range(n)]
     assert max(expected) <= INT32_MAX
     actual = call_guarded(
-        launcher, qsl_of([n]), tensor(range(n), torch.int64), tensor([blocks], torch.int32),
-        block_size, out_shape=n, out_dtype=out_dtype, **options,
-    )  # fmt: skip
+        launcher,
+        qsl_of([n]),
+        tensor(range(n), torch.int64),
+        tensor([blocks], torch.int32),
+        block_size,
+        out_shape=n,
+        out_dtype=out_dtype,
+        **options,
+    )
     assert_slots_equal(actual, expected)
 
 
@@ -61,18 +67,27 @@ def test_largest_slot_under_context_parallelism(gather_as_float: bool) -> None:
     # virtual block 0 (position 31) is offset 15 of its block 0.
     block = 2**31 // 16 - 1
     actual = slotmap.compute_slot_mapping(
-        qsl_of([2]), tensor([30, 31], torch.int64), tensor([[block]], torch.int32), 16,
-        cp_world_size=2, cp_rank=1, gather_as_float=gather_as_float,
-    )  # fmt: skip
+        qsl_of([2]),
+        tensor([30, 31], torch.int64),
+        tensor([[block]], torch.int32),
+        16,
+        cp_world_size=2,
+        cp_rank=1,
+        gather_as_float=gather_as_float,
+    )
     assert_slots_equal(actual, [slotmap.PAD_SLOT_ID, INT32_MAX])
 
 
 @pytest.mark.parametrize("gather_as_float", [True, False], ids=["float", "int"])
 def test_large_block_numbers_in_a_circular_group(gather_as_float: bool) -> None:
     actual = slotmap.compute_slot_mapping(
-        qsl_of([3]), tensor([-1, 5, 17], torch.int64), tensor([[2**24 + 9]], torch.int32), 16,
-        circular=True, gather_as_float=gather_as_float,
-    )  # fmt: skip
+        qsl_of([3]),
+        tensor([-1, 5, 17], torch.int64),
+        tensor([[2**24 + 9]], torch.int32),
+        16,
+        circular=True,
+        gather_as_float=gather_as_float,
+    )
     base = (2**24 + 9) * 16
     assert_slots_equal(actual, [slotmap.PAD_SLOT_ID, base + 5, base + 1])
 
@@ -80,12 +95,13 @@ def test_large_block_numbers_in_a_circular_group(gather_as_float: bool) -> None:
 WIDE_LAUNCHERS = [
     *LAUNCHERS,
     pytest.param(
-        slotmap.compute_slot_mapping_direct, {"token_parallel": True, "tile_size": 16},
+        slotmap.compute_slot_mapping_direct,
+        {"token_parallel": True, "tile_size": 16},
         id="direct-token-grid",
     ),
     pytest.param(fused_single_group, {"token_parallel": True}, id="fused-token-grid"),
     pytest.param(fused_single_group, {"lane_loads": True}, id="fused-lane-loads"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("validate", [True, False], ids=["validated", "unvalidated"])
@@ -98,10 +114,17 @@ def test_an_int64_out_holds_slots_past_int32(launcher, options, validate) -> Non
     expected = [blocks[p // block_size] * block_size + p % block_size for p in range(n)]
     assert max(expected) > INT32_MAX
     actual = call_guarded(
-        launcher, qsl_of([n]), tensor(range(n), torch.int64), tensor([blocks], torch.int32),
-        block_size, out_shape=n, out_dtype=torch.int64, num_tokens=n, validate=validate,
+        launcher,
+        qsl_of([n]),
+        tensor(range(n), torch.int64),
+        tensor([blocks], torch.int32),
+        block_size,
+        out_shape=n,
+        out_dtype=torch.int64,
+        num_tokens=n,
+        validate=validate,
         **options,
-    )  # fmt: skip
+    )
     assert_slots_equal(actual, expected)
 
 

@@ -66,9 +66,21 @@ def test_slot_of_report_names_expected_and_got():
 
 
 # --- 01.slot_mapping ----------------------------------------------------------------------------
-def reference_slot_mapping(qsl, positions, table, block_size, *, num_tokens, max_num_tokens,
-                           out, pad_id=-1, row_of=None, position_of=None, pad=True,
-                           pad_from=None):  # fmt: skip
+def reference_slot_mapping(
+    qsl,
+    positions,
+    table,
+    block_size,
+    *,
+    num_tokens,
+    max_num_tokens,
+    out,
+    pad_id=-1,
+    row_of=None,
+    position_of=None,
+    pad=True,
+    pad_from=None,
+):
     starts, pos, rows = qsl.tolist(), positions.tolist(), table.tolist()
     for q in range(len(starts) - 1):
         for t in range(starts[q], starts[q + 1]):
@@ -95,7 +107,7 @@ def test_slot_mapping_solution_passes(solution):
         pytest.param({"row_of": lambda q: 0}, "collide", id="row-0-for-every-request"),
         pytest.param(
             {"position_of": lambda t, s: t - s}, "should be in slot", id="token-index-as-position"
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_slot_mapping_rejects(options, words):
@@ -119,7 +131,7 @@ def test_slot_mapping_rejects_a_new_tensor():
         ((5, 11, 3), 4, {}),
         ((3, 0, 7), 1, {"max_num_tokens": 12}),
         ((2, 9), 3, {"first_positions": (6, 4)}),
-    ],  # fmt: skip
+    ],
 )
 def test_draw_paged_shows_the_kernels_slots(lengths, block_size, extra):
     from slotmap.viz.paged import draw_paged, paged_batch
@@ -215,10 +227,15 @@ def test_figure_arrows_land_on_their_block_and_cross_nothing(lengths, first_posi
 
     batch = paged.paged_batch(lengths, 4, first_positions=first_positions, seed=seed)
     fig = paged.draw_batch(batch)
-    cells = [p for gid in ("cache-slot", "cache-empty", "cache-earlier", "table-entry",
-                           "table-unused") for p in by_gid(fig, gid)]  # fmt: skip
-    boxes = [(p.get_x(), p.get_y(), p.get_x() + p.get_width(), p.get_y() + p.get_height())
-             for p in cells]  # fmt: skip
+    cells = [
+        p
+        for gid in ("cache-slot", "cache-empty", "cache-earlier", "table-entry", "table-unused")
+        for p in by_gid(fig, gid)
+    ]
+    boxes = [
+        (p.get_x(), p.get_y(), p.get_x() + p.get_width(), p.get_y() + p.get_height())
+        for p in cells
+    ]
     slots = by_gid(fig, "cache-slot") + by_gid(fig, "cache-empty") + by_gid(fig, "cache-earlier")
     arrows = by_gid(fig, "block-arrow")
     entries = by_gid(fig, "table-entry")
@@ -226,13 +243,21 @@ def test_figure_arrows_land_on_their_block_and_cross_nothing(lengths, first_posi
     landed = []
     for arrow in arrows:
         points = _arrow_points(fig, arrow)
-        inside = [(x, y) for x, y in points for x0, y0, x1, y1 in boxes
-                  if x0 + 0.05 < x < x1 - 0.05 and y0 + 0.05 < y < y1 - 0.05]  # fmt: skip
+        inside = [
+            (x, y)
+            for x, y in points
+            for x0, y0, x1, y1 in boxes
+            if x0 + 0.05 < x < x1 - 0.05 and y0 + 0.05 < y < y1 - 0.05
+        ]
         assert inside == [], "an arrow runs through a block or a table entry"
         # The end: the first slot of a physical block, on its edge.
         x_end, y_end = points[-1]
-        first = [p for p in slots if abs(p.get_x() - x_end) < 0.1
-                 and p.get_y() - 0.05 <= y_end <= p.get_y() + p.get_height() + 0.05]  # fmt: skip
+        first = [
+            p
+            for p in slots
+            if abs(p.get_x() - x_end) < 0.1
+            and p.get_y() - 0.05 <= y_end <= p.get_y() + p.get_height() + 0.05
+        ]
         assert len(first) == 1, f"arrow ends at ({x_end:.2f}, {y_end:.2f}), not on a block"
         landed.append(round(first[0].get_x(), 2))
     plt.close(fig)

@@ -23,8 +23,11 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 def solution_kernel_source() -> str:
     """The solution notebook's kernel cell, answer included."""
     cells = json.loads(SOLUTION.read_text())["cells"]
-    (source,) = ["".join(c["source"]) for c in cells
-                 if c["cell_type"] == "code" and BEGIN in "".join(c["source"])]  # fmt: skip
+    (source,) = [
+        "".join(c["source"])
+        for c in cells
+        if c["cell_type"] == "code" and BEGIN in "".join(c["source"])
+    ]
     return "\n".join(line for line in source.split("\n") if line.strip() not in (BEGIN, END))
 
 

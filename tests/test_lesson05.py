@@ -236,8 +236,18 @@ def test_an_offset_outside_the_block_is_named():
 def test_hints_name_the_steps_without_printing_the_solution(exercise):
     hint = get_exercise(exercise).hint
     assert "Step" in hint or "step" in hint
-    for formula in ("lo =", "vo =", "% W", "// (W", "* I", "== r", "lo // block_size",
-                    "has_slot =", "block_indices =", "lo % "):  # fmt: skip
+    for formula in (
+        "lo =",
+        "vo =",
+        "% W",
+        "// (W",
+        "* I",
+        "== r",
+        "lo // block_size",
+        "has_slot =",
+        "block_indices =",
+        "lo % ",
+    ):
         assert formula not in hint, (exercise, formula)
 
 
@@ -526,8 +536,9 @@ def test_ownership_figure_shows_what_each_ranks_kernel_wrote(world, rank, interl
 
 
 def test_ownership_figure_explains_the_outline_in_its_legend():
-    fig = cp_viz.draw_ownership(world_size=3, rank=1, interleave=2, kv_cache_block_size=4,
-                                seq_len=20)  # fmt: skip
+    fig = cp_viz.draw_ownership(
+        world_size=3, rank=1, interleave=2, kv_cache_block_size=4, seq_len=20
+    )
     labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
     assert "outlined: rank 1's positions" in labels
     outlined = [
@@ -541,8 +552,12 @@ def test_ownership_figure_explains_the_outline_in_its_legend():
 def _text_boxes(fig, gid: str):
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    return [t.get_window_extent(renderer) for ax in fig.axes for t in ax.texts
-            if t.get_gid() == gid and t.get_text()]  # fmt: skip
+    return [
+        t.get_window_extent(renderer)
+        for ax in fig.axes
+        for t in ax.texts
+        if t.get_gid() == gid and t.get_text()
+    ]
 
 
 @pytest.mark.parametrize(
@@ -582,23 +597,29 @@ def test_ownership_figure_fits_every_row_and_label_at_the_widget_extremes(
 
 
 def test_ownership_figure_shortens_block_labels_that_do_not_fit():
-    wide = cp_viz.draw_ownership(world_size=1, rank=0, interleave=1, kv_cache_block_size=6,
-                                 seq_len=32)  # fmt: skip
+    wide = cp_viz.draw_ownership(
+        world_size=1, rank=0, interleave=1, kv_cache_block_size=6, seq_len=32
+    )
     labels = [t.get_text() for t in wide.axes[0].texts if t.get_gid() == "block-label"]
     assert labels[0].startswith("block 0 → physical ") and len(labels) == 6
-    narrow = cp_viz.draw_ownership(world_size=2, rank=0, interleave=1, kv_cache_block_size=2,
-                                   seq_len=32)  # fmt: skip
+    narrow = cp_viz.draw_ownership(
+        world_size=2, rank=0, interleave=1, kv_cache_block_size=2, seq_len=32
+    )
     run = narrow.slotmap_run
     labels = [t.get_text() for t in narrow.axes[0].texts if t.get_gid() == "block-label"]
     assert labels[:2] == [f"b0→{run.tables[0][0]}", f"b1→{run.tables[0][1]}"]
-    vb = [t.get_text() for t in cp_viz.draw_ownership(1, 0, 1, 2, 32).axes[0].texts
-          if t.get_gid() == "virtual-block-label"]  # fmt: skip
+    vb = [
+        t.get_text()
+        for t in cp_viz.draw_ownership(1, 0, 1, 2, 32).axes[0].texts
+        if t.get_gid() == "virtual-block-label"
+    ]
     assert vb[0] == "vb 0" and len(vb) == 16
 
 
 def test_ownership_figure_shows_the_rejected_configuration_colliding():
-    fig = cp_viz.draw_ownership(world_size=2, rank=0, interleave=8, kv_cache_block_size=4,
-                                seq_len=16)  # fmt: skip
+    fig = cp_viz.draw_ownership(
+        world_size=2, rank=0, interleave=8, kv_cache_block_size=4, seq_len=16
+    )
     run = fig.slotmap_run
     assert not run.valid
     assert "not a multiple of cp_interleave 8" in run.launcher_message
@@ -613,8 +634,9 @@ def test_ownership_figure_shows_the_rejected_configuration_colliding():
 
 
 def test_five_steps_figure_matches_the_reference_and_the_kernel():
-    fig = cp_viz.draw_five_steps(world_size=3, interleave=2, kv_cache_block_size=4, block_size=2,
-                                 num_positions=20)  # fmt: skip
+    fig = cp_viz.draw_five_steps(
+        world_size=3, interleave=2, kv_cache_block_size=4, block_size=2, num_positions=20
+    )
     for p, steps in enumerate(fig.slotmap_steps):
         assert steps.owner == cp.owner_of(p, 3, 2, 4)
         assert steps.block * 2 + steps.offset == cp.local_position(p, 3, 2, 4)
@@ -626,8 +648,9 @@ def test_five_steps_figure_matches_the_reference_and_the_kernel():
 
 
 def test_five_steps_figure_shows_the_block_tables_step_5_reads():
-    fig = cp_viz.draw_five_steps(world_size=2, interleave=2, kv_cache_block_size=4, block_size=4,
-                                 num_positions=20)  # fmt: skip
+    fig = cp_viz.draw_five_steps(
+        world_size=2, interleave=2, kv_cache_block_size=4, block_size=4, num_positions=20
+    )
     tables = fig.slotmap_tables
     shown = [t.get_text() for t in fig.texts if t.get_gid() == "block-table"]
     assert shown == ["block tables"] + [f"rank {r}: {tables[r]}" for r in range(2)]
@@ -677,8 +700,10 @@ def evidence():
 def test_the_ranks_prove_every_token_has_exactly_one_slot(evidence):
     assert [e.rank for e in evidence] == [0, 1, 2]
     assert len({e.pid for e in evidence}) == 3
-    assert all(e.communication == {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[
-        slotmap.BACKEND.name] for e in evidence)  # fmt: skip
+    assert all(
+        e.communication == {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[slotmap.BACKEND.name]
+        for e in evidence
+    )
     for e in evidence:
         assert e.proved and e.packed and e.padding_ok and e.agrees_with_reference
         assert e.slots == cp.expected_slots(BATCH, e.rank)  # the production kernel's output
@@ -717,8 +742,11 @@ def test_the_ranks_find_the_collisions_of_the_rejected_configuration():
 @needs2
 def test_a_rejected_configuration_fails_every_rank_and_run_ranks_reports_it():
     start = time.monotonic()
-    with pytest.raises(RankFailed, match=r"rank \d:(.|\n)*kv_cache_block_size 4 is not a "
-                                         r"multiple of cp_interleave 8"):  # fmt: skip
+    with pytest.raises(
+        RankFailed,
+        match=r"rank \d:(.|\n)*kv_cache_block_size 4 is not a "
+        r"multiple of cp_interleave 8",
+    ):
         run_ranks(cp.cp_slot_mapping_rank, 2, REJECTED, timeout_s=60)
     assert time.monotonic() - start < 50
 

@@ -121,9 +121,19 @@ def test_block_and_offset_swapped_are_rejected():
 
 def test_an_untouched_stub_is_not_done_yet():
     @triton.jit
-    def stub(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_mapping_ptr, block_size,
-             block_stride, slot_stride, ROW: tl.constexpr, ROW_TILE: tl.constexpr,
-             PAD_ID: tl.constexpr):  # fmt: skip
+    def stub(
+        key_ptr,
+        value_ptr,
+        key_cache_ptr,
+        value_cache_ptr,
+        slot_mapping_ptr,
+        block_size,
+        block_stride,
+        slot_stride,
+        ROW: tl.constexpr,
+        ROW_TILE: tl.constexpr,
+        PAD_ID: tl.constexpr,
+    ):
         raise NotImplementedError()
 
     found = failure("07.reshape_and_cache", stub)
@@ -270,8 +280,10 @@ def test_paged_figure_shows_the_cache_the_kernels_wrote(block_size):
     boxes_by_slot = sorted(cache_ax.patches, key=lambda p: p.get_x())
     for token, slot in enumerate(run.slots):
         assert boxes_by_slot[slot].get_gid() == f"slot-q{run.requests[token]}"
-    expected = [run.block_table[q][p // block_size] * block_size + p % block_size
-                for q, p in zip(run.requests, run.positions, strict=True)]  # fmt: skip
+    expected = [
+        run.block_table[q][p // block_size] * block_size + p % block_size
+        for q, p in zip(run.requests, run.positions, strict=True)
+    ]
     assert run.slots == expected
     # Six error bars (3 requests x 2 heads), all under the tolerance.
     bars = gids(fig.axes[1], "error-bar")
@@ -305,10 +317,19 @@ def test_cp_figure_shows_ownership_local_caches_and_weights(seq_len, world_size,
     run = fig.slotmap_run
     for r in range(world_size):
         owned = [
-            p for p in range(seq_len)
-            if slotmap.token_slot(p, [0] * 16, 4, kv_cache_block_size=4, cp_world_size=world_size,
-                                  cp_rank=r, cp_interleave=interleave) != -1
-        ]  # fmt: skip
+            p
+            for p in range(seq_len)
+            if slotmap.token_slot(
+                p,
+                [0] * 16,
+                4,
+                kv_cache_block_size=4,
+                cp_world_size=world_size,
+                cp_rank=r,
+                cp_interleave=interleave,
+            )
+            != -1
+        ]
         assert [p for p in range(seq_len) if run["owner"][p] == r] == owned
         assert len(gids(fig.axes[0], f"owner-r{r}")) == len(owned)
         assert len(gids(run["local_axes"][r], f"local-r{r}")) == len(owned) == run["local_lens"][r]
@@ -492,8 +513,9 @@ def _read_variant_kernel(
         running_sum = running_sum * rescale + tl.sum(weights, axis=0)
         running_max = new_max
     denominator = tl.where(running_sum == 0, 1.0, running_sum)
-    tl.store(out_ptr + (req * num_heads + head) * HEAD_DIM + dims, acc / denominator,
-             mask=dim_mask)  # fmt: skip
+    tl.store(
+        out_ptr + (req * num_heads + head) * HEAD_DIM + dims, acc / denominator, mask=dim_mask
+    )
     tl.store(lse_ptr + req * num_heads + head, running_max + tl.log(denominator))
 
 
@@ -541,9 +563,22 @@ def test_paged_read_slot_and_block_swapped_is_rejected():
 
 def test_an_unfinished_paged_read_is_reported_as_not_done():
     @triton.jit
-    def stub(out_ptr, lse_ptr, query_ptr, key_cache_ptr, value_cache_ptr, block_table_ptr,
-             block_table_stride, seq_lens_ptr, scale, block_size, slot_stride,
-             HEAD_DIM: tl.constexpr, HEAD_DIM_TILE: tl.constexpr, TILE: tl.constexpr):  # fmt: skip
+    def stub(
+        out_ptr,
+        lse_ptr,
+        query_ptr,
+        key_cache_ptr,
+        value_cache_ptr,
+        block_table_ptr,
+        block_table_stride,
+        seq_lens_ptr,
+        scale,
+        block_size,
+        slot_stride,
+        HEAD_DIM: tl.constexpr,
+        HEAD_DIM_TILE: tl.constexpr,
+        TILE: tl.constexpr,
+    ):
         # YOUR CODE HERE
         raise NotImplementedError()
 

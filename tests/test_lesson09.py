@@ -169,8 +169,9 @@ def _variant_kernel(
         if MISTAKE == 6:  # UNMASKED_WINDOW
             window = tl.load(row_ptr + window_indices)
         else:
-            window = tl.load(row_ptr + window_indices, mask=window_indices < block_table_stride,
-                             other=0)  # fmt: skip
+            window = tl.load(
+                row_ptr + window_indices, mask=window_indices < block_table_stride, other=0
+            )
         block_numbers = tl.gather(window, tl.where(valid, block_indices - base, 0), 0)
         slot_ids = tl.where(has_slot, block_numbers * block_size + slot_offsets, PAD_ID)
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
@@ -264,10 +265,13 @@ def test_named_cases_agree_with_the_library_kernel():
     for name, case in lesson09._fused_cases():
         t = lesson09.fused_tensors(case)
         got = slotmap.compute_slot_mappings(
-            t["query_start_loc"][: case.num_reqs + 1], t["positions"], list(t["block_tables"]),
+            t["query_start_loc"][: case.num_reqs + 1],
+            t["positions"],
+            list(t["block_tables"]),
             case.block_sizes,
-            circular=case.circular, max_num_tokens=case.padded_length,
-        )  # fmt: skip
+            circular=case.circular,
+            max_num_tokens=case.padded_length,
+        )
         assert got.cpu().tolist() == case.expected(), name
 
 

@@ -251,8 +251,12 @@ def sources(sentence: str) -> list[Path]:
     named = []
     for match in NAMED.finditer(sentence):
         stem = match.group(1)
-        named += [p for p in RESULTS.rglob("*") if p.suffix in (".json", ".log")
-                  and str(p.relative_to(RESULTS).with_suffix("")).endswith(stem)]  # fmt: skip
+        named += [
+            p
+            for p in RESULTS.rglob("*")
+            if p.suffix in (".json", ".log")
+            and str(p.relative_to(RESULTS).with_suffix("")).endswith(stem)
+        ]
     return sorted(set(named)) or [CURRENT]
 
 
@@ -289,10 +293,16 @@ def test_the_number_finder_finds_numbers(tmp_path):
     """The rule below checks something: it sees units, ranges, thousands separators and
     decimals as lessons write them, and skips quoted sources."""
     lesson = tmp_path / "99_demo.ipynb"
-    cells = [{"cell_type": "markdown", "metadata": {}, "source": (
-        "It took 3,957 GB/s and 12.72 µs. Eager: 18 to 28 µs a call, at 4 TB/s. "
-        "In PR #1 it took 173.1 µs.\n| shape | 2.05 µs |\n| other | 3.02 µs (PR #2) |"
-    )}]  # fmt: skip
+    cells = [
+        {
+            "cell_type": "markdown",
+            "metadata": {},
+            "source": (
+                "It took 3,957 GB/s and 12.72 µs. Eager: 18 to 28 µs a call, at 4 TB/s. "
+                "In PR #1 it took 173.1 µs.\n| shape | 2.05 µs |\n| other | 3.02 µs (PR #2) |"
+            ),
+        }
+    ]
     lesson.write_text(json.dumps({"cells": cells}), encoding="utf-8")
     assert [(w, u, v, d) for _, w, u, v, d, _ in measured_numbers(lesson)] == [
         ("2.05 µs", "time", 2.05, 2),

@@ -50,13 +50,53 @@ def two_groups(use_idx_mapping: bool) -> MultiCase:
 
 
 TWO_GROUPS = [
-    28, 29, 30, 31, 8, 9, 22, 23, 4, PAD, PAD,
-    6, 7, 6, 7, 6, 7, 12, 13, 12, PAD, PAD,
-]  # fmt: skip
+    28,
+    29,
+    30,
+    31,
+    8,
+    9,
+    22,
+    23,
+    4,
+    PAD,
+    PAD,
+    6,
+    7,
+    6,
+    7,
+    6,
+    7,
+    12,
+    13,
+    12,
+    PAD,
+    PAD,
+]
 TWO_GROUPS_SWAPPED = [
-    20, 21, 22, 23, 4, 5, 30, 31, 8, PAD, PAD,
-    12, 13, 12, 13, 12, 13, 6, 7, 6, PAD, PAD,
-]  # fmt: skip
+    20,
+    21,
+    22,
+    23,
+    4,
+    5,
+    30,
+    31,
+    8,
+    PAD,
+    PAD,
+    12,
+    13,
+    12,
+    13,
+    12,
+    13,
+    6,
+    7,
+    6,
+    PAD,
+    PAD,
+]
 
 
 @IMPLEMENTATIONS
@@ -106,9 +146,13 @@ def test_rows_agree_with_single_group_oracle() -> None:
     multi = case.run(slotmap.slot_mappings_oracle)
     for g, (table, bs) in enumerate(zip(case.block_tables, case.block_sizes, strict=True)):
         single = slotmap.slot_mapping_oracle(
-            case.query_start_loc, case.positions, table[rows].contiguous(), bs,
-            circular=case.options["circular"][g], max_num_tokens=11,
-        )  # fmt: skip
+            case.query_start_loc,
+            case.positions,
+            table[rows].contiguous(),
+            bs,
+            circular=case.options["circular"][g],
+            max_num_tokens=11,
+        )
         assert_slots_equal(multi[g], single, f"group {g}")
 
 
@@ -136,7 +180,7 @@ def test_torch_reference_matches_oracle(mode: str, data) -> None:
             {"lane_loads": False},
             {"lane_loads": True},
         )
-    ),  # fmt: skip
+    ),
 )
 def test_fused_kernel_matches_oracle(
     mode: str, data, tile: int | None, parallel_tiles: int | None, gather: dict
@@ -156,9 +200,13 @@ def test_fused_kernel_without_validation_matches_oracle(case: MultiCase, out_int
     expected = case.run(slotmap.slot_mappings_oracle)
     options = dict(case.options, num_tokens=case.num_tokens)
     actual = call_guarded(
-        slotmap.compute_slot_mappings, *case.args(), out_shape=case.out_shape, out_dtype=dtype,
-        validate=False, **options,
-    )  # fmt: skip
+        slotmap.compute_slot_mappings,
+        *case.args(),
+        out_shape=case.out_shape,
+        out_dtype=dtype,
+        validate=False,
+        **options,
+    )
     assert_slots_equal(actual, expected)
 
 
@@ -166,8 +214,11 @@ def test_fused_kernel_without_validation_matches_oracle(case: MultiCase, out_int
 def test_long_padding_tail_shared_by_parallel_programs(parallel_tiles: int) -> None:
     # 3 tokens, 5000 outputs: the padding programs share the tail tile by tile.
     case = MultiCase(
-        qsl_of([3]), tensor([0, 1, 2], torch.int64), [tensor([[5]], torch.int32)], [4],
+        qsl_of([3]),
+        tensor([0, 1, 2], torch.int64),
+        [tensor([[5]], torch.int32)],
+        [4],
         {"max_num_tokens": 5000},
-    )  # fmt: skip
+    )
     actual = case.run(slotmap.compute_slot_mappings, tile_size=16, parallel_tiles=parallel_tiles)
     assert_slots_equal(actual, torch.tensor([[20, 21, 22] + [PAD] * 4997]))

@@ -252,8 +252,12 @@ def run_tests(project: Path, tests: tuple[str, ...]) -> subprocess.CompletedProc
     )
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-        cwd=project, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_every_mutant_pattern_occurs_once() -> None:

@@ -134,8 +134,12 @@ def replay_cases(draw):
     groups = len(case.block_sizes)
     cacheable = draw(st.lists(st.booleans(), min_size=groups, max_size=groups))
     args = (
-        case.query_start_loc, case.positions, tensor(replay_start, torch.int32), window, cacheable,
-    )  # fmt: skip
+        case.query_start_loc,
+        case.positions,
+        tensor(replay_start, torch.int32),
+        window,
+        cacheable,
+    )
     options = {"pad_id": case.options["pad_id"]} if "pad_id" in case.options else {}
     if draw(st.booleans()):
         options["num_tokens"] = case.num_tokens

@@ -62,8 +62,11 @@ def test_a_warm_mapper_neither_syncs_nor_copies_nor_allocates(kernel, monkeypatc
     mapper = SlotMapper(table, 4, max_num_tokens=48, kernel=kernel)
     steps = [(step, *step_tensors(step, DEVICE)) for step in serving_trace(**TRACE, seed=5)]
     real = {}
-    for name in ("_compute_slot_mapping_kernel", "_compute_slot_mapping_direct_kernel",
-                 "_compute_slot_mapping_direct_tokens_kernel"):  # fmt: skip
+    for name in (
+        "_compute_slot_mapping_kernel",
+        "_compute_slot_mapping_direct_kernel",
+        "_compute_slot_mapping_direct_tokens_kernel",
+    ):
         module = slotmap.kernels.slot_mapping if "direct" not in name else slotmap.kernels.direct
         real[name] = getattr(module, name)
         monkeypatch.setattr(module, name, Stub(real[name].fn))
@@ -72,17 +75,33 @@ def test_a_warm_mapper_neither_syncs_nor_copies_nor_allocates(kernel, monkeypatc
         raise AssertionError("a device sync, a host-to-device copy or an allocation")
 
     for target, name in [
-        (torch, "tensor"), (torch, "empty"), (torch, "full"), (torch, "zeros"),
-        (torch.Tensor, "item"), (torch.Tensor, "tolist"), (torch.Tensor, "cpu"),
-        (torch.Tensor, "numpy"), (torch.Tensor, "__int__"), (torch.Tensor, "__bool__"),
-        (torch.Tensor, "__index__"), (torch.Tensor, "to"), (torch.Tensor, "nonzero"),
-    ]:  # fmt: skip
+        (torch, "tensor"),
+        (torch, "empty"),
+        (torch, "full"),
+        (torch, "zeros"),
+        (torch.Tensor, "item"),
+        (torch.Tensor, "tolist"),
+        (torch.Tensor, "cpu"),
+        (torch.Tensor, "numpy"),
+        (torch.Tensor, "__int__"),
+        (torch.Tensor, "__bool__"),
+        (torch.Tensor, "__index__"),
+        (torch.Tensor, "to"),
+        (torch.Tensor, "nonzero"),
+    ]:
         monkeypatch.setattr(target, name, refuse)
     for step, query_start_loc, positions in steps:
         mapper(query_start_loc, positions, step.num_tokens)
-    launched = [s for name in real for s in [getattr(
-        slotmap.kernels.slot_mapping if "direct" not in name else slotmap.kernels.direct, name
-    )]]  # fmt: skip
+    launched = [
+        s
+        for name in real
+        for s in [
+            getattr(
+                slotmap.kernels.slot_mapping if "direct" not in name else slotmap.kernels.direct,
+                name,
+            )
+        ]
+    ]
     assert sum(len(stub.launches) for stub in launched) == len(steps)
     for stub in launched:
         for _grid, args, _ in stub.launches:
@@ -120,9 +139,13 @@ def test_a_serving_trace_compiles_few_variants_and_warmup_has_them_all() -> None
     }
     environment.update(SLOTMAP_BACKEND="cpu", SLOTMAP_LAUNCH_POLICY="cuda", PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [sys.executable, "-c", COUNT], capture_output=True, text=True, env=environment,
-        timeout=600, cwd=ROOT,
-    )  # fmt: skip
+        [sys.executable, "-c", COUNT],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr
     counts = json.loads(done.stdout.splitlines()[-1])
     assert counts["window"] == {"warm": 2, "used": 2, "cold": 0}
@@ -161,8 +184,11 @@ def test_a_cuda_graph_replays_the_mapper_on_new_inputs(kernel) -> None:
     mapper.warmup()
     steps = [s for s in serving_trace(**TRACE, seed=7)]
     first = steps[0]
-    shape = [s for s in steps if len(s.requests) == len(first.requests)
-             and s.num_tokens == first.num_tokens]  # fmt: skip
+    shape = [
+        s
+        for s in steps
+        if len(s.requests) == len(first.requests) and s.num_tokens == first.num_tokens
+    ]
     query_start_loc, positions = (t.clone() for t in step_tensors(first, DEVICE))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -224,19 +250,30 @@ def test_expand_block_table_without_validation_reads_nothing(monkeypatch) -> Non
 
 # A hybrid model's three kinds of group under CP 2 (this rank 0): full attention sharded, a
 # sliding window unsharded, a state group disabled (no table).
-GROUP_KINDS = dict(cp_world_size=2, cp_rank=0, dcp_sharded=[True, False, False],
-                   slot_mapping_enabled=[True, True, False])  # fmt: skip
+GROUP_KINDS = dict(
+    cp_world_size=2,
+    cp_rank=0,
+    dcp_sharded=[True, False, False],
+    slot_mapping_enabled=[True, True, False],
+)
 
 
 def group_kinds_mapper(out_dtype=torch.int32, idx_mapping=False):
     tables = [trace_table(TRACE["max_num_reqs"], 4, seed=g) for g in range(2)] + [None]
     layouts = group_layouts(
-        3, [4, 4, 4], None, cp_world_size=2, cp_rank=0, cp_interleave=1, pad_id=-1,
+        3,
+        [4, 4, 4],
+        None,
+        cp_world_size=2,
+        cp_rank=0,
+        cp_interleave=1,
+        pad_id=-1,
         dcp_sharded=GROUP_KINDS["dcp_sharded"],
         slot_mapping_enabled=GROUP_KINDS["slot_mapping_enabled"],
-    )  # fmt: skip
-    mapper = GroupsMapper(tables, layouts, max_num_tokens=48, idx_mapping=idx_mapping,
-                          out_dtype=out_dtype)  # fmt: skip
+    )
+    mapper = GroupsMapper(
+        tables, layouts, max_num_tokens=48, idx_mapping=idx_mapping, out_dtype=out_dtype
+    )
     return mapper, tables
 
 
@@ -252,9 +289,14 @@ def test_the_groups_mapper_matches_the_reference_over_a_trace(out_dtype, idx_map
         mapper.out.fill_(POISON)
         result = mapper(query_start_loc, positions, step.num_tokens, idx_mapping=rows)
         want = slotmap.slot_mappings_oracle(
-            query_start_loc, positions, tables, [4, 4, 4], idx_mapping=rows, max_num_tokens=48,
+            query_start_loc,
+            positions,
+            tables,
+            [4, 4, 4],
+            idx_mapping=rows,
+            max_num_tokens=48,
             **GROUP_KINDS,
-        )  # fmt: skip
+        )
         assert result.cpu().tolist() == want.tolist()
 
 
@@ -270,10 +312,17 @@ def test_a_warm_groups_mapper_neither_syncs_nor_copies(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("a device sync, a host-to-device copy or an allocation")
 
-    for target, name in [(torch, "tensor"), (torch, "empty"), (torch, "full"),
-                         (torch.Tensor, "item"), (torch.Tensor, "tolist"),
-                         (torch.Tensor, "__int__"), (torch.Tensor, "__bool__"),
-                         (torch.Tensor, "to"), (torch.Tensor, "cpu")]:  # fmt: skip
+    for target, name in [
+        (torch, "tensor"),
+        (torch, "empty"),
+        (torch, "full"),
+        (torch.Tensor, "item"),
+        (torch.Tensor, "tolist"),
+        (torch.Tensor, "__int__"),
+        (torch.Tensor, "__bool__"),
+        (torch.Tensor, "to"),
+        (torch.Tensor, "cpu"),
+    ]:
         monkeypatch.setattr(target, name, refuse)
     for step, query_start_loc, positions in steps:
         mapper(query_start_loc, positions, step.num_tokens)

@@ -95,9 +95,15 @@ def test_hand_case(name: str, launcher: str) -> None:
 
         def run(qsl, positions, table, block_size, out, **options):
             slotmap.compute_slot_mappings(
-                qsl, positions, [table], [block_size], out=out.view(1, -1),
-                token_parallel=True, tile_size=tile, **options,
-            )  # fmt: skip
+                qsl,
+                positions,
+                [table],
+                [block_size],
+                out=out.view(1, -1),
+                token_parallel=True,
+                tile_size=tile,
+                **options,
+            )
             return out
 
     assert_slots_equal(case.run(run), case.expected(), f"{name} tile {tile}")
@@ -116,8 +122,9 @@ def decode_heavy_lengths() -> st.SearchStrategy[list[int]]:
 @given(data=st.data(), tile=st.sampled_from(TOKEN_TILES), hot=st.booleans())
 def test_direct_token_grid_matches_oracle(mode: str, data, tile: int, hot: bool) -> None:
     lengths = st.one_of(decode_heavy_lengths(), st.lists(st.integers(0, 40), max_size=5))
-    case = data.draw(slot_mapping_cases(mode, orders=("contiguous", "scattered"),
-                                        lengths=lengths), label="case")  # fmt: skip
+    case = data.draw(
+        slot_mapping_cases(mode, orders=("contiguous", "scattered"), lengths=lengths), label="case"
+    )
     expected = case.expected()
     if hot:  # the hot path: num_tokens given, validation off, the plan cached on a 2nd call
         case = dataclasses.replace(case, options=dict(case.options, num_tokens=case.num_tokens))

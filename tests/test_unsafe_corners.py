@@ -128,10 +128,18 @@ def test_unvalidated_idx_mapping_outside_the_tables_reads_nothing(grid: str, row
     bigger = tensor([list(range(20, 28)), list(range(30, 38)), list(range(40, 48))], torch.int32)
     guarded = Guarded((2, 12))
     slotmap.compute_slot_mappings(
-        qsl, positions, [table, bigger], [4, 2], idx_mapping=tensor([0, row], torch.int32),
-        num_tokens=10, max_num_tokens=12, out=guarded.out, validate=False, tile_size=16,
+        qsl,
+        positions,
+        [table, bigger],
+        [4, 2],
+        idx_mapping=tensor([0, row], torch.int32),
+        num_tokens=10,
+        max_num_tokens=12,
+        out=guarded.out,
+        validate=False,
+        tile_size=16,
         **FUSED_GRIDS[grid],
-    )  # fmt: skip
+    )
     pad = slotmap.PAD_SLOT_ID
     assert guarded.check().cpu().tolist() == [
         [4, 5, 6, 7] + [pad] * 8,
@@ -144,9 +152,14 @@ def test_a_table_of_no_rows_is_named_even_unvalidated() -> None:
     empty = torch.empty(0, 4, dtype=torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match=r"2 requests but a block table has 0 rows"):
         slotmap.compute_slot_mappings(
-            qsl, positions, [table, empty], [4, 4], idx_mapping=tensor([0, 1], torch.int32),
-            num_tokens=10, validate=False,
-        )  # fmt: skip
+            qsl,
+            positions,
+            [table, empty],
+            [4, 4],
+            idx_mapping=tensor([0, 1], torch.int32),
+            num_tokens=10,
+            validate=False,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,9 +235,13 @@ def test_numpy_integers_are_ints(impl: str, validate: bool) -> None:
 
     qsl, positions, table, _ = small_batch()
     options = dict(
-        num_tokens=np.int64(10), max_num_tokens=np.int32(12), cp_world_size=np.int8(1),
-        cp_rank=np.int64(0), cp_interleave=np.uint16(1), pad_id=np.int64(-1),
-    )  # fmt: skip
+        num_tokens=np.int64(10),
+        max_num_tokens=np.int32(12),
+        cp_world_size=np.int8(1),
+        cp_rank=np.int64(0),
+        cp_interleave=np.uint16(1),
+        pad_id=np.int64(-1),
+    )
     if impl not in ("oracle", "torch"):
         options["tile_size"] = np.int64(16)
     for _ in range(2):  # the second call is the hot path's, where it has one
@@ -252,8 +269,9 @@ def test_hot_path_takes_no_float_equal_to_a_cached_int() -> None:
         slotmap.compute_slot_mapping(qsl, positions, table, 4, num_tokens=10, **hot)
     for block_size, num_tokens in ((4.0, 10), (4, 10.0)):
         with pytest.raises(TypeError, match="must be an int, got float"):
-            slotmap.compute_slot_mapping(qsl, positions, table, block_size, num_tokens=num_tokens,
-                                         **hot)  # fmt: skip
+            slotmap.compute_slot_mapping(
+                qsl, positions, table, block_size, num_tokens=num_tokens, **hot
+            )
 
 
 @pytest.mark.parametrize("launcher_name", list(HOT_LAUNCHERS))
@@ -280,9 +298,9 @@ REPLAY_BAD: dict[str, tuple[dict[str, Any], type[Exception], str]] = {
 
 
 @pytest.mark.parametrize(
-    "replay", [slotmap.replay_padding_oracle, slotmap.replay_padding_torch,
-               slotmap.pad_replayed_slots],
-)  # fmt: skip
+    "replay",
+    [slotmap.replay_padding_oracle, slotmap.replay_padding_torch, slotmap.pad_replayed_slots],
+)
 @pytest.mark.parametrize("bad", list(REPLAY_BAD))
 def test_a_bad_replay_integer_is_named(replay: Callable[..., Any], bad: str) -> None:
     change, error, message = REPLAY_BAD[bad]

@@ -75,9 +75,15 @@ def test_tile_starting_mid_block(validate: bool, gather_as_float: bool) -> None:
     expected = [rows[q][p // 4] * 4 + p % 4 for q in range(2) for p in positions[q]]
     flat = [p for pos in positions for p in pos]
     actual = slotmap.compute_slot_mapping(
-        qsl_of([16, 40]), tensor(flat, torch.int64), tensor(rows, torch.int32), 4,
-        tile_size=16, validate=validate, num_tokens=56, gather_as_float=gather_as_float,
-    )  # fmt: skip
+        qsl_of([16, 40]),
+        tensor(flat, torch.int64),
+        tensor(rows, torch.int32),
+        4,
+        tile_size=16,
+        validate=validate,
+        num_tokens=56,
+        gather_as_float=gather_as_float,
+    )
     assert_slots_equal(actual, expected)
 
 
@@ -120,13 +126,16 @@ def test_precondition_violation_is_reported(launcher) -> None:
 @pytest.mark.parametrize(
     "launcher",
     [
-        pytest.param(partial(slotmap.compute_slot_mapping_direct, token_parallel=False),
-                     id="direct-requests"),
-        pytest.param(partial(slotmap.compute_slot_mapping_direct, token_parallel=True),
-                     id="direct-tokens"),
+        pytest.param(
+            partial(slotmap.compute_slot_mapping_direct, token_parallel=False),
+            id="direct-requests",
+        ),
+        pytest.param(
+            partial(slotmap.compute_slot_mapping_direct, token_parallel=True), id="direct-tokens"
+        ),
         pytest.param(partial(fused_single_group, token_parallel=True), id="fused-tokens"),
     ],
-)  # fmt: skip
+)
 def test_per_lane_loads_have_no_precondition(launcher) -> None:
     args, options = far_apart()
     assert_slots_equal(launcher(*args, tile_size=16), [500, 600, 501])
@@ -173,14 +182,23 @@ def test_tile_without_valid_lanes(tile: int) -> None:
     # A tile whose tokens all belong to another rank (or are a circular tail) still loads a
     # harmless window and pads every lane.
     other_rank = slotmap.compute_slot_mapping(
-        qsl_of([4]), tensor([1, 3, 5, 7], torch.int64), tensor([[9]], torch.int32), 1,
-        cp_world_size=2, cp_rank=0, tile_size=tile,
-    )  # fmt: skip
+        qsl_of([4]),
+        tensor([1, 3, 5, 7], torch.int64),
+        tensor([[9]], torch.int32),
+        1,
+        cp_world_size=2,
+        cp_rank=0,
+        tile_size=tile,
+    )
     assert_slots_equal(other_rank, [PAD] * 4)
     tail = slotmap.compute_slot_mapping(
-        qsl_of([3]), tensor([-3, -2, -1], torch.int64), tensor([[9]], torch.int32), 4,
-        circular=True, tile_size=tile,
-    )  # fmt: skip
+        qsl_of([3]),
+        tensor([-3, -2, -1], torch.int64),
+        tensor([[9]], torch.int32),
+        4,
+        circular=True,
+        tile_size=tile,
+    )
     assert_slots_equal(tail, [PAD] * 3)
 
 
@@ -196,11 +214,17 @@ def test_window_trace_records_each_tiles_window_base(case, tile: int) -> None:
     traced = case.run(slotmap.compute_slot_mapping, tile_size=tile, window_trace=trace)
     assert_slots_equal(traced, case.run(slotmap.slot_mapping_oracle))
     expected = slotmap.window_bases_oracle(
-        case.query_start_loc, case.positions, case.block_size, tile_size=tile,
-        **{k: v for k, v in options.items()
-           if k in ("kv_cache_block_size", "cp_world_size", "cp_rank", "cp_interleave",
-                    "circular")},
-    )  # fmt: skip
+        case.query_start_loc,
+        case.positions,
+        case.block_size,
+        tile_size=tile,
+        **{
+            k: v
+            for k, v in options.items()
+            if k
+            in ("kv_cache_block_size", "cp_world_size", "cp_rank", "cp_interleave", "circular")
+        },
+    )
     for request, bases in enumerate(expected):
         padded = bases + [-777] * (width - len(bases))
         assert trace[request].tolist() == padded, f"request {request}"

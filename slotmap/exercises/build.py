@@ -115,8 +115,14 @@ def exercise_notebook(solution: Path) -> dict:
     """The exercise notebook for one solution notebook, as JSON."""
     notebook = json.loads(solution.read_text(encoding="utf-8"))
     regions = 0
-    cells = [{"cell_type": "markdown", "id": "slotmap-banner", "metadata": {},
-              "source": _lines(BANNER.format(name=solution.name))}]  # fmt: skip
+    cells = [
+        {
+            "cell_type": "markdown",
+            "id": "slotmap-banner",
+            "metadata": {},
+            "source": _lines(BANNER.format(name=solution.name)),
+        }
+    ]
     for index, cell in enumerate(notebook["cells"]):
         where = f"{solution.name}, cell {index}"
         source = _source(cell)

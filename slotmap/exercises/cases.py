@@ -53,8 +53,9 @@ class SlotCase:
         return self.max_num_tokens if self.max_num_tokens is not None else self.num_tokens
 
     def request_of(self, token: int) -> int:
-        return next(q for q in range(len(self.query_start_loc) - 1)
-                    if token < self.query_start_loc[q + 1])  # fmt: skip
+        return next(
+            q for q in range(len(self.query_start_loc) - 1) if token < self.query_start_loc[q + 1]
+        )
 
     def tensors(self, device: torch.device | str = DEVICE) -> tuple[Tensor, Tensor, Tensor]:
         """(query_start_loc int32, positions int64, block_table int32) on ``device``.
@@ -169,18 +170,20 @@ def explain_slot_mapping(
             return Wrong(
                 f"the padding program wrote PAD_ID {value} at out[{length + index}], past the "
                 f"end of the output ({plural(length, 'entry')})",
-                POISON, value,
+                POISON,
+                value,
                 "The padding program's last tile runs past max_num_tokens too: mask its store "
                 "(mask = offsets < max_num_tokens).",
-            )  # fmt: skip
+            )
         if value != POISON:
             return Wrong(
                 f"a lane past the request's end wrote slot {value} at out[{length + index}], "
                 f"past the end of the output ({plural(length, 'entry')})",
-                POISON, value,
+                POISON,
+                value,
                 "Lanes of the last tile that lie past the request's end must be masked off "
                 "(mask = offsets < end).",
-            )  # fmt: skip
+            )
     for token, value in enumerate(got):
         if value == POISON:
             if token < case.num_tokens:
@@ -203,15 +206,18 @@ def explain_slot_mapping(
                     )
             return Wrong(
                 f"slot_mapping[{token}] was never written: {where}",
-                _short(expected, token), _short(got, token), hint,
-            )  # fmt: skip
+                _short(expected, token),
+                _short(got, token),
+                hint,
+            )
     for token in range(case.num_tokens, length):
         if got[token] != pad_id:
             return Wrong(
                 f"padding entry {token} holds {got[token]} instead of PAD_ID {pad_id}",
-                _short(expected, token), _short(got, token),
+                _short(expected, token),
+                _short(got, token),
                 "Only [0, num_tokens) are real tokens; the rest must be PAD_ID.",
-            )  # fmt: skip
+            )
     owner: dict[int, int] = {}
     for token in range(case.num_tokens):
         slot = got[token]
@@ -221,10 +227,11 @@ def explain_slot_mapping(
             first = owner[slot]
             return Wrong(
                 f"tokens {first} and {token} collide in slot {slot}",
-                _short(expected, token), _short(got, token),
+                _short(expected, token),
+                _short(got, token),
                 "Two different positions can never share a slot: check the block index and "
                 "the offset inside the block.",
-            )  # fmt: skip
+            )
         owner[slot] = token
     for token in range(case.num_tokens):
         if got[token] != expected[token]:
@@ -236,8 +243,10 @@ def explain_slot_mapping(
             named = _named_slot_mistake(case, token, expected[token], got[token])
             return Wrong(
                 invariant + (f": {named.invariant}" if named else ""),
-                _short(expected, token), _short(got, token), named.hint if named else "",
-            )  # fmt: skip
+                _short(expected, token),
+                _short(got, token),
+                named.hint if named else "",
+            )
     return None
 
 
@@ -254,8 +263,9 @@ def judge_slot_mapping(
     qsl, positions, table = case.tensors()
     options = dict(case.options, **extra)
     counts = {"num_tokens": case.num_tokens, "max_num_tokens": case.padded_length}
-    expected = reference(qsl.cpu(), positions.cpu(), table.cpu(), case.block_size,
-                         **counts, **case.options).tolist()  # fmt: skip
+    expected = reference(
+        qsl.cpu(), positions.cpu(), table.cpu(), case.block_size, **counts, **case.options
+    ).tolist()
     buffer, out = guarded_output(case.padded_length, positions.device)
     returned = launcher(qsl, positions, table, case.block_size, **counts, out=out, **options)
     if isinstance(returned, Tensor) and returned.data_ptr() != out.data_ptr():
@@ -423,8 +433,9 @@ def launch_learner_kernel(
     args = slot_mapping_args(
         num_tokens, max_num_tokens, query_start_loc, positions, block_table, block_size, out
     )
-    checked_launch(kernel, (num_reqs + 1,), *args, PAD_ID=pad_id, TILE_BLOCK_SIZE=tile_size,
-                   **constants)  # fmt: skip
+    checked_launch(
+        kernel, (num_reqs + 1,), *args, PAD_ID=pad_id, TILE_BLOCK_SIZE=tile_size, **constants
+    )
     return out
 
 

@@ -168,11 +168,13 @@ def restore_check_cells(notebook: dict, solution: dict | None) -> dict[int, list
         # Only a cell that checks one of these exercises can stand for this one; its source is
         # replaced, so a lenient match is safe: same id, else same source, else the last one.
         free = [
-            i for i in range(len(cells))
+            i
+            for i in range(len(cells))
             if i not in restored and set(_check_ids(cells[i])) & set(ids)
-        ]  # fmt: skip
-        match = next((i for i in free if wanted.get("id") and cells[i].get("id") == wanted["id"]),
-                     None)  # fmt: skip
+        ]
+        match = next(
+            (i for i in free if wanted.get("id") and cells[i].get("id") == wanted["id"]), None
+        )
         if match is None:
             same = [i for i in free if _same_source(_text(cells[i]), _text(wanted))]
             match = (same or free or [None])[-1]
@@ -199,8 +201,12 @@ class Grade:
     ignored: int = 0  # check results the grader did not accept (not from its check cells)
 
     def as_json(self) -> dict[str, Any]:
-        return {"notebook": self.notebook, "results": self.results, "error": self.error,
-                "ignored_results": self.ignored}  # fmt: skip
+        return {
+            "notebook": self.notebook,
+            "results": self.results,
+            "error": self.error,
+            "ignored_results": self.ignored,
+        }
 
 
 @dataclass
@@ -228,8 +234,9 @@ class Grader:
             wanted = os.environ.get("SLOTMAP_GRADE_SANDBOX_USER", "1") != "0"
             self.options.sandbox_user = wanted and sandbox.is_root()
         if self.options.sandbox_user and shutil.which("setpriv") is None:
-            print("slotmap grade: no setpriv (util-linux): kernels run as this user",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                "slotmap grade: no setpriv (util-linux): kernels run as this user", file=sys.stderr
+            )
             self.options.sandbox_user = False
         self.folder = Path(tempfile.mkdtemp(prefix="slotmap-grade-"))
         os.chmod(self.folder, 0o711)  # kernel users reach their own folder, list none
@@ -311,9 +318,12 @@ class Grader:
         for index in checks:
             cell = job_notebook["cells"][index]
             cell["source"] = GATE.format(
-                gate=str(gate), snapshot=str(self.snapshot), secret=secret, cell=index,
+                gate=str(gate),
+                snapshot=str(self.snapshot),
+                secret=secret,
+                cell=index,
                 source=_text(cell),
-            )  # fmt: skip
+            )
         home = self.folder / f"nb-{number}"
         home.mkdir()
         (home / "runtime").mkdir()
@@ -323,10 +333,15 @@ class Grader:
         env = {k: v for k, v in os.environ.items() if not PRIVATE_ENV.search(k)}
         env.pop("PYTHONPATH", None)
         kernel_env = dict(
-            env, PYTHONPATH=str(self.snapshot), HOME=str(home), TMPDIR=str(home),
-            IPYTHONDIR=str(home / ".ipython"), MPLCONFIGDIR=str(home / ".matplotlib"),
-            JUPYTER_RUNTIME_DIR=str(home / "runtime"), PYTHONDONTWRITEBYTECODE="1",
-        )  # fmt: skip
+            env,
+            PYTHONPATH=str(self.snapshot),
+            HOME=str(home),
+            TMPDIR=str(home),
+            IPYTHONDIR=str(home / ".ipython"),
+            MPLCONFIGDIR=str(home / ".matplotlib"),
+            JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+            PYTHONDONTWRITEBYTECODE="1",
+        )
         key, value = marker.split("=", 1)
         kernel_env[key] = value
         nproc = options.nproc
@@ -347,9 +362,12 @@ class Grader:
             "env": kernel_env,
         }
         worker_env = dict(
-            env, JUPYTER_PATH=str(self.specs), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-            JUPYTER_PLATFORM_DIRS="1", PYTHONDONTWRITEBYTECODE="1",
-        )  # fmt: skip
+            env,
+            JUPYTER_PATH=str(self.specs),
+            JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+            JUPYTER_PLATFORM_DIRS="1",
+            PYTHONDONTWRITEBYTECODE="1",
+        )
         worker_env[key] = value
         script = self.snapshot / "slotmap" / "exercises" / "gradeworker.py"
         read_end, write_end = os.pipe()
@@ -357,9 +375,14 @@ class Grader:
         try:
             worker = subprocess.Popen(
                 [sys.executable, str(script), str(write_end)],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
-                pass_fds=(write_end,), start_new_session=True, cwd=self.folder, env=worker_env,
-            )  # fmt: skip
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                pass_fds=(write_end,),
+                start_new_session=True,
+                cwd=self.folder,
+                env=worker_env,
+            )
         finally:
             os.close(write_end)
             log.close()
@@ -505,8 +528,10 @@ def table(grades: list[Grade]) -> str:
         if grade.error:
             lines.append(f"{grade.notebook}: could not run: {grade.error}")
         if grade.ignored:
-            lines.append(f"{grade.notebook}: {grade.ignored} check result(s) not from the "
-                         "grader's check cells, ignored")  # fmt: skip
+            lines.append(
+                f"{grade.notebook}: {grade.ignored} check result(s) not from the "
+                "grader's check cells, ignored"
+            )
     return "\n".join(lines)
 
 
@@ -525,10 +550,13 @@ def grade_folder(
     options = options or GradeOptions(timeout=timeout)
     paths = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     submissions = [
-        (p.relative_to(folder).as_posix(), p.read_text(encoding="utf-8", errors="replace"),
-         solution_of(p, solutions))
+        (
+            p.relative_to(folder).as_posix(),
+            p.read_text(encoding="utf-8", errors="replace"),
+            solution_of(p, solutions),
+        )
         for p in paths
-    ]  # fmt: skip
+    ]
     grades: dict[int, Grade] = {}
     lock = threading.Lock()
 

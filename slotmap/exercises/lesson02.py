@@ -55,7 +55,7 @@ def named_cases() -> list[tuple[str, KernelCase]]:
             KernelCase(
                 SlotCase(
                     [0, 5, 11], list(range(5)) + list(range(3, 9)), [[6, 1, 0], [3, 8, 5]], 4
-                ),  # fmt: skip
+                ),
                 4,
             ),
         ),
@@ -71,7 +71,7 @@ def named_cases() -> list[tuple[str, KernelCase]]:
                     23,
                 ),
                 4,
-            ),  # fmt: skip
+            ),
         ),
         (
             "an empty request and a long padding tail",

@@ -241,8 +241,9 @@ def _window_kernel_cases() -> list[tuple[str, SlotCase]]:
         # need not be the first lane's.
         (
             "positions out of order inside a tile: the first lane is not the smallest",
-            SlotCase([0, 3, 11], [9, 10, 11, 6, 7, 4, 5, 0, 1, 2, 3],
-                     [[1, 7, 4, 0], [5, 2, 9, 0]], 4),  # fmt: skip
+            SlotCase(
+                [0, 3, 11], [9, 10, 11, 6, 7, 4, 5, 0, 1, 2, 3], [[1, 7, 4, 0], [5, 2, 9, 0]], 4
+            ),
         ),
     ]
 
@@ -272,8 +273,9 @@ def judge_window_kernel(kernel, case: SlotCase) -> None:
         )
     try:
         window = window_size(TILE, case.block_size)
-        launcher = partial(launch_learner_kernel, kernel, tile_size=TILE,
-                           BLOCK_TABLE_WINDOW_SIZE=window)  # fmt: skip
+        launcher = partial(
+            launch_learner_kernel, kernel, tile_size=TILE, BLOCK_TABLE_WINDOW_SIZE=window
+        )
         judge_slot_mapping(launcher, case)
     except Wrong:
         raise
@@ -449,8 +451,21 @@ def _float_gather_cases() -> list[tuple[str, GatherCase]]:
     ]
 
 
-_INTERESTING = [0, 1, 65535, 65536, 2**24 - 1, 2**24, 2**24 + 1, 2**24 + 3, 2**28 + 5,
-                INT32_MAX, -1, INT32_MIN, -(2**24) - 1]  # fmt: skip
+_INTERESTING = [
+    0,
+    1,
+    65535,
+    65536,
+    2**24 - 1,
+    2**24,
+    2**24 + 1,
+    2**24 + 3,
+    2**28 + 5,
+    INT32_MAX,
+    -1,
+    INT32_MIN,
+    -(2**24) - 1,
+]
 
 
 @st.composite
@@ -539,8 +554,10 @@ def _explain_gather(case: GatherCase, buffer: list[int]) -> None:
             hint += "must stay within 2**24 in size."
         if not reason and entry < 0:
             reason = ": a negative entry, whose sign sits in its high bits"
-            hint = ("On an int32, >> keeps the sign (an arithmetic shift) and & 0xFFFF keeps "
-                    "the low 16 bits without it; // and % round toward zero instead.")  # fmt: skip
+            hint = (
+                "On an int32, >> keeps the sign (an arithmetic shift) and & 0xFFFF keeps "
+                "the low 16 bits without it; // and % round toward zero instead."
+            )
         raise Wrong(
             f"entry {entry} came back as {value}{reason} (lane {lane} gathers window[{index}])",
             entry,
@@ -565,8 +582,17 @@ def judge_float_gather(kernel: Any, case: GatherCase) -> None:
     window = next_power_of_2(length)
     try:
         with _watched_gathers() as seen:
-            checked_launch(kernel, (1,), source[:length], length, relative, lanes,
-                           buffer[GUARD : GUARD + lanes], WINDOW=window, LANES=LANES)  # fmt: skip
+            checked_launch(
+                kernel,
+                (1,),
+                source[:length],
+                length,
+                relative,
+                lanes,
+                buffer[GUARD : GUARD + lanes],
+                WINDOW=window,
+                LANES=LANES,
+            )
     except Wrong:
         raise
     except Exception as error:

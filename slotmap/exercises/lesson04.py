@@ -189,8 +189,9 @@ def judge_circular_kernel(kernel, case: SlotCase) -> None:
         qsl.cpu(), positions.cpu(), table.cpu(), case.block_size, **counts, **case.options
     ).tolist()
     buffer, out = guarded_output(case.padded_length, positions.device)
-    launch_learner_kernel(kernel, qsl, positions, table, case.block_size, out=out, tile_size=TILE,
-                          **counts)  # fmt: skip
+    launch_learner_kernel(
+        kernel, qsl, positions, table, case.block_size, out=out, tile_size=TILE, **counts
+    )
     values = buffer.tolist()
     wrong = explain_slot_mapping(case, expected, values)
     if wrong is None:

@@ -307,14 +307,16 @@ def judge_local_block_and_offset(candidate: Callable[..., Any], case: CPConfig) 
                 f"positions {first} and {p} both land on rank {rank} at logical block {block}, "
                 f"offset {offset}: they would share a slot",
                 f"position {first}: "
-                + _where(*divmod(local_position(first, world, interleave, kv), block_size),
-                         block_size)
+                + _where(
+                    *divmod(local_position(first, world, interleave, kv), block_size), block_size
+                )
                 + f"; position {p}: "
-                + _where(*divmod(local_position(p, world, interleave, kv), block_size),
-                         block_size),
+                + _where(
+                    *divmod(local_position(p, world, interleave, kv), block_size), block_size
+                ),
                 f"both at logical block {block}, offset {offset}",
                 LOCAL_HINT,
-            )  # fmt: skip
+            )
         placed[(rank, block, offset)] = p
         got_of[p] = (block, offset)
     # Packed: a rank's positions fill its local positions 0, 1, 2, ... without a hole.
@@ -323,8 +325,11 @@ def judge_local_block_and_offset(candidate: Callable[..., Any], case: CPConfig) 
         holes = sorted(set(range(len(mine))) - set(mine))
         if holes:
             hole = holes[0]
-            beyond = next(p for (r, b, o), p in placed.items()
-                          if r == rank and b * block_size + o >= len(mine))  # fmt: skip
+            beyond = next(
+                p
+                for (r, b, o), p in placed.items()
+                if r == rank and b * block_size + o >= len(mine)
+            )
             raise Wrong(
                 f"rank {rank} is not packed: its local position {hole} (logical block "
                 f"{hole // block_size}, offset {hole % block_size}) stays empty while position "
@@ -385,17 +390,32 @@ def _cp_case(qsl, positions, table, block_size, world, interleave, kv=None, max_
 
 def _cp_kernel_cases() -> list[tuple[str, SlotCase]]:
     return [
-        ("two ranks, interleave 1, one request of 12", _cp_case([0, 12], list(range(12)),
-                                                               [[5, 2, 7]], 4, 2, 1)),
-        ("two ranks, interleave 2, into the second virtual block", _cp_case(
-            [0, 14], list(range(14)), [[5, 2, 7]], 4, 2, 2)),
-        ("three ranks, interleave 2, two requests, a decode step at 21", _cp_case(
-            [0, 13, 14], list(range(13)) + [21], [[5, 2, 7], [9, 1, 3]], 4, 3, 2,
-            max_num_tokens=17)),
-        ("hybrid: a kv block of 8 holds 2 blocks of 4", _cp_case(
-            [0, 20], list(range(20)), [[6, 7, 2, 3, 10, 11]], 4, 2, 2, kv=8)),
+        (
+            "two ranks, interleave 1, one request of 12",
+            _cp_case([0, 12], list(range(12)), [[5, 2, 7]], 4, 2, 1),
+        ),
+        (
+            "two ranks, interleave 2, into the second virtual block",
+            _cp_case([0, 14], list(range(14)), [[5, 2, 7]], 4, 2, 2),
+        ),
+        (
+            "three ranks, interleave 2, two requests, a decode step at 21",
+            _cp_case(
+                [0, 13, 14],
+                list(range(13)) + [21],
+                [[5, 2, 7], [9, 1, 3]],
+                4,
+                3,
+                2,
+                max_num_tokens=17,
+            ),
+        ),
+        (
+            "hybrid: a kv block of 8 holds 2 blocks of 4",
+            _cp_case([0, 20], list(range(20)), [[6, 7, 2, 3, 10, 11]], 4, 2, 2, kv=8),
+        ),
         ("one rank: the plain kernel", _cp_case([0, 9], list(range(9)), [[4, 8, 1]], 4, 1, 1)),
-    ]  # fmt: skip
+    ]
 
 
 @st.composite
@@ -417,12 +437,21 @@ def launch_cp_kernel(kernel, case: SlotCase, rank: int) -> list[int]:
     kv = case.options["kv_cache_block_size"]
     buffer, out = guarded_output(case.padded_length, positions.device)
     launch_learner_kernel(
-        kernel, qsl, positions, table, case.block_size,
-        num_tokens=case.num_tokens, max_num_tokens=case.padded_length, out=out, tile_size=TILE,
-        KV_CACHE_BLOCK_SIZE=kv, BLOCKS_PER_KV_BLOCK=kv // case.block_size,
-        TOTAL_CP_WORLD_SIZE=case.options["cp_world_size"], TOTAL_CP_RANK=rank,
+        kernel,
+        qsl,
+        positions,
+        table,
+        case.block_size,
+        num_tokens=case.num_tokens,
+        max_num_tokens=case.padded_length,
+        out=out,
+        tile_size=TILE,
+        KV_CACHE_BLOCK_SIZE=kv,
+        BLOCKS_PER_KV_BLOCK=kv // case.block_size,
+        TOTAL_CP_WORLD_SIZE=case.options["cp_world_size"],
+        TOTAL_CP_RANK=rank,
         CP_KV_CACHE_INTERLEAVE_SIZE=case.options["cp_interleave"],
-    )  # fmt: skip
+    )
     return buffer.tolist()
 
 
@@ -442,7 +471,7 @@ def judge_cp_kernel(kernel, case: SlotCase) -> None:
         expected.append(
             slot_mapping_oracle(
                 qsl, positions, table, case.block_size, cp_rank=rank, **counts, **case.options
-            ).tolist()  # fmt: skip
+            ).tolist()
         )
         buffer = launch_cp_kernel(kernel, case, rank)
         wrong = explain_slot_mapping(case, expected[rank], buffer)
@@ -538,15 +567,29 @@ def _rank_fn_cases() -> list[tuple[str, CPBatch]]:
     return [
         (
             "two ranks, interleave 2, two requests, a padding tail",
-            CPBatch(lengths=(11, 1), starts=(0, 9), block_size=2, kv_cache_block_size=4,
-                    world_size=2, interleave=2, max_num_tokens=14, seed=3),
+            CPBatch(
+                lengths=(11, 1),
+                starts=(0, 9),
+                block_size=2,
+                kv_cache_block_size=4,
+                world_size=2,
+                interleave=2,
+                max_num_tokens=14,
+                seed=3,
+            ),
         ),
         (
             "two ranks, interleave 1, hybrid: a kv block of 8 holds 2 blocks of 4",
-            CPBatch(lengths=(13,), block_size=4, kv_cache_block_size=8, world_size=2,
-                    interleave=1, seed=4),
+            CPBatch(
+                lengths=(13,),
+                block_size=4,
+                kv_cache_block_size=8,
+                world_size=2,
+                interleave=1,
+                seed=4,
+            ),
         ),
-    ]  # fmt: skip
+    ]
 
 
 def _rank_slots(value: Any, rank: int, length: int) -> list[int]:

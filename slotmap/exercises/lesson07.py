@@ -107,11 +107,20 @@ def launch_reshape_and_cache_kernel(
     _, block_size, num_heads, head_dim = key_cache.shape
     row = num_heads * head_dim
     checked_launch(
-        kernel, (num_tokens,),
-        key, value, key_cache, value_cache, slot_mapping,
-        block_size, key_cache.stride(0), key_cache.stride(1),
-        ROW=row, ROW_TILE=triton.next_power_of_2(row), PAD_ID=pad_id,
-    )  # fmt: skip
+        kernel,
+        (num_tokens,),
+        key,
+        value,
+        key_cache,
+        value_cache,
+        slot_mapping,
+        block_size,
+        key_cache.stride(0),
+        key_cache.stride(1),
+        ROW=row,
+        ROW_TILE=triton.next_power_of_2(row),
+        PAD_ID=pad_id,
+    )
 
 
 def _where_row(index: int, case: CacheCase) -> str:
@@ -591,11 +600,23 @@ def launch_paged_read_kernel(kernel: Any, query, key_cache, value_cache, block_t
     out = torch.full((num_reqs, num_heads, head_dim), POISON, device=query.device)
     lse = torch.full((num_reqs, num_heads), POISON, device=query.device)
     checked_launch(
-        kernel, (num_reqs, num_heads),
-        out, lse, query, key_cache, value_cache, block_table, block_table.shape[1], seq_lens,
-        1.0 / head_dim**0.5, key_cache.shape[1], key_cache.stride(1),
-        HEAD_DIM=head_dim, HEAD_DIM_TILE=triton.next_power_of_2(head_dim), TILE=READ_TILE,
-    )  # fmt: skip
+        kernel,
+        (num_reqs, num_heads),
+        out,
+        lse,
+        query,
+        key_cache,
+        value_cache,
+        block_table,
+        block_table.shape[1],
+        seq_lens,
+        1.0 / head_dim**0.5,
+        key_cache.shape[1],
+        key_cache.stride(1),
+        HEAD_DIM=head_dim,
+        HEAD_DIM_TILE=triton.next_power_of_2(head_dim),
+        TILE=READ_TILE,
+    )
     return out, lse
 
 
@@ -612,8 +633,9 @@ def _explain_read(case: ReadCase, tensors, out: Tensor, r: int, h: int, kernel: 
     query, key_cache, value_cache, table, lens = tensors
     if r > 0:
         first_row = table[:1].expand_as(table).contiguous()
-        o, _ = paged_decode_attention_torch(query, key_cache, value_cache, first_row, lens,
-                                            validate=False)  # fmt: skip
+        o, _ = paged_decode_attention_torch(
+            query, key_cache, value_cache, first_row, lens, validate=False
+        )
         if bool(_close(out[r, h], o[r, h].cpu()).all()):
             return f": request {r} read its keys through row 0 of the block table, not row {r}"
     # Redraw the slots no request attends: an output that moves read one of them.

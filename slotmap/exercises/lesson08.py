@@ -407,7 +407,7 @@ def diagnose_bytes(case: BytesCase, got: int) -> str:
         (
             g * (8 * m + 4 * m),
             "positions counted for the padding tail too: only real tokens have a position to read",
-        ),  # fmt: skip
+        ),
         (expected * 8, "bits, not bytes"),
     ]
     for value, why in known:

@@ -85,7 +85,7 @@ def _window_cases() -> list[tuple[str, WindowCase]]:
         ("a ring of 2 beside blocks of 8", WindowCase(8, (2, 8), (True, False))),
         ("sliding windows only: two rings", WindowCase(8, (4, 8), (True, True))),
         ("blocks of 5 and 3, tile 16", WindowCase(16, (5, 3), (False, False))),
-    ]  # fmt: skip
+    ]
 
 
 @st.composite
@@ -102,8 +102,13 @@ def _window_mistakes(case: WindowCase) -> list[tuple[int, str]]:
     tile, sizes, rings = case.tile_size, case.block_sizes, case.circular
     linear = [s for s, r in zip(sizes, rings, strict=True) if not r]
     if not linear:
-        return [(window_size(tile, min(sizes)), "a ring reads entry 0 of its row only: when "
-                 "every group is circular, the window needs 1 entry")]  # fmt: skip
+        return [
+            (
+                window_size(tile, min(sizes)),
+                "a ring reads entry 0 of its row only: when "
+                "every group is circular, the window needs 1 entry",
+            )
+        ]
     smallest = min(linear)
     found = [
         (
@@ -123,11 +128,13 @@ def _window_mistakes(case: WindowCase) -> list[tuple[int, str]]:
         ),
     ]
     if not rings[0]:
-        found.append((
-            window_size(tile, sizes[0]),
-            f"the window fits group 0's block size ({sizes[0]}) only: one launch serves every "
-            f"group, and the group with blocks of {smallest} needs more entries",
-        ))  # fmt: skip
+        found.append(
+            (
+                window_size(tile, sizes[0]),
+                f"the window fits group 0's block size ({sizes[0]}) only: one launch serves every "
+                f"group, and the group with blocks of {smallest} needs more entries",
+            )
+        )
     return found
 
 
@@ -217,16 +224,25 @@ class GroupsCase:
     def group(self, g: int) -> SlotCase:
         """Group g alone, as a single-group case (for the invariant in words)."""
         options = {"circular": True} if self.circular[g] else {}
-        return SlotCase(self.query_start_loc, self.positions, self.stacked()[g],
-                        self.block_sizes[g], self.max_num_tokens, options)  # fmt: skip
+        return SlotCase(
+            self.query_start_loc,
+            self.positions,
+            self.stacked()[g],
+            self.block_sizes[g],
+            self.max_num_tokens,
+            options,
+        )
 
     def expected(self) -> list[list[int]]:
         tables = [torch.tensor(t, dtype=torch.int32) for t in self.stacked()]
         return slot_mappings_oracle(
             torch.tensor(self.query_start_loc, dtype=torch.int32),
-            torch.tensor(self.positions, dtype=torch.int64), tables, self.block_sizes,
-            circular=self.circular, max_num_tokens=self.padded_length,
-        ).tolist()  # fmt: skip
+            torch.tensor(self.positions, dtype=torch.int64),
+            tables,
+            self.block_sizes,
+            circular=self.circular,
+            max_num_tokens=self.padded_length,
+        ).tolist()
 
     def __str__(self) -> str:
         parts = [
@@ -299,12 +315,16 @@ def _fused_cases() -> list[tuple[str, GroupsCase]]:
 @st.composite
 def _fused_strategy(draw: st.DrawFn) -> GroupsCase:
     groups = draw(st.integers(1, 3))
-    sizes = draw(st.lists(st.sampled_from([1, 2, 3, 4, 5, 8, 16]), min_size=groups,
-                          max_size=groups))  # fmt: skip
+    sizes = draw(
+        st.lists(st.sampled_from([1, 2, 3, 4, 5, 8, 16]), min_size=groups, max_size=groups)
+    )
     # Negative positions (a sliding window's padding) are valid in circular groups only.
     rings_only = draw(st.booleans())
-    rings = [True] * groups if rings_only else draw(
-        st.lists(st.booleans(), min_size=groups, max_size=groups))  # fmt: skip
+    rings = (
+        [True] * groups
+        if rings_only
+        else draw(st.lists(st.booleans(), min_size=groups, max_size=groups))
+    )
     lengths = draw(st.lists(st.integers(0, 20), min_size=1, max_size=3))
     firsts = [draw(st.integers(-n - 2 if rings_only else 0, 30)) for n in lengths]
     padding = draw(st.integers(0 if sum(lengths) else 1, 10))
@@ -334,8 +354,7 @@ def fused_tensors(case: GroupsCase, device: torch.device | str = DEVICE) -> dict
     caught for the unwritten padding) rather than past the tensor; the kernel is told
     ``num_reqs`` apart. Positions are exactly the batch's: a lane that loads past them
     unmasked is an out-of-bounds read."""
-    qsl = torch.tensor(case.query_start_loc + [case.num_tokens], dtype=torch.int32,
-                       device=device)  # fmt: skip
+    qsl = torch.tensor(case.query_start_loc + [case.num_tokens], dtype=torch.int32, device=device)
     return dict(
         num_reqs=case.num_reqs,
         query_start_loc=qsl,
@@ -352,10 +371,19 @@ def kernel_args(t: dict[str, Any], num_tokens: int, max_num_tokens: int, out: to
     """The kernel's runtime arguments, in its signature's order."""
     tables = t["block_tables"]
     return (
-        num_tokens, max_num_tokens, t["num_reqs"], t["query_start_loc"],
-        t["positions"], tables, tables.stride(0), tables.stride(1), t["block_sizes"],
-        t["circular"], out, out.stride(0),
-    )  # fmt: skip
+        num_tokens,
+        max_num_tokens,
+        t["num_reqs"],
+        t["query_start_loc"],
+        t["positions"],
+        tables,
+        tables.stride(0),
+        tables.stride(1),
+        t["block_sizes"],
+        t["circular"],
+        out,
+        out.stride(0),
+    )
 
 
 def launch_fused_kernel(kernel: Any, case: GroupsCase, tile_size: int = TILE) -> list[int]:
@@ -370,8 +398,9 @@ def launch_fused_kernel(kernel: Any, case: GroupsCase, tile_size: int = TILE) ->
     """
     groups, length = case.num_groups, case.padded_length
     stride = length + ROW_GAP
-    buffer = torch.full((GUARD + groups * stride + GUARD,), POISON, dtype=torch.int32,
-                        device=DEVICE)  # fmt: skip
+    buffer = torch.full(
+        (GUARD + groups * stride + GUARD,), POISON, dtype=torch.int32, device=DEVICE
+    )
     out = buffer[GUARD : GUARD + groups * stride].view(groups, stride)[:, :length]
     tensors = fused_tensors(case)
     constants = dict(
@@ -410,8 +439,11 @@ def _slots_as_if(case: GroupsCase, g: int, block_size: int) -> list[int | None]:
 
 
 def _group_name(case: GroupsCase, g: int) -> str:
-    kind = f"a ring of {case.block_sizes[g]}" if case.circular[g] else (
-        f"blocks of {case.block_sizes[g]}")  # fmt: skip
+    kind = (
+        f"a ring of {case.block_sizes[g]}"
+        if case.circular[g]
+        else (f"blocks of {case.block_sizes[g]}")
+    )
     return f"group {g} ({kind})"
 
 
@@ -424,15 +456,19 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
         if value != POISON:
             return Wrong(
                 f"a lane wrote {value} before the output (at {index - GUARD} from row 0's start)",
-                POISON, value, "Mask every store, and start row g at slot_mappings_ptr + g * "
+                POISON,
+                value,
+                "Mask every store, and start row g at slot_mappings_ptr + g * "
                 "slot_mappings_stride.",
-            )  # fmt: skip
+            )
     for index, value in enumerate(buffer[GUARD + groups * stride :]):
         if value != POISON:
             return Wrong(
                 f"a lane wrote {value} past the last group's row (at {index} after it)",
-                POISON, value, "Mask every store (offsets < end, offsets < max_num_tokens).",
-            )  # fmt: skip
+                POISON,
+                value,
+                "Mask every store (offsets < end, offsets < max_num_tokens).",
+            )
     for g in range(groups):
         gap = body[g * stride + length : (g + 1) * stride]
         for index, value in enumerate(gap):
@@ -442,8 +478,10 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
                     f"(column {length + index}; the rows hold {length} entries and lie "
                     f"{stride} apart here): rows are slot_mappings_stride apart, which need "
                     "not be max_num_tokens",
-                    POISON, value, "Row g starts at slot_mappings_ptr + g * slot_mappings_stride.",
-                )  # fmt: skip
+                    POISON,
+                    value,
+                    "Row g starts at slot_mappings_ptr + g * slot_mappings_stride.",
+                )
     rows = [body[g * stride : g * stride + length] for g in range(groups)]
     unwritten = [g for g in range(1, groups) if all(v == POISON for v in rows[g])]
     if unwritten and any(v != POISON for v in rows[0]):
@@ -451,10 +489,11 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
         return Wrong(
             f"{_group_name(case, g)}'s row was never written, while row 0 was: every "
             "group's programs wrote row 0 (the group's row offset is missing)",
-            expected[g], rows[g],
+            expected[g],
+            rows[g],
             "Row g starts at slot_mappings_ptr + group_idx * slot_mappings_stride, with "
             "group_idx = tl.program_id(0).",
-        )  # fmt: skip
+        )
     for g in range(groups):
         name = _group_name(case, g)
         got, want = rows[g], expected[g]
@@ -466,11 +505,12 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
                         f"{name}: token {t} (request {case.request_of(t)}) has position {p}, "
                         f"before position 0 of its sliding window: it has no slot and must "
                         f"get PAD_ID {PAD_SLOT_ID}, got {got[t]}",
-                        want[: case.num_tokens], got[: case.num_tokens],
+                        want[: case.num_tokens],
+                        got[: case.num_tokens],
                         "In a circular group, has_slot = pos >= 0: keep negative positions "
                         "away from % (Triton's % truncates toward zero: -1 % 4 is -1) and "
                         "store PAD_ID for them.",
-                    )  # fmt: skip
+                    )
         real = got[: case.num_tokens]
         if real != want[: case.num_tokens] and POISON not in real:
             for h in range(groups):
@@ -485,16 +525,18 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
                         f"({_group_name(case, h)}'s block size), but its own blocks hold "
                         f"{case.block_sizes[g]}: each group's programs must load their own "
                         "group's block size",
-                        want[: case.num_tokens], real,
+                        want[: case.num_tokens],
+                        real,
                         "Load the program's own group's block size from block_sizes, and use "
                         "it for the block index, the offset and the slot.",
-                    )  # fmt: skip
+                    )
         wrong = explain_slot_mapping(
             case.group(g), want, [POISON] * GUARD + got + [POISON] * GUARD
         )
         if wrong is not None:
-            return Wrong(f"{name}: {wrong.invariant}", wrong.expected, wrong.got,
-                         wrong.hint or FUSED_HINT)  # fmt: skip
+            return Wrong(
+                f"{name}: {wrong.invariant}", wrong.expected, wrong.got, wrong.hint or FUSED_HINT
+            )
     return None
 
 
@@ -673,9 +715,15 @@ def measure_fused_time(kernel: Any, shape_name: str, groups: int) -> TimeMeasure
     copy_us = bench.time_graph(lambda: target.copy_(source), GRAPH_CALLS, False, capture)
     record = lookup(committed_results(), shape_name, TIME_BLOCK, f"fused-{groups}", "graph")
     return TimeMeasurement(
-        shape_name, groups, n, length, measured, floor, COPY_BYTES / (copy_us * 1e3),
+        shape_name,
+        groups,
+        n,
+        length,
+        measured,
+        floor,
+        COPY_BYTES / (copy_us * 1e3),
         None if record is None else float(record["us"]),
-    )  # fmt: skip
+    )
 
 
 def gpu_timing() -> bool:
@@ -686,8 +734,10 @@ def gpu_timing() -> bool:
 def _time_cases() -> list[tuple[str, Any]]:
     if not gpu_timing():
         return [("one correctness run (the timing needs a GPU)", None)]
-    return [(f"{shape}, {groups} groups, in a CUDA graph", (shape, groups))
-            for shape, groups in TIME_SHAPES]  # fmt: skip
+    return [
+        (f"{shape}, {groups} groups, in a CUDA graph", (shape, groups))
+        for shape, groups in TIME_SHAPES
+    ]
 
 
 def judge_time(kernel: Any, case: tuple[str, int] | None) -> None:

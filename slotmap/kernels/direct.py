@@ -131,9 +131,14 @@ def _compute_slot_mapping_direct_tokens_kernel(
     token_tiles = tl.cdiv(num_tokens, TILE_BLOCK_SIZE)
     if tile_idx >= token_tiles:
         _fill_token_grid_pad(
-            slot_mapping_ptr, tile_idx, token_tiles, max_num_tokens, PAD_ID, TILE_BLOCK_SIZE,
+            slot_mapping_ptr,
+            tile_idx,
+            token_tiles,
+            max_num_tokens,
+            PAD_ID,
+            TILE_BLOCK_SIZE,
             PAD_TILE_SIZE,
-        )  # fmt: skip
+        )
         return
 
     tile_start = tile_idx * TILE_BLOCK_SIZE
@@ -158,10 +163,25 @@ def _compute_slot_mapping_direct_tokens_kernel(
     # Each lane loads its own entry from its own request's row, masked to the table.
     in_row = mask & has_slot & (block_indices >= 0) & (block_indices < block_table_stride)
     block_numbers, _ = _token_grid_entries(
-        query_start_loc_ptr, num_reqs, num_tokens, tile_start, block_table_ptr,
-        block_table_stride, query_start_loc_ptr, num_reqs, block_indices, in_row, req_idx,
-        likely, lane_ok, one, TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS, False,
-    )  # fmt: skip
+        query_start_loc_ptr,
+        num_reqs,
+        num_tokens,
+        tile_start,
+        block_table_ptr,
+        block_table_stride,
+        query_start_loc_ptr,
+        num_reqs,
+        block_indices,
+        in_row,
+        req_idx,
+        likely,
+        lane_ok,
+        one,
+        TILE_BLOCK_SIZE,
+        REQ_LANES,
+        EARLY_ENDS,
+        False,
+    )
     # In the output's width: an int64 output holds slots past 2**31 without wrapping.
     slot_ids = block_numbers.to(slot_mapping_ptr.dtype.element_ty) * block_size + slot_offsets
     # Lanes past num_tokens in the last token tile are padding too.

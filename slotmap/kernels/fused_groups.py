@@ -480,9 +480,15 @@ def compute_slot_mappings(
     tables = tuple(block_tables)
     switches = (kernel_block_sizes, slot_mapping_enabled, dcp_sharded)
     layouts = group_layouts_of(
-        len(tables), block_sizes, circular, *switches, cp_world_size=cp_world_size,
-        cp_rank=cp_rank, cp_interleave=cp_interleave, pad_id=pad_id,
-    )  # fmt: skip
+        len(tables),
+        block_sizes,
+        circular,
+        *switches,
+        cp_world_size=cp_world_size,
+        cp_rank=cp_rank,
+        cp_interleave=cp_interleave,
+        pad_id=pad_id,
+    )
     knobs = LaunchKnobs.of(
         tile_size, parallel_tiles, num_warps, gather_as_float, token_parallel, lane_loads
     )
@@ -626,9 +632,13 @@ def fused_plan(
         # The token grid, one row of programs a group: token tiles, then padding programs.
         kernel = _compute_slot_mappings_tokens_kernel
         tile, (programs,), options = token_launch_shape(
-            num_tokens, max_num_tokens, num_reqs, knobs.tile_size, knobs.num_warps,
+            num_tokens,
+            max_num_tokens,
+            num_reqs,
+            knobs.tile_size,
+            knobs.num_warps,
             req_capacity=req_capacity,
-        )  # fmt: skip
+        )
         del options["num_reqs"]  # a positional argument of this kernel
         grid = (len(layouts), programs)
         runtime = {}

@@ -81,10 +81,16 @@ def pad_replayed_slots(
     window = as_int("window", window)
     pad_id = check_pad_id(pad_id)
     num_tokens = check_replay_inputs(
-        slot_mappings, query_start_loc, positions, replay_start, window, prefix_cacheable,
-        num_tokens=as_int("num_tokens", num_tokens, optional=True), full=validate,
+        slot_mappings,
+        query_start_loc,
+        positions,
+        replay_start,
+        window,
+        prefix_cacheable,
+        num_tokens=as_int("num_tokens", num_tokens, optional=True),
+        full=validate,
         pad_id=pad_id,
-    )  # fmt: skip
+    )
     check_launch_device(positions)
     num_reqs = query_start_loc.numel() - 1
     num_groups = slot_mappings.shape[0]

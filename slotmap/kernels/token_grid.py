@@ -50,8 +50,9 @@ def _guess_requests(
     stops = tl.load(query_start_loc_ptr + guess + 1, mask=real & (guess < num_reqs), other=-1)
     n = tl.minimum(num_tokens - tile_start, TILE_BLOCK_SIZE)  # real lanes, >= 1
     start = tl.load(query_start_loc_ptr + first_guess, mask=first_guess < num_reqs, other=-1)
-    stop = tl.load(query_start_loc_ptr + first_guess + n, mask=first_guess + n <= num_reqs,
-                   other=-1)  # fmt: skip
+    stop = tl.load(
+        query_start_loc_ptr + first_guess + n, mask=first_guess + n <= num_reqs, other=-1
+    )
     likely = (start == tile_start) & (stop == tile_start + n)
     return guess, likely.to(tl.int32), (stops == offsets + 1) | ~real
 
@@ -87,8 +88,11 @@ def _sample_request_ends(
     middle = tl.maximum(num_reqs - TILE_BLOCK_SIZE, 0)
     j = tl.where(lane < half, lane, lane + middle)
     ends = tl.load(query_start_loc_ptr + 1 + j, mask=j < num_reqs, other=INT32_MAX_SENTINEL)
-    back_first = tl.load(query_start_loc_ptr + 1 + half + middle,
-                         mask=half + middle < num_reqs, other=INT32_MAX_SENTINEL)  # fmt: skip
+    back_first = tl.load(
+        query_start_loc_ptr + 1 + half + middle,
+        mask=half + middle < num_reqs,
+        other=INT32_MAX_SENTINEL,
+    )
     return ends, back_first, middle
 
 
@@ -256,18 +260,41 @@ def _token_grid_entries(
     # first answer at once, then settle it (off the load's chain) and load again only where
     # it was wrong.
     block_numbers, row_ok = _load_row_entries(
-        block_table_ptr, block_table_stride, idx_mapping_ptr, num_rows, req_idx, num_reqs,
-        block_indices, in_row, HAS_IDX_MAPPING,
-    )  # fmt: skip
+        block_table_ptr,
+        block_table_stride,
+        idx_mapping_ptr,
+        num_rows,
+        req_idx,
+        num_reqs,
+        block_indices,
+        in_row,
+        HAS_IDX_MAPPING,
+    )
     settled, req_idx = _token_grid_settle(
-        query_start_loc_ptr, num_reqs, num_tokens, tile_start, req_idx, likely, lane_ok, one,
-        TILE_BLOCK_SIZE, REQ_LANES, EARLY_ENDS,
-    )  # fmt: skip
+        query_start_loc_ptr,
+        num_reqs,
+        num_tokens,
+        tile_start,
+        req_idx,
+        likely,
+        lane_ok,
+        one,
+        TILE_BLOCK_SIZE,
+        REQ_LANES,
+        EARLY_ENDS,
+    )
     if settled == 0:
         block_numbers, row_ok = _load_row_entries(
-            block_table_ptr, block_table_stride, idx_mapping_ptr, num_rows, req_idx, num_reqs,
-            block_indices, in_row, HAS_IDX_MAPPING,
-        )  # fmt: skip
+            block_table_ptr,
+            block_table_stride,
+            idx_mapping_ptr,
+            num_rows,
+            req_idx,
+            num_reqs,
+            block_indices,
+            in_row,
+            HAS_IDX_MAPPING,
+        )
     return block_numbers, row_ok
 
 

@@ -68,8 +68,11 @@ def test_the_manifest_covers_every_course_kernel_under_the_npu_policy():
 
 def test_every_npu_launch_passes_the_frontend_and_the_adapter(compiled):
     npu = [r for r in compiled if r.launch["policy"] == "npu"]
-    refused = [f"{ascend.describe(r.launch)}: {r.status}: {r.first_error}" for r in npu
-               if r.status != ascend.PASSES]  # fmt: skip
+    refused = [
+        f"{ascend.describe(r.launch)}: {r.status}: {r.first_error}"
+        for r in npu
+        if r.status != ascend.PASSES
+    ]
     assert npu and not refused, "\n".join(refused)
     assert all(r.ir for r in npu), "every passing launch leaves the adapter's IR"
 
