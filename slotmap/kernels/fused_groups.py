@@ -507,12 +507,11 @@ def compute_slot_mappings(
             )
         check_int32_extent("out", out)
         remember_plan(key, plan, (*tensors[:4], out))
-    if plan.meta is None:  # the tables' addresses and rows, until the tables change
+    if plan.meta is None:  # the tables' rows and addresses, until the tables change
         plan.meta = (
-            group_metadata(tables, layouts, positions.device),
             enabled_rows(tables, layouts),
+            group_metadata(tables, layouts, positions.device),
         )
-    meta, num_rows = plan.meta
     plan.kernel[plan.grid](
         num_tokens,
         max_num_tokens or num_tokens,
@@ -520,8 +519,7 @@ def compute_slot_mappings(
         query_start_loc,
         positions,
         idx_mapping if idx_mapping is not None else query_start_loc,
-        num_rows,
-        meta,
+        *plan.meta,  # num_rows, group_meta
         out,
         out.stride(0),
         **plan.constants,
