@@ -177,6 +177,9 @@ def test_hypothesis_comes_only_with_the_lab_and_test_extras(metadata):
         assert not any(installs(r, python) for r in hypothesis), python
         for extra in ("lab", "test"):
             assert any(installs(r, python, extra) for r in hypothesis), (extra, python)
+    # The compile-only environment imports the exercises' kernels too (make test's second run).
+    for python in ("3.10", "3.11"):
+        assert any(installs(r, python, "ascend-ir") for r in hypothesis), python
 
 
 # Run in a fresh interpreter where hypothesis cannot be imported: the library, a launcher,
