@@ -56,20 +56,16 @@ class Stub:
         return lambda *args, **kwargs: self.launches.append((grid, args, kwargs))
 
 
-@pytest.mark.parametrize("kernel", ["window", "direct"])
-def test_a_warm_mapper_neither_syncs_nor_copies_nor_allocates(kernel, monkeypatch) -> None:
-    table = trace_table(TRACE["max_num_reqs"], 4)
-    mapper = SlotMapper(table, 4, max_num_tokens=48, kernel=kernel)
-    steps = [(step, *step_tensors(step, DEVICE)) for step in serving_trace(**TRACE, seed=5)]
-    real = {}
-    for name in (
-        "_compute_slot_mapping_kernel",
-        "_compute_slot_mapping_direct_kernel",
-        "_compute_slot_mapping_direct_tokens_kernel",
-    ):
-        module = slotmap.kernels.slot_mapping if "direct" not in name else slotmap.kernels.direct
-        real[name] = getattr(module, name)
-        monkeypatch.setattr(module, name, Stub(real[name].fn))
+def stub_kernels(monkeypatch, module, names: tuple[str, ...]) -> list[Stub]:
+    """Replace ``module``'s kernels by stubs that record their launches."""
+    stubs = [Stub(getattr(module, name).fn) for name in names]
+    for name, stub in zip(names, stubs, strict=True):
+        monkeypatch.setattr(module, name, stub)
+    return stubs
+
+
+def refuse_syncs_copies_and_allocations(monkeypatch) -> None:
+    """From here on, anything that syncs with the device, copies to it or allocates fails."""
 
     def refuse(*args, **kwargs):
         raise AssertionError("a device sync, a host-to-device copy or an allocation")
@@ -90,22 +86,27 @@ def test_a_warm_mapper_neither_syncs_nor_copies_nor_allocates(kernel, monkeypatc
         (torch.Tensor, "nonzero"),
     ]:
         monkeypatch.setattr(target, name, refuse)
+
+
+@pytest.mark.parametrize("kernel", ["window", "direct"])
+def test_a_warm_mapper_neither_syncs_nor_copies_nor_allocates(kernel, monkeypatch) -> None:
+    table = trace_table(TRACE["max_num_reqs"], 4)
+    mapper = SlotMapper(table, 4, max_num_tokens=48, kernel=kernel)
+    steps = [(step, *step_tensors(step, DEVICE)) for step in serving_trace(**TRACE, seed=5)]
+    stubs = stub_kernels(
+        monkeypatch, slotmap.kernels.slot_mapping, ("_compute_slot_mapping_kernel",)
+    ) + stub_kernels(
+        monkeypatch,
+        slotmap.kernels.direct,
+        ("_compute_slot_mapping_direct_kernel", "_compute_slot_mapping_direct_tokens_kernel"),
+    )
+    refuse_syncs_copies_and_allocations(monkeypatch)
     for step, query_start_loc, positions in steps:
         mapper(query_start_loc, positions, step.num_tokens)
-    launched = [
-        s
-        for name in real
-        for s in [
-            getattr(
-                slotmap.kernels.slot_mapping if "direct" not in name else slotmap.kernels.direct,
-                name,
-            )
-        ]
-    ]
-    assert sum(len(stub.launches) for stub in launched) == len(steps)
-    for stub in launched:
-        for _grid, args, _ in stub.launches:
-            assert args[4] is table and args[7] is mapper.out  # the persistent buffers
+    launches = [call for stub in stubs for call in stub.launches]
+    assert len(launches) == len(steps)
+    for _, args, _ in launches:
+        assert args[4] is table and args[7] is mapper.out  # the persistent buffers
 
 
 COUNT = """
@@ -303,30 +304,15 @@ def test_the_groups_mapper_matches_the_reference_over_a_trace(out_dtype, idx_map
 def test_a_warm_groups_mapper_neither_syncs_nor_copies(monkeypatch) -> None:
     mapper, _ = group_kinds_mapper()
     steps = [(step, *step_tensors(step, DEVICE)) for step in serving_trace(**TRACE, seed=5)]
-    module = slotmap.kernels.fused_groups
-    stubs = {}
-    for name in ("_compute_slot_mappings_kernel", "_compute_slot_mappings_tokens_kernel"):
-        stubs[name] = Stub(getattr(module, name).fn)
-        monkeypatch.setattr(module, name, stubs[name])
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a device sync, a host-to-device copy or an allocation")
-
-    for target, name in [
-        (torch, "tensor"),
-        (torch, "empty"),
-        (torch, "full"),
-        (torch.Tensor, "item"),
-        (torch.Tensor, "tolist"),
-        (torch.Tensor, "__int__"),
-        (torch.Tensor, "__bool__"),
-        (torch.Tensor, "to"),
-        (torch.Tensor, "cpu"),
-    ]:
-        monkeypatch.setattr(target, name, refuse)
+    stubs = stub_kernels(
+        monkeypatch,
+        slotmap.kernels.fused_groups,
+        ("_compute_slot_mappings_kernel", "_compute_slot_mappings_tokens_kernel"),
+    )
+    refuse_syncs_copies_and_allocations(monkeypatch)
     for step, query_start_loc, positions in steps:
         mapper(query_start_loc, positions, step.num_tokens)
-    launches = [call for stub in stubs.values() for call in stub.launches]
+    launches = [call for stub in stubs for call in stub.launches]
     assert len(launches) == len(steps)
     for _, args, _ in launches:
         assert args[7] is mapper.meta and args[8] is mapper.out  # built once, persistent
