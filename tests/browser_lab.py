@@ -22,12 +22,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from slotmap.workshop.drive import descendants, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK_MIME = "application/vnd.slotmap.check+json"
@@ -61,33 +62,6 @@ def artifacts_dir() -> Path:
     return folder
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (Linux /proc), children first found first."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name (field 2) may hold spaces: the parent pid follows its ')'.
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 class LabServer:
     """``slotmap lab`` on a temporary copy of the course (see the module docstring)."""
 
@@ -95,7 +69,7 @@ class LabServer:
         self.base = base
         self.course = base / "course"
         self.token = "slotmap-test-" + os.urandom(8).hex()
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = base / "lab.log"
         self.process: subprocess.Popen | None = None
@@ -198,7 +172,7 @@ class LabServer:
         process = self.process
         if process is None:
             return
-        kernels = _descendants(process.pid) if process.poll() is None else []
+        kernels = descendants(process.pid) if process.poll() is None else []
         try:
             if process.poll() is None:
                 self.api("POST", "/api/shutdown", timeout=5)
