@@ -211,10 +211,9 @@ class SlotLayout:
         """A layout built without its checks, to run what they prevent (lesson 05's demo of
         a rejected context-parallel configuration). Never for real work."""
         layout = object.__new__(SlotLayout)
-        values = (block_size, kv_cache_block_size, *more)
-        defaults = (1, 0, 1, False, PAD_SLOT_ID)[len(more) :]
-        for field, value in zip(_FIELDS, (*values, *defaults), strict=True):
-            object.__setattr__(layout, field, value)
+        given = (block_size, kv_cache_block_size, *more)
+        for i, field in enumerate(dataclasses.fields(SlotLayout)):  # the rest: the defaults
+            object.__setattr__(layout, field.name, given[i] if i < len(given) else field.default)
         return layout
 
     def fields(self) -> dict:

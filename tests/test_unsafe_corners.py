@@ -439,3 +439,15 @@ def test_a_repeat_far_apart_in_a_long_request_is_found() -> None:
         ValueError, match=rf"request 0, tokens 0 and {n - 1}: both hold position 0"
     ):
         check_distinct_positions(request_of_tokens(qsl, n), positions)
+
+
+def test_an_unchecked_layout_is_a_whole_layout() -> None:
+    # lesson 05 launches a configuration the checks refuse: every field is still there.
+    from slotmap.layout import SlotLayout
+
+    layout = SlotLayout.unchecked(2, 6, 2, 1, 4)
+    assert (layout.cp_world_size, layout.cp_rank, layout.cp_interleave) == (2, 1, 4)
+    assert layout.circular is False and layout.pad_id == -1 and layout.enabled is True
+    assert layout.constants()["BLOCKS_PER_KV_BLOCK"] == 3
+    with pytest.raises(ValueError, match="cp_interleave"):
+        SlotLayout(2, 6, 2, 1, 4)
