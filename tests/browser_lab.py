@@ -28,10 +28,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+from slotmap.exercises.core import CHECK_MIME
 from slotmap.workshop.drive import descendants, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECK_MIME = "application/vnd.slotmap.check+json"
 # Flags for Chromium on a closed network, as root (see the browser recipe): without the
 # background-networking ones Chromium keeps trying Google's hosts.
 CHROMIUM_ARGS = [

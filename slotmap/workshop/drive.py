@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CHECK_MIME = "application/vnd.slotmap.check+json"
+from slotmap.exercises.core import CHECK_MIME
 
 
 class HubError(RuntimeError):
