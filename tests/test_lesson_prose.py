@@ -727,20 +727,9 @@ def test_the_hint_finder_sees_a_formula_inside_a_sentence():
     assert _hint_text(hint_node, {}) == "cdiv(x, x) + 1 blocks"
 
 
-# Hints that still hold a formula of their exercise's answer, by how they start: each is
-# either context (kept, with why) or still to be reworded by the owner of its lesson.
+# Hints that hold a formula of their exercise's answer, by how they start: each is context the
+# exercise states elsewhere (kept, with why); every other hint points to the reasoning only.
 HINTS_STATED_ELSEWHERE = {
-    "02": {
-        "Program q < num_reqs: for tile_start in range(": "to reword: it gives the tile walk",
-    },
-    "04": {
-        "Negative positions get pad_id; the others wrap: ": "to reword: the wrapped slot",
-    },
-    "06": {
-        "A lane is replayed when it is inside the request": "to reword: the replay condition",
-    },
-    "07": {"lse = log": "to reword: the merge of the ranks' partial results"},
-    "08": {"bytes = groups * (": "to reword: the model's byte count and time"},
     "09": {
         # The spec of the exercise states the output rows' layout (STATED_ELSEWHERE).
         "Program (g, q): row g of the output starts at slot_mappings_ptr": "the spec's layout",

@@ -25,10 +25,10 @@ from slotmap.exercises.cases import (
 from slotmap.exercises.core import Exercise, Wrong, register
 
 HINT = (
-    "Program q < num_reqs: for tile_start in range(start, end, TILE_BLOCK_SIZE), "
-    "offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE), mask = offsets < end. The last "
-    "program (tl.program_id(0) == tl.num_programs(0) - 1) fills [num_tokens, max_num_tokens) "
-    "with PAD_ID."
+    "Each request's program walks its own tokens, from its start to its end, one tile of "
+    "TILE_BLOCK_SIZE lanes at a time, and masks the lanes that run past the end. The grid has "
+    "one program more than there are requests: that last one writes PAD_ID over the tail of "
+    "the output, from num_tokens up to max_num_tokens."
 )
 
 

@@ -77,8 +77,9 @@ def diagnose_ring_slot(
 
 
 RING_HINT = (
-    "Negative positions get pad_id; the others wrap: block_number * block_size + "
-    "position % block_size. Guard the sign before % (Triton's % truncates like C's)."
+    "Which positions can the ring never hold? Those get pad_id. Every other one keeps its "
+    "offset inside its block, in the block the table names. Test the sign before taking a "
+    "remainder: Triton's % truncates toward zero, like C's."
 )
 
 

@@ -203,8 +203,9 @@ register(
 # 06.replay_padding
 # ---------------------------------------------------------------------------------------------
 REPLAY_HINT = (
-    "A lane is replayed when it is inside the request (mask), its group is prefix-cacheable, "
-    "its request has replay_start > 0 and replay_start <= pos < replay_start + window."
+    "A lane is replayed only when several things hold at once: the request mask is one of "
+    "them; the group, the request and the position each add one. Lesson 06's section 4 "
+    "(replay padding) names them; check which end of the replayed window is open."
 )
 
 

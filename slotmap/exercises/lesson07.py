@@ -373,7 +373,9 @@ def merge_problem(case: MergeCase, device: torch.device | str = DEVICE):
 ATOL = 1e-4
 RTOL = 1e-4
 MERGE_HINT = (
-    "lse = log Σ_r exp(lse_r) (subtract the largest first); out = Σ_r exp(lse_r - lse) out_r."
+    "Each rank's lse is a log-sum-exp over its own keys; the merged one is over every key, "
+    "and each rank's output counts by its share of that total. Subtract the largest lse "
+    "before exponentiating."
 )
 
 
@@ -482,7 +484,8 @@ def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], ca
             why = " (it is the largest lse_r: the other ranks' keys add to the sum)"
         raise Wrong(
             f"merged lse at request {r}, head {h} is {float(lse[r, h]):.4g}, dense attention's "
-            f"is {float(expected_lse[r, h]):.4g}{why}: lse = log Σ_r exp(lse_r)",
+            f"is {float(expected_lse[r, h]):.4g}{why}: the merged lse is the log-sum-exp over "
+            "every rank's keys",
             f"{float(expected_lse[r, h]):.4g}",
             f"{float(lse[r, h]):.4g}",
             MERGE_HINT,

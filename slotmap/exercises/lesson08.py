@@ -273,8 +273,9 @@ def _number(got: object, call: str) -> float:
 
 
 PREDICT_HINT = (
-    "bytes = groups * (8 * num_tokens + 4 * max_num_tokens); the bandwidth time is bytes / "
-    "(copy_gbps * 1e3) µs; the prediction is the larger of that and floor_us."
+    "Count the bytes from the kernel's loads and stores: what each token moves, what each "
+    "entry of an output row moves, and how many rows. Mind the units (1 GB/s is 1e3 bytes a "
+    "µs), and remember the launch floor: the slower limit is the one that binds."
 )
 
 
