@@ -23,6 +23,7 @@ import random
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,11 +77,20 @@ def pytest_report_header(config) -> str:
     return f"slotmap: backend {slotmap.BACKEND.name} on {DEVICE}; hypothesis profile {PROFILE}"
 
 
+# The suite's longest single tests (a hub with four learners, the decks in chromium) sort last
+# by name. xdist hands tests out in collection order, so these start first instead of keeping
+# one worker busy while the others wait at the end.
+RUN_FIRST = ("test_workshop_hub.py", "test_workshop_slides.py")
+assert all((Path(__file__).parent / name).exists() for name in RUN_FIRST), RUN_FIRST
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook puts the groups in the ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) the tests of a
-    module that share one of its module-scoped fixtures run on one worker: each worker would
-    set the fixture up again (a JupyterLab server and chromium, ranks, a grading run)."""
+    """Under pytest-xdist (``make test`` runs ``--dist loadgroup``) the tests of a module that
+    share one of its module-scoped fixtures run on one worker: each worker would set the
+    fixture up again (a JupyterLab server and chromium, ranks, a grading run). RUN_FIRST's
+    modules are collected first; the order is otherwise kept."""
+    items.sort(key=lambda item: item.path.name not in RUN_FIRST)
     for item in items:
         if item.get_closest_marker("xdist_group"):
             continue

@@ -2,19 +2,24 @@
 
 Each mutant is one exact textual replacement in a copy of the package (the pattern must occur
 exactly once, so a mutant can never silently be a no-op). A focused subset of the real tests
-then runs against the copy in a subprocess and must fail; the same subset must pass against
-an unmutated copy (the control), so the failure is the mutant's doing. Triton reads kernel
-source from real files, which the copy provides. Subprocesses use this run's backend (the
-CPU interpreter under ``SLOTMAP_BACKEND=cpu``, compiled kernels on a GPU) and the ``mutants``
-hypothesis profile (no shrinking).
+then runs against the copy in a process of its own and must fail; the same subset must pass
+against an unmutated copy (the control), so the failure is the mutant's doing. Triton reads
+kernel source from real files, which the copy provides. The processes use this run's backend
+(the CPU interpreter under ``SLOTMAP_BACKEND=cpu``, compiled kernels on a GPU) and the
+``mutants`` hypothesis profile (no shrinking). Each is a fork of ``tests/mutant_runner.py``,
+which has imported torch, Triton and pytest once, but never slotmap.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -242,22 +247,71 @@ def mutate(package: Path, mutant: Mutant) -> None:
     target.write_text(source.replace(mutant.old, mutant.new))
 
 
-def run_tests(project: Path, tests: tuple[str, ...]) -> subprocess.CompletedProcess:
+@dataclass(frozen=True)
+class Done:
+    returncode: int
+    output: str  # the job's stdout and stderr
+
+
+class MutantRunner:
+    """``tests/mutant_runner.py``, started on first use and again after a timeout killed it."""
+
+    TIMEOUT_S = 300
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+
+    def run(self, project: Path, tests: tuple[str, ...]) -> Done:
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen(
+                [sys.executable, str(ROOT / "tests" / "mutant_runner.py")],
+                env=runner_environment(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                start_new_session=True,  # a timeout kills the runner and the job it forked
+            )
+        log = project / "pytest.log"
+        args = ["-x", "-q", "-p", "no:cacheprovider", *tests]
+        job = {"cwd": str(project), "env": job_environment(project), "args": args, "log": str(log)}
+        self.process.stdin.write(json.dumps(job) + "\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], self.TIMEOUT_S)
+        if not ready:
+            self.stop()
+            raise TimeoutError(f"{tests} took more than {self.TIMEOUT_S} s")
+        return Done(json.loads(self.process.stdout.readline()), log.read_text())
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        if self.process is not None:
+            self.process.wait()
+
+
+def runner_environment() -> dict[str, str]:
+    """This run's environment without pytest's and Triton's variables, with its backend. On the
+    CPU, TRITON_INTERPRET=1 as slotmap would set it: the runner imports Triton before slotmap."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_"))}
-    env.update(
+    env.update(SLOTMAP_BACKEND=slotmap.BACKEND.name, HYPOTHESIS_PROFILE="mutants")
+    if slotmap.BACKEND.interpreted:
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+def job_environment(project: Path) -> dict[str, str]:
+    return dict(
+        runner_environment(),
         PYTHONPATH=str(project),
-        SLOTMAP_BACKEND=slotmap.BACKEND.name,
-        HYPOTHESIS_PROFILE="mutants",
         SLOTMAP_TEST_EXPECT_PACKAGE=str(project / "slotmap"),
     )
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+
+@pytest.fixture(scope="session")  # one runner per xdist worker, not one group of tests
+def runner() -> Iterator[MutantRunner]:
+    started = MutantRunner()
+    yield started
+    started.stop()
 
 
 def test_every_mutant_pattern_occurs_once() -> None:
@@ -267,22 +321,21 @@ def test_every_mutant_pattern_occurs_once() -> None:
         assert count == 1, f"{name}: pattern occurs {count} times in {mutant.path}"
 
 
-def test_control_passes_on_unmutated_copy(tmp_path: Path) -> None:
+def test_control_passes_on_unmutated_copy(tmp_path: Path, runner: MutantRunner) -> None:
     copy_project(tmp_path)
     subset = tuple(dict.fromkeys(t for m in MUTANTS.values() for t in m.tests))
-    done = run_tests(tmp_path, subset)
-    assert done.returncode == 0, f"control failed:\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
+    done = runner.run(tmp_path, subset)
+    assert done.returncode == 0, f"control failed:\n{done.output[-6000:]}"
 
 
 @pytest.mark.parametrize("name", [pytest.param(name, id=name) for name in MUTANTS])
-def test_suite_catches_mutant(name: str, tmp_path: Path) -> None:
+def test_suite_catches_mutant(name: str, tmp_path: Path, runner: MutantRunner) -> None:
     mutant = MUTANTS[name]
     mutate(copy_project(tmp_path), mutant)
-    done = run_tests(tmp_path, mutant.tests)
+    done = runner.run(tmp_path, mutant.tests)
     # Exit status 1: tests ran and failed (not 2-5: interrupted, internal or collection errors,
     # and not a crash of the interpreter).
     assert done.returncode == 1, (
-        f"mutant {name} survived or broke the run (exit {done.returncode}):\n"
-        f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
+        f"mutant {name} survived or broke the run (exit {done.returncode}):\n{done.output[-6000:]}"
     )
-    assert "failed" in done.stdout
+    assert "failed" in done.output
