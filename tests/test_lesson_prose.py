@@ -28,6 +28,7 @@ from slotmap.exercises.build import (
     exercise_notebook,
     solution_notebooks,
 )
+from slotmap.exercises.grade import expected_exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -378,15 +379,25 @@ def header_times() -> dict[str, tuple[int, int | None]]:
     return times
 
 
+def minutes_an_exercise() -> dict[str, float]:
+    """Each lesson's estimate for its exercises over how many its solution checks."""
+    counts = {
+        p.name[:2]: len(expected_exercises(p)) for p in solution_notebooks(ROOT / "solutions")
+    }
+    return {
+        lesson: minutes / counts[lesson]
+        for lesson, (_, minutes) in header_times().items()
+        if minutes is not None
+    }
+
+
 def test_each_lesson_header_states_its_run_time_and_its_exercises_time():
     exercised = {p.name[:2] for p in solution_notebooks(ROOT / "solutions")}
     for lesson, (seconds, minutes) in header_times().items():
         assert seconds > 0, f"lesson {lesson}'s header does not say how long it runs"
-        if lesson in exercised:
-            # An estimate (nobody was timed doing them): 3 to 20 minutes a lesson's exercises.
-            assert minutes is not None and 3 <= minutes <= 20, f"lesson {lesson}: {minutes}"
-        else:
-            assert minutes is None
+        assert (minutes is not None) == (lesson in exercised), f"lesson {lesson}: {minutes}"
+    # An estimate (nobody was timed doing them): 3 to 12 minutes an exercise.
+    assert all(3 <= each <= 12 for each in minutes_an_exercise().values()), minutes_an_exercise()
 
 
 def test_the_readme_says_what_the_lessons_say():
@@ -395,6 +406,10 @@ def test_the_readme_says_what_the_lessons_say():
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     seconds = [s for s, _ in header_times().values()]
     assert f"runs top to bottom in {min(seconds)} to {max(seconds)} s" in readme
+    minutes = [m for _, m in header_times().values() if m is not None]
+    each = [round(m) for m in minutes_an_exercise().values()]
+    said = f"({min(minutes)} to {max(minutes)} minutes a lesson, {min(each)} to {max(each)} an"
+    assert said in readme
     said = {}
     for lesson in ("05", "07"):
         (path,) = [p for p in LESSONS if p.name.startswith(lesson)]
