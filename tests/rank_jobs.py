@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -96,6 +97,9 @@ def interrupted_run(folder: str) -> None:
     the test cannot interrupt itself)."""
     from slotmap.distributed import run_ranks
 
+    # As in a terminal's foreground job. A suite started in the background (`make test &`, a CI
+    # runner) has SIGINT ignored, which its processes inherit: Python then leaves it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         run_ranks(child_then_sleep_forever, 2, folder, timeout_s=90)
         raised = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import rank_jobs
 
 from slotmap.cp import max_ranks
 from slotmap.distributed import RankFailed, run_ranks
+from slotmap.workshop.drive import descendants
 
 # One rank per device on an accelerator: these tests need two of them there.
 pytestmark = pytest.mark.skipif(max_ranks() < 2, reason="two ranks need two devices")
@@ -104,7 +106,7 @@ def test_no_process_a_rank_started_outlives_a_successful_run(children):
     assert survivors(children, WORLD) == []
 
 
-def test_ctrl_c_stops_every_rank_and_what_it_started(children):
+def test_ctrl_c_stops_every_rank_and_what_it_started(children, tmp_path_factory):
     # What Ctrl+C does: SIGINT to the process whose main thread is in run_ranks (the ranks lead
     # sessions of their own, so the terminal's SIGINT reaches only it): rank_jobs.interrupted_run,
     # in a process of its own whose path holds tests/, so that the ranks import rank_jobs.
@@ -113,32 +115,47 @@ def test_ctrl_c_stops_every_rank_and_what_it_started(children):
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(tests), os.environ.get("PYTHONPATH")])),
     }
-    driver = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, rank_jobs; rank_jobs.interrupted_run(sys.argv[1])",
-            str(children),
-        ],
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # Files, not pipes: a rank that outlives the driver would hold a pipe open, and reading it
+    # to the end would wait for that rank's hour-long sleep.
+    logs = tmp_path_factory.mktemp("driver")
+    with open(logs / "out", "w") as out, open(logs / "err", "w") as err:
+        driver = subprocess.Popen(
+            [
+                sys.executable,
+                "-X",
+                "faulthandler",  # SIGABRT prints where it hangs
+                "-c",
+                "import sys, rank_jobs; rank_jobs.interrupted_run(sys.argv[1])",
+                str(children),
+            ],
+            env=environment,
+            stdout=out,
+            stderr=err,
+        )
     try:
         deadline = time.monotonic() + 80
         while not all((children / str(rank)).exists() for rank in range(2)):
-            assert driver.poll() is None, driver.communicate()[1][-3000:]
+            assert driver.poll() is None, (logs / "err").read_text()[-3000:]
             assert time.monotonic() < deadline, "the ranks did not start their children"
             time.sleep(0.1)
         driver.send_signal(signal.SIGINT)
-        out, err = driver.communicate(timeout=60)
+        driver.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        ranks = descendants(driver.pid)
+        driver.send_signal(signal.SIGABRT)
+        driver.wait(timeout=30)
+        for pid in ranks:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        stack = (logs / "err").read_text()[-6000:]
+        pytest.fail(f"run_ranks did not return within 60 s of SIGINT; where it was:\n{stack}")
     finally:
         if driver.poll() is None:
             driver.kill()
-            driver.communicate()
-    assert driver.returncode == 0, err[-3000:]
-    assert json.loads(out.splitlines()[-1]) == {"raised": "KeyboardInterrupt", "ranks_left": []}
+            driver.wait()
+    assert driver.returncode == 0, (logs / "err").read_text()[-3000:]
+    last = (logs / "out").read_text().splitlines()[-1]
+    assert json.loads(last) == {"raised": "KeyboardInterrupt", "ranks_left": []}
     assert survivors(children, 2) == []
 
 
