@@ -48,16 +48,26 @@ lab: setup
 	$(VENV)/bin/slotmap lab
 
 # The two environments and chromium are set up side by side (each pip mostly waits on one core
-# or the network), each one's log in one piece; then the tests, their output as it comes.
+# or the network), each one's log in one piece. Then the main suite, its output as it comes;
+# beside it, triton-ascend's compiler on every recorded NPU launch (tests/ascend says why
+# apart; one process for about 15 s), its output shown after the main suite's.
+MAIN_SUITE = SLOTMAP_BACKEND="$${SLOTMAP_BACKEND:-cpu}" $(VENV_PY) -m pytest --ignore=tests/ascend \
+  -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+ASCEND_SUITE = SLOTMAP_BACKEND=ascend-ir $(ASCEND_VENV)/bin/python -m pytest \
+  --confcutdir=tests/ascend tests/ascend $(PYTEST_ARGS)
+ASCEND_LOG := $(ASCEND_VENV)/tests-ascend.log
+
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup browser ascend-ir hub
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	SLOTMAP_BACKEND="$${SLOTMAP_BACKEND:-cpu}" $(VENV_PY) -m pytest --ignore=tests/ascend \
-	  -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
-	@# triton-ascend's compiler on every recorded NPU launch (tests/ascend says why apart)
-	SLOTMAP_BACKEND=ascend-ir $(ASCEND_VENV)/bin/python -m pytest --confcutdir=tests/ascend \
-	  tests/ascend $(PYTEST_ARGS)
+	@echo '$(ASCEND_SUITE) > $(ASCEND_LOG) &'
+	@echo '$(MAIN_SUITE)'
+	@$(ASCEND_SUITE) > $(ASCEND_LOG) 2>&1 & ascend=$$!; \
+	$(MAIN_SUITE); main=$$?; \
+	wait $$ascend; ascend=$$?; \
+	echo "tests/ascend, beside the main suite ($(ASCEND_LOG)):"; cat $(ASCEND_LOG); \
+	exit $$(( main != 0 || ascend != 0 ))
 
 # The compile-only environment: triton-ascend 3.2.0 (which needs pybind11 and does not say
 # so), a CPU torch and slotmap. Never the same environment as upstream triton.
