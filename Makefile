@@ -20,10 +20,10 @@ VENV ?= .venv
 PYTHON ?=
 PIP_INSTALL_ARGS ?=
 PYTEST_ARGS ?=
-# pytest-xdist workers for the main suite: one more than the cores, because a third of the
+# pytest-xdist workers for the main suite: one more than the cores, because much of the
 # suite's time is spent waiting on the servers, kernels and ranks it starts (tests/conftest.py
-# keeps the tests that share a module-scoped fixture on one worker, and schedules the tests
-# that start processes first). PYTEST_WORKERS=0 runs in one process.
+# keeps the tests that share a module-scoped fixture on one worker, and starts the two longest
+# tests first). PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) + 1 )))
 ASCEND_VENV ?= .venv-ascend
 

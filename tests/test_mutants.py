@@ -280,13 +280,16 @@ class MutantRunner:
         if not ready:
             self.stop()
             raise TimeoutError(f"{tests} took more than {self.TIMEOUT_S} s")
-        return Done(json.loads(self.process.stdout.readline()), log.read_text())
+        answer = self.process.stdout.readline()
+        assert answer, f"the mutant runner died (exit {self.process.wait()})"
+        return Done(json.loads(answer), log.read_text())
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
-        if self.process is not None:
-            self.process.wait()
+        self.process.wait()
 
 
 def runner_environment() -> dict[str, str]:
