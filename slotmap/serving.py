@@ -8,13 +8,25 @@ instead:
 * it owns the persistent output buffer, and the block table (or, for several groups, the
   per-group metadata as a device tensor, built once);
 * each step works out its launch from two host integers (``num_tokens`` and the number of
-  requests, ``query_start_loc``'s length) by arithmetic: no plan keyed by the token count, no
-  device sync, no host-to-device copy, so a step can be captured in a CUDA graph;
+  requests, ``query_start_loc``'s length) by arithmetic (``step``, which the tests hold
+  equal to the launchers' planner, ``plan``): no device sync, no host-to-device copy, so a
+  step can be captured in a CUDA graph;
+* on an NVIDIA GPU it launches through Triton's own C launcher (``kernels/c_launch.py``):
+  the compiled variant is chosen per step by the key Triton itself would compute (the
+  variant's constants, and whether each per-step pointer is 16-byte aligned; the per-step
+  integers are ``do_not_specialize``), found through Triton's own cache after the variant's
+  first launch through ``kernel[grid](...)``. Elsewhere (the CPU interpreter, the NPU, an
+  unverified Triton, a profiler's launch hook) every step takes ``kernel[grid](...)``;
 * ``warmup()`` compiles every kernel variant the configuration can choose, so none compiles
   in the middle of serving.
 
-It trusts its inputs the way ``validate=False`` does (docs/semantics.md §5): the shapes are
-checked once, at construction; the contents never.
+What a step checks, with host integers only (attribute reads, no device sync): the inputs'
+dtypes, ranks, contiguity and device; ``num_tokens`` within ``[0, max_num_tokens]``; at most
+as many requests as the tables have rows (or ``idx_mapping`` entries); ``positions`` at least
+``num_tokens`` long; and that the buffers the mapper holds (the tables, the output) still have
+the address and shape they had when it was built: a table resized, replaced by ``set_`` or
+freed is refused, never read. Each is refused with a ``ValueError`` naming it. The contents
+are trusted the way ``validate=False`` trusts them (docs/semantics.md §5).
 """
 
 from __future__ import annotations
@@ -23,16 +35,17 @@ import abc
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from slotmap.kernels import direct, fused_groups, slot_mapping
-from slotmap.kernels.launch import LaunchKnobs, Plan
-from slotmap.layout import SlotLayout, as_int, cdiv
+from slotmap.kernels import c_launch, direct, fused_groups, slot_mapping
+from slotmap.kernels.launch import POLICY, LaunchKnobs, Plan, request_grid
+from slotmap.kernels.token_grid import PAD_TILE, TOKENS_PER_GRID, use_token_grid
+from slotmap.layout import SlotLayout, as_int, cdiv, next_power_of_2
 from slotmap.validate import check_tensor
 
-# Keyword arguments of a plan that are runtime values, not compile-time constants.
 KERNELS = ("window", "direct")
 
 
@@ -43,17 +56,62 @@ def variant_of(plan: Plan) -> tuple:
     return (f"{plan.kernel.fn.__module__}.{plan.kernel.fn.__name__}", constants)
 
 
+def token_grid_size(num_tokens: int, max_num_tokens: int) -> tuple[int, int]:
+    """(tile, programs) of a token-grid launch with the backend's tile: the arithmetic of
+    ``token_grid.token_launch_shape`` a serving step pays for (a test holds them equal)."""
+    if POLICY == "cpu":
+        tile = 1024
+    else:
+        tile = min(max(next_power_of_2(-(-num_tokens // TOKENS_PER_GRID)), 32), 1024)
+    tiles = -(-num_tokens // tile)
+    return tile, max(tiles - (-max(max_num_tokens - tiles * tile, 0) // PAD_TILE), 1)
+
+
+class _Variant:
+    """One compiled variant a mapper launches: the kernel, its constants, the name of its
+    runtime keyword argument (None: none), and its C launches by pointer alignment."""
+
+    __slots__ = ("kernel", "constants", "runtime", "launches")
+
+    def __init__(self, plan: Plan) -> None:
+        self.kernel, self.constants = plan.kernel, plan.constants
+        self.runtime = next(iter(plan.runtime), None)
+        self.launches: dict[tuple, Any] = {}  # alignment -> CLaunch, or False: JIT only
+
+
+def _geometry(tensor: Tensor) -> tuple:
+    # What resize_, set_ or freeing the storage changes on a tensor the mapper holds.
+    return (tensor.data_ptr(), tensor.shape, tensor.is_contiguous())
+
+
 class _Mapper(abc.ABC):
-    """What both mappers share: the variants a configuration can choose, and warm-up."""
+    """What both mappers share: the variants a configuration can choose, warm-up, the step's
+    checks and the launch (C launcher or JIT)."""
 
     max_num_tokens: int
     max_num_reqs: int
     out: Tensor
     pad_id: int
+    # The kernel parameters a step supplies, in ``_launch``'s order (after the launch's
+    # own runtime keyword argument, appended last).
+    PER_STEP: tuple[str, ...]
+
+    def _setup(self, device: torch.device, held: Sequence[Tensor]) -> None:
+        self.device = device
+        self._index = -1 if device.type == "cpu" else device.index
+        self._held = tuple(held)
+        self._seen = tuple(_geometry(t) for t in self._held)
+        self._variants: dict[Any, _Variant] = {}
+        self.c_launch = device.type == "cuda" and c_launch.supported()
 
     @abc.abstractmethod
     def plan(self, num_tokens: int, num_reqs: int) -> Plan:
-        """The launch of one step: arithmetic on two host integers."""
+        """The launch of one step, as the launchers plan it."""
+
+    @abc.abstractmethod
+    def step(self, num_tokens: int, num_reqs: int) -> tuple[Any, tuple[int, int, int], int]:
+        """The launch of one step as (variant key, 3-D grid, runtime value): ``plan``'s
+        answer by the arithmetic alone."""
 
     def warm_call(self, n: int, r: int) -> tuple[tuple, dict]:
         """A call of r requests and n tokens (r - 1 of one token), as (args, kwargs)."""
@@ -85,6 +143,180 @@ class _Mapper(abc.ABC):
         self.out.fill_(self.pad_id)
         return len(found)
 
+    def _check(
+        self,
+        query_start_loc: Tensor,
+        positions: Tensor,
+        num_tokens: int,
+        idx_mapping: Tensor | None = None,
+    ) -> int:
+        """The step's host checks; returns the number of requests."""
+        index = self._index
+        try:
+            num_reqs = query_start_loc.shape[0] - 1
+            ok = (
+                type(num_tokens) is int
+                and 0 <= num_tokens <= self.max_num_tokens
+                and query_start_loc.dtype is torch.int32
+                and positions.dtype is torch.int64
+                and query_start_loc.dim() == 1
+                and positions.dim() == 1
+                and 0 <= num_reqs <= self.max_num_reqs
+                and positions.shape[0] >= num_tokens
+                and query_start_loc.is_contiguous()
+                and positions.is_contiguous()
+                and query_start_loc.get_device() == index
+                and positions.get_device() == index
+                # get_device() is -1 on the cpu and on the meta device alike
+                and (index >= 0 or (query_start_loc.is_cpu and positions.is_cpu))
+            )
+            if idx_mapping is not None:
+                ok = ok and (
+                    idx_mapping.dtype is torch.int32
+                    and idx_mapping.dim() == 1
+                    and idx_mapping.shape[0] >= num_reqs
+                    and idx_mapping.is_contiguous()
+                    and idx_mapping.get_device() == index
+                    and (index >= 0 or idx_mapping.is_cpu)
+                )
+            held = self._seen
+            for g, tensor in enumerate(self._held):
+                ok = ok and _geometry(tensor) == held[g]
+        except (AttributeError, TypeError, IndexError):
+            ok = False
+        if not ok:
+            self._refuse(query_start_loc, positions, num_tokens, idx_mapping)
+        return num_reqs
+
+    def _refuse(
+        self,
+        query_start_loc: Any,
+        positions: Any,
+        num_tokens: Any,
+        idx_mapping: Any,
+    ) -> None:
+        """Name what ``_check`` refused (the slow path: only when a check failed)."""
+        if type(num_tokens) is not int:
+            raise ValueError(f"num_tokens must be an int, got {type(num_tokens).__name__}")
+        if not 0 <= num_tokens <= self.max_num_tokens:
+            raise ValueError(
+                f"num_tokens {num_tokens} is outside [0, max_num_tokens={self.max_num_tokens}]"
+            )
+        device = self.out.device
+        inputs = [("query_start_loc", query_start_loc, torch.int32)]
+        inputs.append(("positions", positions, torch.int64))
+        if idx_mapping is not None:
+            inputs.append(("idx_mapping", idx_mapping, torch.int32))
+        for name, tensor, dtype in inputs:
+            check_tensor(name, tensor, (dtype,), 1, device, "the mapper's buffers are")
+            if not tensor.is_contiguous():
+                raise ValueError(f"{name} must be contiguous (stride {tensor.stride()})")
+        num_reqs = query_start_loc.shape[0] - 1
+        if not 0 <= num_reqs <= self.max_num_reqs:
+            raise ValueError(
+                f"query_start_loc holds {num_reqs} requests: the mapper has "
+                f"{self.max_num_reqs} block-table rows (query_start_loc needs at least 1 entry)"
+            )
+        if positions.shape[0] < num_tokens:
+            raise ValueError(
+                f"positions has {positions.shape[0]} entries, fewer than num_tokens={num_tokens}"
+            )
+        if idx_mapping is not None and idx_mapping.shape[0] < num_reqs:
+            raise ValueError(
+                f"idx_mapping has {idx_mapping.shape[0]} entries, fewer than the "
+                f"{num_reqs} requests"
+            )
+        for name, tensor, seen in zip(self.held_names(), self._held, self._seen, strict=True):
+            if _geometry(tensor) != seen:
+                raise ValueError(
+                    f"{name} was resized, replaced or freed since the mapper was built "
+                    f"(address, shape or layout changed): build a new mapper for it"
+                )
+        raise ValueError("the mapper's inputs are not what it launches on")  # unreachable
+
+    @abc.abstractmethod
+    def held_names(self) -> tuple[str, ...]:
+        """Names of the buffers the mapper holds (``_held``), for its errors."""
+
+    def _variant(self, key: Any, num_tokens: int, num_reqs: int, grid: tuple, value: int):
+        """The variant of a key seen for the first time, from the launchers' planner (and a
+        check that the step's arithmetic agrees with it)."""
+        plan = self.plan(num_tokens, num_reqs)
+        planned = (*plan.grid, 1, 1)[:3]
+        if planned != grid or plan.runtime not in ({}, {next(iter(plan.runtime), ""): value}):
+            raise RuntimeError(f"the step's launch {grid} disagrees with the planner's {plan}")
+        variant = self._variants[key] = _Variant(plan)
+        return variant
+
+    @abc.abstractmethod
+    def _arguments(
+        self,
+        query_start_loc: Tensor,
+        positions: Tensor,
+        num_tokens: int,
+        num_reqs: int,
+        idx_mapping: Tensor | None,
+    ) -> tuple[tuple, tuple[Tensor, ...], tuple[int, ...]]:
+        """The kernel's positional arguments for a step, the per-step tensors (in
+        ``PER_STEP``'s order) and the per-step integers before them."""
+
+    def _prepare(
+        self,
+        query_start_loc: Tensor,
+        positions: Tensor,
+        num_tokens: int,
+        idx_mapping: Tensor | None,
+    ) -> tuple:
+        num_reqs = self._check(query_start_loc, positions, num_tokens, idx_mapping)
+        key, grid, value = self.step(num_tokens, num_reqs)
+        variant = self._variants.get(key) or self._variant(key, num_tokens, num_reqs, grid, value)
+        args, pointers, step = self._arguments(
+            query_start_loc, positions, num_tokens, num_reqs, idx_mapping
+        )
+        return variant, grid, value, args, pointers, step
+
+    def jit_call(
+        self,
+        query_start_loc: Tensor,
+        positions: Tensor,
+        num_tokens: int,
+        idx_mapping: Tensor | None = None,
+    ) -> tuple[Any, tuple[int, int, int], tuple, dict]:
+        """The step as ``kernel[grid](*args, **kwargs)``: (kernel, grid, args, kwargs), the
+        launch the JIT path makes (checked like a step; nothing launched)."""
+        variant, grid, value, args, _, _ = self._prepare(
+            query_start_loc, positions, num_tokens, idx_mapping
+        )
+        kwargs = {variant.runtime: value} if variant.runtime else {}
+        return variant.kernel, grid, args, variant.constants | kwargs
+
+    def _launch(
+        self,
+        variant: _Variant,
+        grid: tuple[int, int, int],
+        value: int,
+        args: tuple,
+        pointers: tuple[Tensor, ...],
+        step: tuple,
+    ) -> None:
+        """Launch a step: through the variant's C launch when it has one for these
+        pointers' alignment, else through ``kernel[grid](...)`` (and then look the compiled
+        variant up for the next step). ``pointers``: the per-step tensors; ``step``: the
+        per-step integers of ``PER_STEP`` before their addresses."""
+        kwargs = {variant.runtime: value} if variant.runtime else {}
+        if self.c_launch:
+            addresses = tuple(t.data_ptr() for t in pointers)
+            aligned = tuple(a & 15 == 0 for a in addresses)
+            launch = variant.launches.get(aligned)
+            if launch and c_launch.current_device() == self._index and not c_launch.hooks_set():
+                launch(*grid, c_launch.current_stream(self._index), (*step, *addresses, value))
+                return
+        variant.kernel[grid](*args, **variant.constants, **kwargs)
+        if self.c_launch and launch is None:
+            names = self.PER_STEP + ((variant.runtime,) if variant.runtime else ("num_reqs",))
+            resolved = c_launch.resolve(variant.kernel, args, variant.constants | kwargs, names)
+            variant.launches[aligned] = resolved or False
+
 
 class SlotMapper(_Mapper):
     """One model runner's slot mapping for one KV-cache group, with its buffer and plans.
@@ -94,6 +326,8 @@ class SlotMapper(_Mapper):
     ``kernel``: "window" (production's) or "direct". ``mapper(query_start_loc, positions,
     num_tokens)`` writes and returns ``mapper.out``, [max_num_tokens] of ``out_dtype``.
     """
+
+    PER_STEP = ("num_tokens", "query_start_loc_ptr", "positions_ptr")
 
     def __init__(
         self,
@@ -108,6 +342,8 @@ class SlotMapper(_Mapper):
             raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
         self.layout = layout if isinstance(layout, SlotLayout) else SlotLayout.of(layout)
         check_tensor("block_table", block_table, (torch.int32,), 2, block_table.device, "it is")
+        if not block_table.is_contiguous():
+            raise ValueError("block_table must be contiguous")
         self.table = block_table
         self.kernel = kernel
         self.max_num_tokens = as_int("max_num_tokens", max_num_tokens)
@@ -117,29 +353,49 @@ class SlotMapper(_Mapper):
             (max_num_tokens,), self.pad_id, dtype=out_dtype, device=block_table.device
         )
         self.knobs = LaunchKnobs()
+        self._setup(block_table.device, (block_table, self.out))
+
+    def held_names(self) -> tuple[str, ...]:
+        return ("block_table", "out")
 
     def plan(self, num_tokens: int, num_reqs: int) -> Plan:
-        """The launch of one step: arithmetic on two host integers."""
+        """The launch of one step, as the launchers plan it."""
         if self.kernel == "window":
             return slot_mapping.window_plan(self.layout, self.knobs, num_tokens, num_reqs)
         return direct.direct_plan(
             self.layout, self.knobs, num_tokens, self.max_num_tokens, num_reqs, self.max_num_reqs
         )
 
-    def __call__(self, query_start_loc: Tensor, positions: Tensor, num_tokens: int) -> Tensor:
-        plan = self.plan(num_tokens, query_start_loc.shape[0] - 1)
-        plan.kernel[plan.grid](
+    def step(self, num_tokens: int, num_reqs: int) -> tuple[Any, tuple[int, int, int], int]:
+        if self.kernel == "direct" and use_token_grid(num_tokens, num_reqs, None, None):
+            tile, programs = token_grid_size(num_tokens, self.max_num_tokens)
+            return (tile, num_tokens != num_reqs), (programs, 1, 1), num_reqs
+        tile, parallel = request_grid(num_tokens, num_reqs)
+        return tile, (num_reqs + 1, parallel, 1), parallel
+
+    def _arguments(
+        self,
+        query_start_loc: Tensor,
+        positions: Tensor,
+        num_tokens: int,
+        num_reqs: int,
+        idx_mapping: Tensor | None,
+    ) -> tuple[tuple, tuple[Tensor, ...], tuple[int, ...]]:
+        table = self.table
+        args = (
             num_tokens,
             self.max_num_tokens,
             query_start_loc,
             positions,
-            self.table,
-            self.table.stride(0),
+            table,
+            table.stride(0),
             self.layout.block_size,
             self.out,
-            **plan.constants,
-            **plan.runtime,
         )
+        return args, (query_start_loc, positions), (num_tokens,)
+
+    def __call__(self, query_start_loc: Tensor, positions: Tensor, num_tokens: int) -> Tensor:
+        self._launch(*self._prepare(query_start_loc, positions, num_tokens, None))
         return self.out
 
 
@@ -152,8 +408,17 @@ class GroupsMapper(_Mapper):
     (its block sizes, circular flags, switches and CP); ``idx_mapping``: whether each step
     passes one (request q reads row ``idx_mapping[q]``, -1 a dummy request).
     ``mapper(query_start_loc, positions, num_tokens, idx_mapping=None)`` writes and returns
-    ``mapper.out``.
+    ``mapper.out``. ``num_tokens`` may be a padded count (a graph's token bucket): the kernel
+    maps the real ``query_start_loc[num_reqs]`` tokens and pads the rest.
     """
+
+    PER_STEP = (
+        "num_tokens",
+        "num_reqs",
+        "query_start_loc_ptr",
+        "positions_ptr",
+        "idx_mapping_ptr",
+    )
 
     def __init__(
         self,
@@ -174,6 +439,8 @@ class GroupsMapper(_Mapper):
             check_tensor(
                 f"block_tables[{g}]", table, (torch.int32,), 2, enabled[0].device, "the first is"
             )
+            if not table.is_contiguous():
+                raise ValueError(f"block_tables[{g}] must be contiguous")
         device = enabled[0].device
         self.max_num_tokens = as_int("max_num_tokens", max_num_tokens)
         self.max_num_reqs = fused_groups.enabled_rows(self.tables, self.layouts)
@@ -184,9 +451,16 @@ class GroupsMapper(_Mapper):
         )
         self.meta = fused_groups.group_metadata(self.tables, self.layouts, device)
         self.knobs = LaunchKnobs()
+        self._names = tuple(
+            f"block_tables[{g}]" for g, layout in enumerate(self.layouts) if layout.enabled
+        ) + ("out",)
+        self._setup(device, (*enabled, self.out))
+
+    def held_names(self) -> tuple[str, ...]:
+        return self._names
 
     def plan(self, num_tokens: int, num_reqs: int) -> Plan:
-        """The launch of one step: arithmetic on two host integers."""
+        """The launch of one step, as the launchers plan it."""
         return fused_groups.fused_plan(
             self.layouts,
             self.knobs,
@@ -196,6 +470,14 @@ class GroupsMapper(_Mapper):
             self.idx_mapping,
             self.max_num_reqs,
         )
+
+    def step(self, num_tokens: int, num_reqs: int) -> tuple[Any, tuple[int, int, int], int]:
+        groups = len(self.layouts)
+        if use_token_grid(num_tokens, num_reqs, None, None):
+            tile, programs = token_grid_size(num_tokens, self.max_num_tokens)
+            return (tile, num_tokens != num_reqs), (groups, programs, 1), num_reqs
+        tile, parallel = fused_groups.choose_tiling(num_tokens, num_reqs)
+        return tile, (groups, num_reqs + 1, parallel), parallel
 
     def warm_call(self, n: int, r: int) -> tuple[tuple, dict]:
         args, kwargs = super().warm_call(n, r)
@@ -212,23 +494,31 @@ class GroupsMapper(_Mapper):
     ) -> Tensor:
         if (idx_mapping is not None) != self.idx_mapping:
             raise ValueError(f"this mapper was built with idx_mapping={self.idx_mapping}")
-        num_reqs = query_start_loc.shape[0] - 1
-        plan = self.plan(num_tokens, num_reqs)
-        plan.kernel[plan.grid](
+        self._launch(*self._prepare(query_start_loc, positions, num_tokens, idx_mapping))
+        return self.out
+
+    def _arguments(
+        self,
+        query_start_loc: Tensor,
+        positions: Tensor,
+        num_tokens: int,
+        num_reqs: int,
+        idx_mapping: Tensor | None,
+    ) -> tuple[tuple, tuple[Tensor, ...], tuple[int, ...]]:
+        rows = query_start_loc if idx_mapping is None else idx_mapping
+        args = (
             num_tokens,
             self.max_num_tokens,
             num_reqs,
             query_start_loc,
             positions,
-            query_start_loc if idx_mapping is None else idx_mapping,
+            rows,
             self.max_num_reqs,
             self.meta,
             self.out,
             self.out.stride(0),
-            **plan.constants,
-            **plan.runtime,
         )
-        return self.out
+        return args, (query_start_loc, positions, rows), (num_tokens, num_reqs)
 
 
 def warmup(*mappers: _Mapper) -> int:

@@ -335,3 +335,378 @@ def test_a_cuda_graph_replays_the_groups_mapper() -> None:
         query_start_loc, positions, tables, [4, 4, 4], max_num_tokens=48, **GROUP_KINDS
     )
     assert mapper.out.cpu().tolist() == want.tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# A step's launch: the step's arithmetic is the planner's, on every batch
+# ---------------------------------------------------------------------------------------------
+STEP_EQUALS_PLAN = """
+import json
+import torch
+from slotmap.layout import group_layouts
+from slotmap.serving import GroupsMapper, SlotMapper, variant_of
+table = torch.zeros(40, 64, dtype=torch.int32)
+layouts = group_layouts(2, [16, 128], None, cp_world_size=1, cp_rank=0, cp_interleave=1,
+                        pad_id=-1)
+mappers = {
+    "window": SlotMapper(table, 16, max_num_tokens=3000),
+    "direct": SlotMapper(table, 16, max_num_tokens=3000, kernel="direct"),
+    "fused": GroupsMapper([table, table], layouts, max_num_tokens=3000),
+    "fused-idx": GroupsMapper([table, table], layouts, max_num_tokens=3000, idx_mapping=True),
+}
+checked, keys = 0, {}
+for name, mapper in mappers.items():
+    variants = {}
+    for n in list(range(0, 300)) + list(range(300, 3001, 7)):
+        for r in range(0, min(n, 40) + 1):
+            if r == 0 and n:
+                continue
+            plan = mapper.plan(n, r)
+            key, grid, value = mapper.step(n, r)
+            assert (*plan.grid, 1, 1)[:3] == grid, (name, n, r, plan.grid, grid)
+            runtime = plan.runtime
+            assert runtime in ({}, {next(iter(runtime), ""): value}), (name, n, r, runtime, value)
+            if not runtime:
+                assert value == r  # the token kernels' num_reqs
+            variant = variant_of(plan)
+            assert variants.setdefault((name, key), variant) == variant, (name, n, r, key)
+            checked += 1
+    keys[name] = len({k for k in variants})
+print(json.dumps({"checked": checked, "keys": keys}))
+"""
+
+
+@pytest.mark.parametrize("policy", ["cuda", "cpu"])
+def test_a_step_launches_what_the_planner_plans(policy) -> None:
+    """For every batch of up to 3,000 tokens and 40 requests (every token count to 300, then
+    every 7th), under the GPU's and the interpreter's launch choices: the step's grid and
+    runtime value are the planner's, and its key names one compiled variant only."""
+    environment = {
+        k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "SLOTMAP_BACKEND")
+    }
+    environment.update(SLOTMAP_BACKEND="cpu", SLOTMAP_LAUNCH_POLICY=policy, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", STEP_EQUALS_PLAN],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["checked"] > 50_000
+    # The GPU's choices give every mapper several variants (the interpreter's, fewer).
+    assert all(count >= (2 if policy == "cuda" else 1) for count in result["keys"].values())
+
+
+def test_a_step_whose_arithmetic_disagrees_with_the_planner_is_refused(monkeypatch) -> None:
+    # The first launch of a variant compares the step with the planner: a step that drifts
+    # from it (here: one program too few) is an error, not a wrong launch.
+    table = trace_table(4, 4)
+    mapper = SlotMapper(table, 4, max_num_tokens=48)
+    real = mapper.step
+
+    def drifted(num_tokens, num_reqs):
+        key, (x, y, z), value = real(num_tokens, num_reqs)
+        return key, (x - 1, y, z), value
+
+    monkeypatch.setattr(mapper, "step", drifted)
+    query_start_loc, positions = step_tensors(next(serving_trace(**TRACE, seed=3)), DEVICE)
+    with pytest.raises(RuntimeError, match="disagrees with the planner"):
+        mapper(query_start_loc, positions, int(positions.numel()))
+
+
+# ---------------------------------------------------------------------------------------------
+# What a step refuses (host integers only): nothing outside the mapper's buffers
+# ---------------------------------------------------------------------------------------------
+def one_step():
+    step = next(iter(serving_trace(**TRACE, seed=3)))
+    query_start_loc, positions = step_tensors(step, DEVICE)
+    return query_start_loc, positions, step.num_tokens
+
+
+def all_mappers():
+    table = trace_table(TRACE["max_num_reqs"], 4)
+    yield "window", SlotMapper(table, 4, max_num_tokens=48), {}
+    yield "direct", SlotMapper(table, 4, max_num_tokens=48, kernel="direct"), {}
+    mapper, _ = group_kinds_mapper()
+    yield "groups", mapper, {}
+    mapper, _ = group_kinds_mapper(idx_mapping=True)
+    rows = torch.arange(TRACE["max_num_reqs"], dtype=torch.int32, device=DEVICE)
+    yield "groups-idx", mapper, {"idx_mapping": rows}
+
+
+MAPPERS = ["window", "direct", "groups", "groups-idx"]
+
+
+def mapper_named(name: str):
+    return next((mapper, kwargs) for n, mapper, kwargs in all_mappers() if n == name)
+
+
+def bad_steps(mapper, kwargs):
+    """(what, args, kwargs, message) of steps that would read or write outside a buffer."""
+    query_start_loc, positions, n = one_step()
+    rows = mapper.max_num_reqs
+    many = torch.arange(rows + 2, dtype=torch.int32, device=DEVICE)  # rows + 1 requests
+    wide = torch.zeros(2 * positions.numel(), dtype=torch.int64, device=DEVICE)
+    wide[::2] = positions
+    yield "above capacity", (query_start_loc, positions, 49), kwargs, "num_tokens 49"
+    yield "negative", (query_start_loc, positions, -5), kwargs, "num_tokens -5"
+    yield "not an int", (query_start_loc, positions, float(n)), kwargs, "num_tokens must be"
+    yield "more requests than rows", (many, positions, n), kwargs, "requests"
+    yield "short positions", (query_start_loc, positions[: n - 1], n), kwargs, "positions has"
+    yield "non-contiguous", (query_start_loc, wide[::2], n), kwargs, "contiguous"
+    yield "int32 positions", (query_start_loc, positions.int(), n), kwargs, "positions"
+    yield "int64 qsl", (query_start_loc.long(), positions, n), kwargs, "query_start_loc"
+    yield "2-D positions", (query_start_loc, positions[None], n), kwargs, "positions"
+    yield "meta positions", (query_start_loc, positions.to("meta"), n), kwargs, "positions"
+    if "idx_mapping" in kwargs:
+        short = kwargs["idx_mapping"][: query_start_loc.numel() - 2]
+        yield (
+            "short idx_mapping",
+            (query_start_loc, positions, n),
+            {"idx_mapping": short},
+            ("idx_mapping has"),
+        )
+
+
+@pytest.mark.parametrize("name", MAPPERS)
+def test_a_step_outside_the_buffers_is_refused_by_name(name) -> None:
+    mapper, kwargs = mapper_named(name)
+    for what, args, step_kwargs, message in bad_steps(mapper, kwargs):
+        mapper.out.fill_(POISON)
+        with pytest.raises(ValueError, match=message):
+            mapper(*args, **step_kwargs)
+        assert (mapper.out.cpu() == POISON).all(), what  # refused before any launch
+
+
+def freed(table: torch.Tensor) -> None:
+    table.untyped_storage().resize_(0)
+
+
+def shrunk(table: torch.Tensor) -> None:
+    table.resize_(table.shape[0] - 1, table.shape[1])
+
+
+def replaced(table: torch.Tensor) -> None:
+    table.set_(torch.zeros(2, 3, dtype=torch.int32, device=table.device))
+
+
+@pytest.mark.parametrize("change", [freed, shrunk, replaced])
+@pytest.mark.parametrize("name", MAPPERS)
+def test_a_table_resized_or_freed_after_construction_is_refused(name, change) -> None:
+    mapper, kwargs = mapper_named(name)
+    query_start_loc, positions, n = one_step()
+    mapper(query_start_loc, positions, n, **kwargs)  # a good step first
+    table = mapper.table if name in ("window", "direct") else mapper.tables[0]
+    change(table)
+    with pytest.raises(ValueError, match=r"block_table.* was resized, replaced or freed"):
+        mapper(query_start_loc, positions, n, **kwargs)
+
+
+def test_an_output_resized_after_construction_is_refused() -> None:
+    mapper, _ = mapper_named("window")
+    query_start_loc, positions, n = one_step()
+    mapper.out.resize_(4)
+    with pytest.raises(ValueError, match="out was resized"):
+        mapper(query_start_loc, positions, n)
+
+
+def test_a_good_step_at_the_edges_is_accepted() -> None:
+    # The checks refuse only what leaves the buffers: max_num_tokens itself, every row,
+    # positions longer than num_tokens (a persistent buffer's slice) all map.
+    table = trace_table(3, 4)
+    mapper = SlotMapper(table, 4, max_num_tokens=6)
+    query_start_loc = torch.tensor([0, 2, 4, 6], dtype=torch.int32, device=DEVICE)
+    positions = torch.tensor([0, 1, 0, 1, 0, 1, 9, 9], dtype=torch.int64, device=DEVICE)
+    result = mapper(query_start_loc, positions, 6)
+    want = slotmap.slot_mapping_oracle(query_start_loc, positions[:6], table, 4, max_num_tokens=6)
+    assert result.cpu().tolist() == want.tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# The C launch: where it runs, and that it launches Triton's own variant
+# ---------------------------------------------------------------------------------------------
+def test_the_c_launch_runs_only_on_a_verified_triton_on_cuda(monkeypatch) -> None:
+    from slotmap.kernels import c_launch
+
+    monkeypatch.delenv(c_launch.ENV, raising=False)
+    assert c_launch.supported("3.6.0", "cuda")
+    assert not c_launch.supported("3.9.0", "cuda")  # unverified: the JIT path
+    assert not c_launch.supported("3.6.0", "cpu")  # the interpreter has no compiled kernel
+    assert not c_launch.supported("3.6.0", "npu")  # triton-ascend's launcher differs
+    monkeypatch.setenv(c_launch.ENV, "0")
+    assert not c_launch.supported("3.6.0", "cuda")
+
+
+def test_on_the_interpreter_every_step_takes_the_jit_path() -> None:
+    if slotmap.BACKEND.name == "cuda":
+        pytest.skip("the CPU interpreter's case")
+    for _, mapper, _ in all_mappers():
+        assert mapper.c_launch is False
+
+
+def alignment_cases(query_start_loc, positions, idx_mapping):
+    """The step's tensors as given (16-byte aligned), and as slices 4 or 8 bytes in: Triton
+    compiles a variant for each pattern of aligned pointers."""
+    yield "aligned", query_start_loc, positions, idx_mapping
+    qsl = torch.zeros(query_start_loc.numel() + 1, dtype=torch.int32, device=DEVICE)[1:]
+    qsl.copy_(query_start_loc)
+    pos = torch.zeros(positions.numel() + 1, dtype=torch.int64, device=DEVICE)[1:]
+    pos.copy_(positions)
+    yield "positions off", query_start_loc, pos, idx_mapping
+    yield "both off", qsl, pos, idx_mapping
+    if idx_mapping is not None:
+        rows = torch.zeros(idx_mapping.numel() + 1, dtype=torch.int32, device=DEVICE)[1:]
+        rows.copy_(idx_mapping)
+        yield "idx_mapping off", query_start_loc, positions, rows
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", MAPPERS)
+def test_the_c_launch_takes_tritons_variant_and_matches_the_jit_on_every_variant(name) -> None:
+    from slotmap.kernels import c_launch
+
+    mapper, kwargs = mapper_named(name)
+    jit, _ = mapper_named(name)
+    jit.c_launch = False
+    assert mapper.c_launch is c_launch.supported()
+    mapper.warmup()
+    launched = 0
+    for n, r in mapper.variants().values():
+        args, extra = mapper.warm_call(n, r)
+        query_start_loc, positions, _ = args
+        idx = extra.get("idx_mapping")
+        for what, qsl, pos, rows in alignment_cases(query_start_loc, positions, idx):
+            step_kwargs = {} if rows is None else {"idx_mapping": rows}
+            results = []
+            for runner in (mapper, jit, mapper):  # the second C launch: the variant found
+                runner.out.fill_(POISON)
+                runner(qsl, pos, n, **step_kwargs)
+                results.append(runner.out.cpu().tolist())
+            assert results[0] == results[1] == results[2], (name, n, r, what)
+            kernel, grid, jit_args, jit_kwargs = mapper.jit_call(qsl, pos, n, **step_kwargs)
+            variant = mapper._variants[mapper.step(n, r)[0]]
+            aligned = tuple(
+                t.data_ptr() % 16 == 0 for t in mapper._arguments(qsl, pos, n, r, rows)[1]
+            )
+            launch = variant.launches[aligned]
+            if mapper.c_launch:
+                assert launch, (name, n, r, what)  # the C launch took this step
+                assert launch.compiled is c_launch.triton_choice(kernel, jit_args, jit_kwargs)
+                launched += 1
+    assert launched or not mapper.c_launch
+    # And against the reference: the JIT path's output is the oracle's (the trace tests).
+
+
+@needs_cuda
+def test_a_warm_mapper_makes_no_jit_launch_on_the_gpu(monkeypatch) -> None:
+    import triton
+
+    mappers = [mapper for _, mapper, _ in all_mappers()]
+    for mapper in mappers:
+        mapper.warmup()
+    steps = [(step, *step_tensors(step, DEVICE)) for step in serving_trace(**TRACE, seed=5)]
+    rows = torch.arange(TRACE["max_num_reqs"], dtype=torch.int32, device=DEVICE)
+    for step, query_start_loc, positions in steps:  # the variants' C launches found
+        for mapper in mappers:
+            extra = {"idx_mapping": rows} if mapper is mappers[-1] else {}
+            mapper(query_start_loc, positions, step.num_tokens, **extra)
+    jit = []
+    real = triton.runtime.jit.JITFunction.run
+    monkeypatch.setattr(
+        triton.runtime.jit.JITFunction,
+        "run",
+        lambda self, *a, **k: jit.append(1) or real(self, *a, **k),
+    )
+    for step, query_start_loc, positions in steps:
+        for mapper in mappers:
+            extra = {"idx_mapping": rows} if mapper is mappers[-1] else {}
+            mapper(query_start_loc, positions, step.num_tokens, **extra)
+    torch.cuda.synchronize()
+    assert jit == []
+
+
+@needs_cuda
+def test_a_launch_hook_sends_steps_the_jit_way() -> None:
+    import triton
+
+    mapper, _ = mapper_named("window")
+    query_start_loc, positions, n = one_step()
+    mapper(query_start_loc, positions, n)
+    seen = []
+    hook = lambda metadata: seen.append(metadata)  # noqa: E731
+    triton.knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        mapper(query_start_loc, positions, n)
+    finally:
+        triton.knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(seen) == 1  # a profiler still sees the launch
+
+
+@needs_cuda
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_integers_that_triton_specialises_get_their_own_variant(block_size) -> None:
+    # A block size of 1 (a constexpr under Triton's rule) or 16 (divisible by 16), a table of
+    # one column (stride 1): the C launch takes the variant Triton compiled for them.
+    from slotmap.kernels import c_launch
+
+    for width in (1, 5, 16):
+        table = torch.arange(4 * width, dtype=torch.int32, device=DEVICE).view(4, width)
+        mapper = SlotMapper(table, block_size, max_num_tokens=8)
+        query_start_loc = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE)
+        positions = torch.tensor([0, block_size * width - 1], dtype=torch.int64, device=DEVICE)
+        for _ in range(2):
+            mapper.out.fill_(POISON)
+            mapper(query_start_loc, positions, 2)
+            want = slotmap.slot_mapping_oracle(
+                query_start_loc, positions, table, block_size, max_num_tokens=8
+            )
+            assert mapper.out.cpu().tolist() == want.tolist()
+        kernel, _, args, kwargs = mapper.jit_call(query_start_loc, positions, 2)
+        launch = next(iter(mapper._variants.values())).launches[(True, True)]
+        assert launch.compiled is c_launch.triton_choice(kernel, args, kwargs)
+
+
+@needs_cuda
+def test_a_padded_decode_step_replays_from_a_graph_with_new_inputs() -> None:
+    """As serving engines capture decode: GroupsMapper on persistent buffers, the step padded
+    to a token bucket of B tokens and B requests (padding requests empty, idx_mapping -1),
+    captured once; each replay maps the real query_start_loc[B] tokens of new inputs."""
+    tables = [trace_table(16, 4, seed=g) for g in range(2)]
+    layouts = group_layouts(
+        2, [4, 4], None, cp_world_size=1, cp_rank=0, cp_interleave=1, pad_id=-1
+    )
+    mapper = GroupsMapper(tables, layouts, max_num_tokens=16, idx_mapping=True)
+    mapper.warmup()
+    bucket = 8
+    qsl = torch.zeros(bucket + 1, dtype=torch.int32, device=DEVICE)
+    positions = torch.zeros(bucket, dtype=torch.int64, device=DEVICE)
+    rows = torch.full((bucket,), -1, dtype=torch.int32, device=DEVICE)
+    mapper(qsl, positions, bucket, idx_mapping=rows)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        mapper(qsl, positions, bucket, idx_mapping=rows)
+    generator = torch.Generator().manual_seed(0)
+    for r in (1, 3, 8, 5):
+        first = torch.randint(0, 40, (r,), generator=generator)
+        real_rows = torch.randperm(16, generator=generator)[:r].to(torch.int32)
+        qsl.copy_(torch.arange(bucket + 1, dtype=torch.int32).clamp_(max=r))
+        positions.fill_(1 << 40)  # stale positions past the real count: never mapped
+        positions[:r].copy_(first)
+        rows.fill_(-1)
+        rows[:r].copy_(real_rows)
+        mapper.out.fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = slotmap.slot_mappings_oracle(
+            torch.arange(r + 1, dtype=torch.int32),
+            first,
+            [t.cpu() for t in tables],
+            [4, 4],
+            idx_mapping=real_rows,
+            max_num_tokens=16,
+        )
+        assert mapper.out.cpu().tolist() == want.tolist(), r
