@@ -19,7 +19,7 @@ LAYERS = (
     ("slotmap.backend", "slotmap.layout", "slotmap.launch_log"),
     ("slotmap.validate",),
     ("slotmap.reference",),
-    ("slotmap.kernels.common", "slotmap.kernels.launch"),
+    ("slotmap.kernels.common", "slotmap.kernels.c_launch", "slotmap.kernels.launch"),
     ("slotmap.kernels.token_grid", "slotmap.kernels.slot_mapping"),
     ("slotmap.kernels.direct", "slotmap.kernels.fused_groups", "slotmap.kernels.replay"),
     ("slotmap.kernels",),

@@ -129,19 +129,22 @@ class CLaunch:
         self.launch(grid0, grid1, grid2, stream, *self.head, *args)
 
 
-def resolve(kernel: Any, args: tuple, kwargs: dict, per_step: tuple) -> CLaunch | None:
+def resolve(kernel: Any, args: tuple, kwargs: dict, per_step: tuple) -> CLaunch | None | bool:
     """The ``CLaunch`` of the variant ``kernel[grid](*args, **kwargs)`` launched (call it
-    through the JIT once first), or None where the fast path cannot take it (not compiled,
-    or a variant that needs scratch memory or tensor descriptors)."""
+    through the JIT once first); None if it has not been compiled; False where the fast path
+    cannot take it (a variant that needs scratch memory or tensor descriptors, or not a
+    ``@triton.jit`` function at all)."""
+    if not isinstance(kernel, triton.runtime.jit.JITFunction):
+        return False
     compiled, bound = bind(kernel, args, kwargs)
     if compiled is None:
         return None
     metadata = compiled.metadata
     if metadata.global_scratch_size or metadata.profile_scratch_size:
-        return None  # CudaLauncher allocates these per launch
+        return False  # CudaLauncher allocates these per launch
     if any(str(kind).startswith("tensordesc") for kind in compiled.src.signature.values()):
-        return None
+        return False
     names = list(bound)
     if [p.name for p in kernel.params] != names:  # the binder's order is the launcher's
-        return None
+        return False
     return CLaunch(compiled, names, list(bound.values()), per_step)

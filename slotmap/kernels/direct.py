@@ -22,6 +22,7 @@ from slotmap.kernels.launch import (
     Plan,
     check_grid,
     check_launch_device,
+    fast_launch,
     hot_plan,
     launch_shape,
     remember_plan,
@@ -256,7 +257,8 @@ def compute_slot_mapping_direct(
         layout.block_size,
         out,
     )
-    plan.kernel[plan.grid](*args, **plan.constants, **plan.runtime)
+    if not fast_launch(plan, args):  # Triton's C launcher, else its JIT
+        plan.kernel[plan.grid](*args, **plan.constants, **plan.runtime)
     return out
 
 

@@ -35,6 +35,7 @@ from slotmap.kernels.launch import (
     check_grid,
     check_int32_extent,
     check_launch_device,
+    fast_launch,
     hot_plan,
     remember_plan,
     warps_option,
@@ -512,7 +513,7 @@ def compute_slot_mappings(
             enabled_rows(tables, layouts),
             group_metadata(tables, layouts, positions.device),
         )
-    plan.kernel[plan.grid](
+    args = (
         num_tokens,
         max_num_tokens or num_tokens,
         query_start_loc.shape[0] - 1,  # num_reqs
@@ -522,9 +523,9 @@ def compute_slot_mappings(
         *plan.meta,  # num_rows, group_meta
         out,
         out.stride(0),
-        **plan.constants,
-        **plan.runtime,
     )
+    if not fast_launch(plan, args):  # Triton's C launcher, else its JIT
+        plan.kernel[plan.grid](*args, **plan.constants, **plan.runtime)
     return out
 
 

@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from slotmap.backend import BACKEND
-from slotmap.layout import INT32_MAX, as_int
+from slotmap.kernels import c_launch
+from slotmap.layout import INT32_MAX, INT32_MIN, as_int
 
 POLICY = BACKEND.policy  # read on every launch: a module constant, not an attribute
 DEFAULT_GATHER_AS_FLOAT = POLICY == "npu"
@@ -228,6 +229,52 @@ class Plan:
     runtime: dict = dataclasses.field(default_factory=dict)  # runtime keyword arguments
     meta: Any = None  # what a launcher derives from the plan's tensors (fused: its metadata)
     seen: tuple = ()
+    launches: dict = dataclasses.field(default_factory=dict)  # fast_launch's, by argument key
+
+
+C_LAUNCH = c_launch.supported()
+
+
+def fast_launch(plan: Plan, args: tuple) -> bool:
+    """Launch ``plan.kernel[plan.grid](*args, **plan.constants, **plan.runtime)`` through
+    Triton's own C launcher (``c_launch.py``) where this backend has it and the compiled
+    variant for these arguments is known; False: the caller launches through the JIT itself
+    (which compiles the variant a later call finds).
+
+    The variant is looked up by a key holding everything Triton's specialisation reads from
+    the arguments (each tensor's dtype and 16-byte alignment; each integer's equality to 1,
+    divisibility by 16 and width) and the current device; a key seen for the first time
+    is resolved by Triton's own binder and cache, so a key never names another variant."""
+    if not C_LAUNCH or c_launch.hooks_set():
+        return False
+    device = c_launch.current_device()
+    key: list = [device]
+    values = []
+    for arg in args:
+        if type(arg) is int:
+            width = 0 if INT32_MIN <= arg <= INT32_MAX else (2 if arg >= 2**63 else 1)
+            key.append((arg == 1, arg % 16 == 0, width))
+            values.append(arg)
+        elif isinstance(arg, Tensor):
+            address = arg.data_ptr()
+            key.append((arg.dtype, address & 15 == 0))
+            values.append(address)
+        else:
+            return False  # None, floats, bools: not in the launchers' positional arguments
+    key = tuple(key)
+    launch = plan.launches.get(key)
+    if launch is None:
+        kernel = plan.kernel
+        names = tuple(param.name for param in getattr(kernel, "params", ())[: len(args)])
+        launch = c_launch.resolve(kernel, args, plan.constants | plan.runtime, names)
+        if launch is None:
+            return False  # not compiled yet: the JIT launch compiles it
+        plan.launches[key] = launch  # or False: this variant always takes the JIT
+    if not launch:
+        return False
+    x, y, z = (*plan.grid, 1, 1)[:3]
+    launch(x, y, z, c_launch.current_stream(device), tuple(values))
+    return True
 
 
 def remember_plan(key: tuple, plan: Plan, tensors: Tensors) -> Plan:

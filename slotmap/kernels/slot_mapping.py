@@ -22,6 +22,7 @@ from slotmap.kernels.launch import (
     check_grid,
     check_launch_device,
     check_window_trace,
+    fast_launch,
     hot_plan,
     remember_plan,
     request_grid,
@@ -192,7 +193,8 @@ def compute_slot_mapping(
         layout.block_size,
         out,
     )
-    plan.kernel[plan.grid](*args, **plan.constants, **plan.runtime, **trace)
+    if trace or not fast_launch(plan, args):  # Triton's C launcher, else its JIT
+        plan.kernel[plan.grid](*args, **plan.constants, **plan.runtime, **trace)
     return out
 
 
