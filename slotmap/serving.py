@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import triton
 from torch import Tensor
 
 from slotmap.kernels import c_launch, direct, fused_groups, slot_mapping
@@ -71,17 +72,23 @@ class _Variant:
     """One compiled variant a mapper launches: the kernel, its constants, the name of its
     runtime keyword argument (None: none), and its C launches by pointer alignment."""
 
-    __slots__ = ("kernel", "constants", "runtime", "launches")
+    __slots__ = ("kernel", "constants", "runtime", "launches", "aligned")
 
     def __init__(self, plan: Plan) -> None:
         self.kernel, self.constants = plan.kernel, plan.constants
         self.runtime = next(iter(plan.runtime), None)
         self.launches: dict[tuple, Any] = {}  # alignment -> CLaunch, or False: JIT only
+        self.aligned: Any = None  # launches' entry for every pointer aligned, the usual step
 
 
 def _geometry(tensor: Tensor) -> tuple:
-    # What resize_, set_ or freeing the storage changes on a tensor the mapper holds.
-    return (tensor.data_ptr(), tensor.shape, tensor.is_contiguous())
+    # What resize_, set_ or freeing the storage changes on a tensor the mapper holds: its
+    # address or its shape (a view's strides change within the same storage only).
+    return (tensor.data_ptr(), tensor.shape)
+
+
+_INT32, _INT64 = torch.int32, torch.int64
+STEPS_REMEMBERED = 16384  # (num_tokens, num_reqs) -> launch, worked out once each
 
 
 class _Mapper(abc.ABC):
@@ -102,7 +109,9 @@ class _Mapper(abc.ABC):
         self._held = tuple(held)
         self._seen = tuple(_geometry(t) for t in self._held)
         self._variants: dict[Any, _Variant] = {}
+        self._steps: dict[tuple[int, int], tuple] = {}
         self.c_launch = device.type == "cuda" and c_launch.supported()
+        self._knobs = triton.knobs.runtime  # its launch hooks, read every step
 
     @abc.abstractmethod
     def plan(self, num_tokens: int, num_reqs: int) -> Plan:
@@ -153,16 +162,17 @@ class _Mapper(abc.ABC):
         """The step's host checks; returns the number of requests."""
         index = self._index
         try:
-            num_reqs = query_start_loc.shape[0] - 1
+            qshape, pshape = query_start_loc.shape, positions.shape
+            num_reqs = qshape[0] - 1
             ok = (
                 type(num_tokens) is int
                 and 0 <= num_tokens <= self.max_num_tokens
-                and query_start_loc.dtype is torch.int32
-                and positions.dtype is torch.int64
-                and query_start_loc.dim() == 1
-                and positions.dim() == 1
+                and query_start_loc.dtype is _INT32
+                and positions.dtype is _INT64
+                and len(qshape) == 1
+                and len(pshape) == 1
                 and 0 <= num_reqs <= self.max_num_reqs
-                and positions.shape[0] >= num_tokens
+                and pshape[0] >= num_tokens
                 and query_start_loc.is_contiguous()
                 and positions.is_contiguous()
                 and query_start_loc.get_device() == index
@@ -171,17 +181,17 @@ class _Mapper(abc.ABC):
                 and (index >= 0 or (query_start_loc.is_cpu and positions.is_cpu))
             )
             if idx_mapping is not None:
+                rshape = idx_mapping.shape
                 ok = ok and (
-                    idx_mapping.dtype is torch.int32
-                    and idx_mapping.dim() == 1
-                    and idx_mapping.shape[0] >= num_reqs
+                    idx_mapping.dtype is _INT32
+                    and len(rshape) == 1
+                    and rshape[0] >= num_reqs
                     and idx_mapping.is_contiguous()
                     and idx_mapping.get_device() == index
                     and (index >= 0 or idx_mapping.is_cpu)
                 )
-            held = self._seen
-            for g, tensor in enumerate(self._held):
-                ok = ok and _geometry(tensor) == held[g]
+            for tensor, (address, shape) in zip(self._held, self._seen, strict=True):
+                ok = ok and tensor.data_ptr() == address and tensor.shape == shape
         except (AttributeError, TypeError, IndexError):
             ok = False
         if not ok:
@@ -238,15 +248,25 @@ class _Mapper(abc.ABC):
     def held_names(self) -> tuple[str, ...]:
         """Names of the buffers the mapper holds (``_held``), for its errors."""
 
-    def _variant(self, key: Any, num_tokens: int, num_reqs: int, grid: tuple, value: int):
-        """The variant of a key seen for the first time, from the launchers' planner (and a
-        check that the step's arithmetic agrees with it)."""
-        plan = self.plan(num_tokens, num_reqs)
-        planned = (*plan.grid, 1, 1)[:3]
-        if planned != grid or plan.runtime not in ({}, {next(iter(plan.runtime), ""): value}):
-            raise RuntimeError(f"the step's launch {grid} disagrees with the planner's {plan}")
-        variant = self._variants[key] = _Variant(plan)
-        return variant
+    def _step(self, num_tokens: int, num_reqs: int) -> tuple:
+        """(variant, grid x, y, z, runtime value) of a batch, remembered: ``step``'s
+        arithmetic, and for a key seen for the first time the variant from the launchers'
+        planner (with a check that the step's arithmetic agrees with it)."""
+        key, grid, value = self.step(num_tokens, num_reqs)
+        variant = self._variants.get(key)
+        if variant is None:
+            plan = self.plan(num_tokens, num_reqs)
+            runtime = plan.runtime
+            if (*plan.grid, 1, 1)[:3] != grid or runtime not in (
+                {},
+                {next(iter(runtime), ""): value},
+            ):
+                raise RuntimeError(f"the step's launch {grid} disagrees with the planner's {plan}")
+            variant = self._variants[key] = _Variant(plan)
+        if len(self._steps) >= STEPS_REMEMBERED:
+            self._steps.clear()
+        planned = self._steps[num_tokens, num_reqs] = (variant, *grid, value)
+        return planned
 
     @abc.abstractmethod
     def _arguments(
@@ -260,21 +280,6 @@ class _Mapper(abc.ABC):
         """The kernel's positional arguments for a step, the per-step tensors (in
         ``PER_STEP``'s order) and the per-step integers before them."""
 
-    def _prepare(
-        self,
-        query_start_loc: Tensor,
-        positions: Tensor,
-        num_tokens: int,
-        idx_mapping: Tensor | None,
-    ) -> tuple:
-        num_reqs = self._check(query_start_loc, positions, num_tokens, idx_mapping)
-        key, grid, value = self.step(num_tokens, num_reqs)
-        variant = self._variants.get(key) or self._variant(key, num_tokens, num_reqs, grid, value)
-        args, pointers, step = self._arguments(
-            query_start_loc, positions, num_tokens, num_reqs, idx_mapping
-        )
-        return variant, grid, value, args, pointers, step
-
     def jit_call(
         self,
         query_start_loc: Tensor,
@@ -284,38 +289,48 @@ class _Mapper(abc.ABC):
     ) -> tuple[Any, tuple[int, int, int], tuple, dict]:
         """The step as ``kernel[grid](*args, **kwargs)``: (kernel, grid, args, kwargs), the
         launch the JIT path makes (checked like a step; nothing launched)."""
-        variant, grid, value, args, _, _ = self._prepare(
-            query_start_loc, positions, num_tokens, idx_mapping
+        num_reqs = self._check(query_start_loc, positions, num_tokens, idx_mapping)
+        variant, x, y, z, value = self._step(num_tokens, num_reqs)
+        args = self._arguments(query_start_loc, positions, num_tokens, num_reqs, idx_mapping)[0]
+        kwargs = {variant.runtime: value} if variant.runtime else {}
+        return variant.kernel, (x, y, z), args, variant.constants | kwargs
+
+    def _fast_ok(self) -> bool:
+        # The C launch runs for the mapper's device, with no launch hook (a profiler) set.
+        knobs = self._knobs
+        return (
+            c_launch.current_device() == self._index
+            and not knobs.launch_enter_hook.calls
+            and not knobs.launch_exit_hook.calls
+        )
+
+    def _jit(
+        self,
+        query_start_loc: Tensor,
+        positions: Tensor,
+        num_tokens: int,
+        num_reqs: int,
+        idx_mapping: Tensor | None,
+        planned: tuple,
+    ) -> None:
+        """A step through ``kernel[grid](...)``; on the GPU, then the compiled variant's C
+        launch looked up for the next step with these pointers' alignment."""
+        variant, x, y, z, value = planned
+        args, pointers, step = self._arguments(
+            query_start_loc, positions, num_tokens, num_reqs, idx_mapping
         )
         kwargs = {variant.runtime: value} if variant.runtime else {}
-        return variant.kernel, grid, args, variant.constants | kwargs
-
-    def _launch(
-        self,
-        variant: _Variant,
-        grid: tuple[int, int, int],
-        value: int,
-        args: tuple,
-        pointers: tuple[Tensor, ...],
-        step: tuple,
-    ) -> None:
-        """Launch a step: through the variant's C launch when it has one for these
-        pointers' alignment, else through ``kernel[grid](...)`` (and then look the compiled
-        variant up for the next step). ``pointers``: the per-step tensors; ``step``: the
-        per-step integers of ``PER_STEP`` before their addresses."""
-        kwargs = {variant.runtime: value} if variant.runtime else {}
-        if self.c_launch:
-            addresses = tuple(t.data_ptr() for t in pointers)
-            aligned = tuple(a & 15 == 0 for a in addresses)
-            launch = variant.launches.get(aligned)
-            if launch and c_launch.current_device() == self._index and not c_launch.hooks_set():
-                launch(*grid, c_launch.current_stream(self._index), (*step, *addresses, value))
-                return
-        variant.kernel[grid](*args, **variant.constants, **kwargs)
-        if self.c_launch and launch is None:
-            names = self.PER_STEP + ((variant.runtime,) if variant.runtime else ("num_reqs",))
-            resolved = c_launch.resolve(variant.kernel, args, variant.constants | kwargs, names)
-            variant.launches[aligned] = resolved or False
+        variant.kernel[x, y, z](*args, **variant.constants, **kwargs)
+        if not self.c_launch:
+            return
+        aligned = tuple(t.data_ptr() & 15 == 0 for t in pointers)
+        if aligned in variant.launches:
+            return
+        names = self.PER_STEP + ((variant.runtime,) if variant.runtime else ("num_reqs",))
+        resolved = c_launch.resolve(variant.kernel, args, variant.constants | kwargs, names)
+        variant.launches[aligned] = resolved or False
+        if all(aligned):
+            variant.aligned = resolved or False
 
 
 class SlotMapper(_Mapper):
@@ -395,7 +410,20 @@ class SlotMapper(_Mapper):
         return args, (query_start_loc, positions), (num_tokens,)
 
     def __call__(self, query_start_loc: Tensor, positions: Tensor, num_tokens: int) -> Tensor:
-        self._launch(*self._prepare(query_start_loc, positions, num_tokens, None))
+        num_reqs = self._check(query_start_loc, positions, num_tokens)
+        planned = self._steps.get((num_tokens, num_reqs)) or self._step(num_tokens, num_reqs)
+        if self.c_launch:
+            q, p = query_start_loc.data_ptr(), positions.data_ptr()
+            variant = planned[0]
+            if (q | p) & 15 == 0:
+                launch = variant.aligned
+            else:
+                launch = variant.launches.get((q & 15 == 0, p & 15 == 0))
+            if launch and self._fast_ok():
+                _, x, y, z, value = planned
+                launch.call(x, y, z, c_launch.current_stream(self._index), num_tokens, q, p, value)
+                return self.out
+        self._jit(query_start_loc, positions, num_tokens, num_reqs, None, planned)
         return self.out
 
 
@@ -494,7 +522,22 @@ class GroupsMapper(_Mapper):
     ) -> Tensor:
         if (idx_mapping is not None) != self.idx_mapping:
             raise ValueError(f"this mapper was built with idx_mapping={self.idx_mapping}")
-        self._launch(*self._prepare(query_start_loc, positions, num_tokens, idx_mapping))
+        num_reqs = self._check(query_start_loc, positions, num_tokens, idx_mapping)
+        planned = self._steps.get((num_tokens, num_reqs)) or self._step(num_tokens, num_reqs)
+        if self.c_launch:
+            q, p = query_start_loc.data_ptr(), positions.data_ptr()
+            i = q if idx_mapping is None else idx_mapping.data_ptr()
+            variant = planned[0]
+            if (q | p | i) & 15 == 0:
+                launch = variant.aligned
+            else:
+                launch = variant.launches.get((q & 15 == 0, p & 15 == 0, i & 15 == 0))
+            if launch and self._fast_ok():
+                _, x, y, z, value = planned
+                stream = c_launch.current_stream(self._index)
+                launch.call(x, y, z, stream, num_tokens, num_reqs, q, p, i, value)
+                return self.out
+        self._jit(query_start_loc, positions, num_tokens, num_reqs, idx_mapping, planned)
         return self.out
 
     def _arguments(

@@ -55,14 +55,14 @@ def hooks_set() -> bool:
     return bool(knobs.launch_enter_hook.calls or knobs.launch_exit_hook.calls)
 
 
-def current_device() -> int:
-    """The current CUDA device's index, as ``torch.cuda.current_device`` reads it."""
-    return torch._C._cuda_getDevice()
+def _no_cuda(*args: Any) -> int:
+    raise RuntimeError("this torch has no CUDA")
 
 
-def current_stream(index: int) -> int:
-    """The device's current stream, as Triton's CUDA driver reads it for a launch."""
-    return torch._C._cuda_getCurrentRawStream(index)
+# The current CUDA device's index, as ``torch.cuda.current_device`` reads it, and a device's
+# current stream, as Triton's CUDA driver reads it for a launch: torch's own C functions.
+current_device = getattr(torch._C, "_cuda_getDevice", _no_cuda)
+current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda)
 
 
 def bind(kernel: Any, args: tuple, kwargs: dict) -> tuple[Any, dict]:
@@ -93,19 +93,21 @@ def triton_choice(kernel: Any, args: tuple, kwargs: dict) -> Any:
 class CLaunch:
     """One compiled variant's C launch with its fixed arguments bound.
 
-    ``per_step``: the parameter names whose values each launch supplies, in the order
-    ``__call__`` takes them."""
+    ``per_step``: the parameter names whose values each launch supplies. ``call(grid0,
+    grid1, grid2, stream, *values)`` (the values in ``per_step``'s order) makes the launch in
+    one Python call: a function generated for the variant, as Triton generates its binder,
+    whose fixed arguments are its own defaults."""
 
-    __slots__ = ("compiled", "launch", "head", "template", "slots", "names")
+    __slots__ = ("compiled", "call", "names", "per_step")
 
     def __init__(self, compiled: Any, names: list[str], values: list, per_step: tuple) -> None:
         run = compiled.run  # Triton's CudaLauncher for this variant (loads the module)
         self.compiled = compiled
-        self.launch = run.launch
+        self.names, self.per_step = tuple(names), tuple(per_step)
         # Between the grid and the kernel's arguments, as CudaLauncher.__call__ passes them:
         # stream, function, cooperative grid, PDL, no scratch buffers, the packed metadata,
         # and no launch metadata or hooks (``hooks_set`` sends hooked launches the JIT way).
-        self.head = (
+        head = (
             compiled.function,
             run.launch_cooperative_grid,
             run.launch_pdl,
@@ -116,17 +118,29 @@ class CLaunch:
             None,
             None,
         )
-        self.names = tuple(names)
-        # The fixed tensors by address (the launcher takes an int as it is): the caller keeps
-        # them alive and unchanged (the mappers check their geometry every step).
-        self.template = [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values]
-        self.slots = tuple(names.index(name) for name in per_step)
+        namespace: dict[str, Any] = {"launch_": run.launch}
+        namespace |= {f"h{i}": value for i, value in enumerate(head)}
+        arguments = []
+        for i, (name, value) in enumerate(zip(names, values, strict=True)):
+            if name in per_step:
+                arguments.append(f"v{per_step.index(name)}")
+            else:
+                # A fixed tensor by address (the launcher takes an int as it is): the caller
+                # keeps it alive and unchanged (the mappers check their geometry every step).
+                namespace[f"a{i}"] = value.data_ptr() if isinstance(value, torch.Tensor) else value
+                arguments.append(f"a{i}")
+        fixed = [name for name in namespace]
+        source = (
+            f"def call(g0, g1, g2, stream, {', '.join(f'v{i}' for i in range(len(per_step)))}, "
+            f"*, {', '.join(f'{n}={n}' for n in fixed)}):\n"
+            f"    launch_(g0, g1, g2, stream, {', '.join(f'h{i}' for i in range(len(head)))}, "
+            f"{', '.join(arguments)})\n"
+        )
+        exec(source, namespace)  # noqa: S102 - built from parameter names only
+        self.call = namespace["call"]
 
     def __call__(self, grid0: int, grid1: int, grid2: int, stream: int, values: tuple) -> None:
-        args = self.template.copy()
-        for slot, value in zip(self.slots, values, strict=True):
-            args[slot] = value
-        self.launch(grid0, grid1, grid2, stream, *self.head, *args)
+        self.call(grid0, grid1, grid2, stream, *values)
 
 
 def resolve(kernel: Any, args: tuple, kwargs: dict, per_step: tuple) -> CLaunch | None | bool:
