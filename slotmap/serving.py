@@ -295,15 +295,6 @@ class _Mapper(abc.ABC):
         kwargs = {variant.runtime: value} if variant.runtime else {}
         return variant.kernel, (x, y, z), args, variant.constants | kwargs
 
-    def _fast_ok(self) -> bool:
-        # The C launch runs for the mapper's device, with no launch hook (a profiler) set.
-        knobs = self._knobs
-        return (
-            c_launch.current_device() == self._index
-            and not knobs.launch_enter_hook.calls
-            and not knobs.launch_exit_hook.calls
-        )
-
     def _jit(
         self,
         query_start_loc: Tensor,
@@ -419,7 +410,13 @@ class SlotMapper(_Mapper):
                 launch = variant.aligned
             else:
                 launch = variant.launches.get((q & 15 == 0, p & 15 == 0))
-            if launch and self._fast_ok():
+            knobs = self._knobs  # a launch hook (a profiler) gets the JIT's launch
+            if (
+                launch
+                and c_launch.current_device() == self._index
+                and not knobs.launch_enter_hook.calls
+                and not knobs.launch_exit_hook.calls
+            ):
                 _, x, y, z, value = planned
                 launch.call(x, y, z, c_launch.current_stream(self._index), num_tokens, q, p, value)
                 return self.out
@@ -532,7 +529,13 @@ class GroupsMapper(_Mapper):
                 launch = variant.aligned
             else:
                 launch = variant.launches.get((q & 15 == 0, p & 15 == 0, i & 15 == 0))
-            if launch and self._fast_ok():
+            knobs = self._knobs  # a launch hook (a profiler) gets the JIT's launch
+            if (
+                launch
+                and c_launch.current_device() == self._index
+                and not knobs.launch_enter_hook.calls
+                and not knobs.launch_exit_hook.calls
+            ):
                 _, x, y, z, value = planned
                 stream = c_launch.current_stream(self._index)
                 launch.call(x, y, z, stream, num_tokens, num_reqs, q, p, i, value)
