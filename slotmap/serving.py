@@ -9,24 +9,26 @@ instead:
   per-group metadata as a device tensor, built once);
 * each step works out its launch from two host integers (``num_tokens`` and the number of
   requests, ``query_start_loc``'s length) by arithmetic (``step``, which the tests hold
-  equal to the launchers' planner, ``plan``): no device sync, no host-to-device copy, so a
-  step can be captured in a CUDA graph;
+  equal to the launchers' planner, ``plan``), remembered by those two counts: no device
+  sync, no host-to-device copy, so a step can be captured in a CUDA graph;
 * on an NVIDIA GPU it launches through Triton's own C launcher (``kernels/c_launch.py``):
   the compiled variant is chosen per step by the key Triton itself would compute (the
   variant's constants, and whether each per-step pointer is 16-byte aligned; the per-step
   integers are ``do_not_specialize``), found through Triton's own cache after the variant's
   first launch through ``kernel[grid](...)``. Elsewhere (the CPU interpreter, the NPU, an
-  unverified Triton, a profiler's launch hook) every step takes ``kernel[grid](...)``;
+  unverified Triton, a profiler's launch hook) every step takes ``kernel[grid](...)``, as it
+  does when ``mapper.c_launch`` is set False;
 * ``warmup()`` compiles every kernel variant the configuration can choose, so none compiles
   in the middle of serving.
 
 What a step checks, with host integers only (attribute reads, no device sync): the inputs'
 dtypes, ranks, contiguity and device; ``num_tokens`` within ``[0, max_num_tokens]``; at most
-as many requests as the tables have rows (or ``idx_mapping`` entries); ``positions`` at least
-``num_tokens`` long; and that the buffers the mapper holds (the tables, the output) still have
-the address and shape they had when it was built: a table resized, replaced by ``set_`` or
-freed is refused, never read. Each is refused with a ``ValueError`` naming it. The contents
-are trusted the way ``validate=False`` trusts them (docs/semantics.md §5).
+as many requests as the tables have rows; ``positions`` at least ``num_tokens`` long and
+``idx_mapping`` at least as long as the requests; and that the buffers the mapper holds (the
+tables, the output) still have the address and shape they had when it was built: a table
+resized, replaced by ``set_`` or freed is refused, never read. Each is refused with a
+``ValueError`` naming it. The contents are trusted the way ``validate=False`` trusts them
+(docs/semantics.md §5).
 """
 
 from __future__ import annotations

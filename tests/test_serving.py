@@ -129,18 +129,15 @@ print(json.dumps(result))
 """
 
 
-def test_a_serving_trace_compiles_few_variants_and_warmup_has_them_all() -> None:
-    """400 steps of chunked prefill and decode, 256 request slots, 8,192 tokens a step, under
-    the GPU's launch choices: the window kernel has 2 variants (the decode tile and the
-    production tile), the direct kernels 3 (the request grid, and the token grid with and
-    without early request ends), the fused kernel (2 groups) at most 4. The trace uses only
-    warmed variants."""
+def under_policy(code: str, policy: str) -> dict:
+    """Run ``code`` on the CPU interpreter under a backend's launch choices; its last line of
+    output, as JSON."""
     environment = {
         k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "SLOTMAP_BACKEND")
     }
-    environment.update(SLOTMAP_BACKEND="cpu", SLOTMAP_LAUNCH_POLICY="cuda", PYTHONPATH=str(ROOT))
+    environment.update(SLOTMAP_BACKEND="cpu", SLOTMAP_LAUNCH_POLICY=policy, PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [sys.executable, "-c", COUNT],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         env=environment,
@@ -148,7 +145,16 @@ def test_a_serving_trace_compiles_few_variants_and_warmup_has_them_all() -> None
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    counts = json.loads(done.stdout.splitlines()[-1])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_serving_trace_compiles_few_variants_and_warmup_has_them_all() -> None:
+    """400 steps of chunked prefill and decode, 256 request slots, 8,192 tokens a step, under
+    the GPU's launch choices: the window kernel has 2 variants (the decode tile and the
+    production tile), the direct kernels 3 (the request grid, and the token grid with and
+    without early request ends), the fused kernel (2 groups) at most 4. The trace uses only
+    warmed variants."""
+    counts = under_policy(COUNT, "cuda")
     assert counts["window"] == {"warm": 2, "used": 2, "cold": 0}
     assert counts["direct"]["warm"] <= 3 and counts["direct"]["cold"] == 0
     assert counts["direct"]["used"] >= 2
@@ -381,20 +387,7 @@ def test_a_step_launches_what_the_planner_plans(policy) -> None:
     """For every batch of up to 3,000 tokens and 40 requests (every token count to 300, then
     every 7th), under the GPU's and the interpreter's launch choices: the step's grid and
     runtime value are the planner's, and its key names one compiled variant only."""
-    environment = {
-        k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "SLOTMAP_BACKEND")
-    }
-    environment.update(SLOTMAP_BACKEND="cpu", SLOTMAP_LAUNCH_POLICY=policy, PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, "-c", STEP_EQUALS_PLAN],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.splitlines()[-1])
+    result = under_policy(STEP_EQUALS_PLAN, policy)
     assert result["checked"] > 50_000
     # The GPU's choices give every mapper several variants (the interpreter's, fewer).
     assert all(count >= (2 if policy == "cuda" else 1) for count in result["keys"].values())
@@ -471,14 +464,32 @@ def bad_steps(mapper, kwargs):
         )
 
 
-@pytest.mark.parametrize("name", MAPPERS)
-def test_a_step_outside_the_buffers_is_refused_by_name(name) -> None:
+BAD_STEPS = [
+    "above capacity",
+    "negative",
+    "not an int",
+    "more requests than rows",
+    "short positions",
+    "non-contiguous",
+    "int32 positions",
+    "int64 qsl",
+    "2-D positions",
+    "meta positions",
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "what"),
+    [(name, what) for name in MAPPERS for what in BAD_STEPS]
+    + [("groups-idx", "short idx_mapping")],  # only a mapper built with idx_mapping takes one
+)
+def test_a_step_outside_the_buffers_is_refused_by_name(name, what) -> None:
     mapper, kwargs = mapper_named(name)
-    for what, args, step_kwargs, message in bad_steps(mapper, kwargs):
-        mapper.out.fill_(POISON)
-        with pytest.raises(ValueError, match=message):
-            mapper(*args, **step_kwargs)
-        assert (mapper.out.cpu() == POISON).all(), what  # refused before any launch
+    args, step_kwargs, message = {c[0]: c[1:] for c in bad_steps(mapper, kwargs)}[what]
+    mapper.out.fill_(POISON)
+    with pytest.raises(ValueError, match=message):
+        mapper(*args, **step_kwargs)
+    assert (mapper.out.cpu() == POISON).all()  # refused before any launch
 
 
 def freed(table: torch.Tensor) -> None:
