@@ -5,9 +5,9 @@ It shows a learners x exercises table, read from each learner's progress records
 yet; how many learners are at each state of each exercise; which learner has been failing one
 exercise for more than 10 minutes (with a link to that failure's row of ``workshop/stuck.md``,
 served at ``{prefix}stuck``); and when each learner was last active, to the minute.
-``{prefix}`` serves the page (it reloads itself; ``?track=3h``, ``day`` or ``all`` picks the
-exercises of a track of ``slotmap.workshop.track``), ``{prefix}api/progress`` the same table
-as JSON.
+``{prefix}`` serves the page (it reloads itself; ``?track=3h``, the default, ``day`` or
+``all`` picks the exercises of a track of ``slotmap.workshop.track``), ``{prefix}api/progress``
+the same table as JSON (every exercise unless ``?track=`` says otherwise).
 
 A progress file is the learner's own: the service reads it as a regular file only (never
 through a link, never blocking on a FIFO), at most its last ``PROGRESS_CAP`` bytes, and skips
@@ -445,8 +445,10 @@ def make_app(course: Path, workspaces: str) -> Any:
             if not model.get("admin"):
                 raise web.HTTPError(403, "the room is for the workshop's instructors")
 
+        default_track = DEFAULT_TRACK
+
         def track_name(self) -> str:
-            name = self.get_argument("track", DEFAULT_TRACK)
+            name = self.get_argument("track", self.default_track)
             if name != "all" and name not in {t.name for t in TRACKS}:
                 raise web.HTTPError(400, "no such track")
             return name
@@ -462,6 +464,8 @@ def make_app(course: Path, workspaces: str) -> Any:
             self.finish(render(await self.table(), self.track_name(), stuck))
 
     class Api(Base):
+        default_track = "all"  # what `slotmap workshop confirm` compares: every exercise
+
         @web.authenticated
         async def get(self) -> None:
             self.set_header("Content-Type", "application/json")
