@@ -33,9 +33,14 @@ ifeq ($(EXTRA),npu)
 PIP_INSTALL_ARGS += --extra-index-url https://download.pytorch.org/whl/cpu
 endif
 
-# EXTRA=cpu: PyPI's x86-64 torch is a CUDA build (several GB). Setup first tries PyTorch's
-# own CPU index for the same pin, and falls back to PyPI when that index cannot be reached
-# (a machine that sees only a package mirror). Keep in step with pyproject.toml's cpu extra.
+# EXTRA=cpu: PyPI's x86-64 torch is a CUDA build (several GB). Setup installs the pin from
+# CPU_TORCH_INDEX, a PEP 503 index of PyTorch's CPU wheels: PyTorch's own by default; behind
+# a package mirror (the usual case in mainland China) a mirror of it, e.g.
+#   make lab CPU_TORCH_INDEX=https://<mirror>/whl/cpu
+# When that index cannot give the pin, setup stops and says so (it never falls back to the
+# multi-GB CUDA build on its own). CPU_TORCH_INDEX= (empty) takes torch from pip's own
+# index instead: on x86-64 Linux, PyPI's CUDA build; elsewhere (aarch64, macOS) PyPI's torch is
+# a CPU build already. Keep CPU_TORCH in step with pyproject.toml's cpu extra.
 CPU_TORCH := torch==2.13.0
 CPU_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
@@ -76,6 +81,21 @@ ascend-ir:
 
 setup: $(STAMP)
 
+# The CPU torch pin from CPU_TORCH_INDEX (see above), into $(VENV).
+.PHONY: cpu-torch
+cpu-torch:
+	@if [ -z "$(CPU_TORCH_INDEX)" ]; then \
+	  echo "CPU_TORCH_INDEX is empty: torch comes from pip's own index (on x86-64 Linux, PyPI's CUDA build)"; \
+	elif ! $(VENV_PY) -m pip install --retries 1 --timeout 15 --index-url "$(CPU_TORCH_INDEX)" \
+	    "$(CPU_TORCH)"; then \
+	  echo "error: $(CPU_TORCH) could not be installed from CPU_TORCH_INDEX=$(CPU_TORCH_INDEX)." >&2; \
+	  echo "Behind a package mirror, set it to a mirror of PyTorch's CPU wheels (an index):" >&2; \
+	  echo "  make ... CPU_TORCH_INDEX=https://<mirror>/whl/cpu" >&2; \
+	  echo "or take torch from pip's own index (on x86-64 Linux a CUDA build of several GB):" >&2; \
+	  echo "  make ... CPU_TORCH_INDEX=" >&2; \
+	  exit 1; \
+	fi
+
 # The browser test (tests/test_browser.py) drives Debian's chromium through the playwright
 # package (never `playwright install`: it downloads a browser of its own). Only `make test`
 # installs chromium, with apt-get as root or through passwordless sudo; `make lab` never
@@ -99,19 +119,44 @@ browser:
 	echo "the browser test (tests/test_browser.py) will be skipped" >&2
 
 # The workshop (workshop/, tests/test_workshop_hub.py): JupyterHub and its idle culler (the
-# workshop extra), and the hub's proxy, a node program that npm installs into $(VENV)/hub-proxy.
-# Once done, nothing to do (a stamp). Without npm the hub test skips, except under CI.
+# workshop extra), and the hub's proxy, a node program pinned by workshop/hub-proxy's lockfile
+# (npm ci installs exactly it into $(VENV)/hub-proxy). Once done, nothing to do (a stamp).
+# Without npm the hub test skips, except under CI.
 HUB_STAMP := $(VENV)/.workshop-hub.stamp
-.PHONY: hub
+HUB_PROXY := workshop/hub-proxy
+# The oldest node every package of the lockfile runs on (configurable-http-proxy 5.1.0 and its
+# dependencies: Debian 12's node 18 is enough; 5.2 and later need node 20, 5.3's commander 22).
+NODE_MIN := 18
+.PHONY: hub hub-node
 hub: $(HUB_STAMP)  # make test sets it up with the environments
 
-$(HUB_STAMP): pyproject.toml $(STAMP)
-	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[workshop]"
-	@if ! command -v npm >/dev/null 2>&1; then \
-	  echo "npm is not installed (apt-get install npm): the workshop's hub needs it" >&2; \
-	  if [ -n "$$CI" ]; then exit 1; fi; exit 0; \
+# Node and npm for the proxy: say what to install when they are missing or too old.
+hub-node:
+	@if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then \
+	  echo "node and npm are not installed: the workshop's hub needs node >= $(NODE_MIN) and npm:" >&2; \
+	  echo "  Debian 12, Ubuntu 24.04: apt-get install nodejs npm" >&2; \
+	  echo "  with NodeSource's nodejs installed, npm came with it (apt-get install npm then" >&2; \
+	  echo "  fails: 'nodejs : Conflicts: npm'); install only what is missing." >&2; \
+	  exit 1; \
 	fi; \
-	npm install --prefix $(VENV)/hub-proxy --no-audit --no-fund "configurable-http-proxy@^5" \
+	version=$$(node --version); major=$${version#v}; major=$${major%%.*}; \
+	if ! [ "$$major" -ge $(NODE_MIN) ] 2>/dev/null; then \
+	  echo "error: node $$version is older than $(NODE_MIN), which the hub's proxy needs" >&2; \
+	  echo "($(HUB_PROXY)/package-lock.json). Install a newer node: Debian 12 and Ubuntu 24.04's" >&2; \
+	  echo "nodejs package (18), or NodeSource's node 20 (its nodejs package includes npm)." >&2; \
+	  exit 1; \
+	fi
+
+$(HUB_STAMP): pyproject.toml $(STAMP) $(HUB_PROXY)/package.json $(HUB_PROXY)/package-lock.json
+	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[workshop]"
+	@if ! command -v npm >/dev/null 2>&1 && [ -z "$$CI" ]; then \
+	  $(MAKE) --no-print-directory hub-node; \
+	  echo "the hub test (tests/test_workshop_hub.py) will be skipped" >&2; exit 0; \
+	fi; \
+	$(MAKE) --no-print-directory hub-node || exit 1; \
+	mkdir -p $(VENV)/hub-proxy \
+	  && cp $(HUB_PROXY)/package.json $(HUB_PROXY)/package-lock.json $(VENV)/hub-proxy/ \
+	  && npm ci --prefix $(VENV)/hub-proxy --no-audit --no-fund \
 	  && touch $@
 
 $(VENV_PY):
@@ -153,9 +198,7 @@ $(STAMP): pyproject.toml | $(VENV_PY)
 	done
 	$(VENV_PY) -m pip install --upgrade pip
 ifneq ($(filter cpu ascend-ir,$(EXTRA)),)
-	@$(VENV_PY) -m pip install --retries 1 --timeout 15 --index-url $(CPU_TORCH_INDEX) \
-	    "$(CPU_TORCH)" \
-	  || echo "PyTorch's CPU index ($(CPU_TORCH_INDEX)) is unreachable: torch comes from PyPI"
+	@$(MAKE) --no-print-directory cpu-torch
 endif
 ifeq ($(EXTRA),ascend-ir)
 	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[ascend-ir]"

@@ -28,8 +28,9 @@ from slotmap.exercises.build import (
     copy_to_workspace,
 )
 
-# What a learner's copy holds of the course: the lessons, the exercises, the solutions.
-COURSE_FOLDERS = ("notebooks", "exercises", "solutions")
+# What a learner's copy holds of the course: the lessons, the exercises, the solutions, and
+# the workshop's slide decks (so that the instructor's own server on the hub has them too).
+COURSE_FOLDERS = ("notebooks", "exercises", "solutions", "workshop/slides")
 # In a learner's copy: the digest of each course file as last copied, to tell their edits apart.
 MANIFEST = ".slotmap-sync.json"
 SOURCE_VARIABLE = "SLOTMAP_COURSE_SOURCE"

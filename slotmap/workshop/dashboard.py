@@ -2,8 +2,17 @@
 
 It shows a learners x exercises table, read from each learner's progress records
 (``slotmap.exercises.progress``): pass, fail with the invariant it broke, skip, or not tried
-yet, and how long ago each learner was last active. ``{prefix}`` serves the page (it reloads
-itself), ``{prefix}api/progress`` the same table as JSON.
+yet; how many learners are at each state of each exercise; which learner has been failing one
+exercise for more than 10 minutes (with a link to that failure's row of ``workshop/stuck.md``,
+served at ``{prefix}stuck``); and when each learner was last active, to the minute.
+``{prefix}`` serves the page (it reloads itself; ``?track=3h``, the default, ``day`` or
+``all`` picks the exercises of a track of ``slotmap.workshop.track``), ``{prefix}api/progress``
+the same table as JSON (every exercise unless ``?track=`` says otherwise).
+
+A progress file is the learner's own: the service reads it as a regular file only (never
+through a link, never blocking on a FIFO), at most its last ``PROGRESS_CAP`` bytes, and skips
+each record it cannot parse or whose values are out of range, showing the learner's row as
+unreadable in part; one learner's file never fails the room.
 
 The hub's OAuth protects it: the hub lets only holders of ``access:services!service=<name>``
 in (its admins: ``workshop/jupyterhub_config.py`` grants it to no one else), and each request
@@ -14,21 +23,32 @@ found through ``$SLOTMAP_HUB_WORKSPACES``, a path with ``{username}`` in it.
 
 from __future__ import annotations
 
+import errno
 import html
 import json
 import os
 import re
+import stat
 import time
 import urllib.parse
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from slotmap.exercises.progress import latest, read_records
+from slotmap.exercises.progress import PROGRESS_FILE, STATES
+from slotmap.workshop.track import TRACKS, exercise_lessons, track
 
 WORKSPACES_VARIABLE = "SLOTMAP_HUB_WORKSPACES"
 REFRESH_SECONDS = 5
 _CHECK_CALL = re.compile(r"""check\(\s*\\?["'](\d\d\.\w+)\\?["']""")
+_CHECK_ID = re.compile(r"\d\d\.\w{1,60}")
+# A room's worth of checks writes a few hundred bytes each: a larger file is read from its end.
+PROGRESS_CAP = 1 << 20
+MESSAGE_CAP = 400  # characters of a failure's message shown
+FUTURE_SLACK = 24 * 3600  # seconds a record's time may lie ahead of the service's clock
+STUCK_SECONDS = 10 * 60
+DEFAULT_TRACK = TRACKS[0].name
 
 
 def exercise_ids(course: Path) -> list[str]:
@@ -40,15 +60,153 @@ def exercise_ids(course: Path) -> list[str]:
     return list(found)
 
 
+def track_exercises(exercises: list[str], name: str) -> list[str]:
+    """The exercises the room does in track ``name`` ("all": every one)."""
+    if name == "all":
+        return exercises
+    lessons = set(exercise_lessons(track(name)))
+    return [exercise for exercise in exercises if exercise[:2] in lessons]
+
+
 def _parse_time(stamp: str | None) -> float | None:
     if not stamp:
         return None
-    from datetime import datetime
-
     try:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+class Unreadable(Exception):
+    """A progress file the service will not read (a FIFO, a link, a device, ...)."""
+
+
+def _progress_bytes(workspace: Path) -> tuple[bytes, bool]:
+    """The last ``PROGRESS_CAP`` bytes of a workspace's progress file, and whether that is
+    less than all of it; no bytes when there is no file yet. Opens neither the workspace nor
+    the file through a symbolic link, and reads only a regular file, without blocking."""
+    try:
+        folder = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return b"", False
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Unreadable("its workspace is a link or not a folder") from None
+        raise Unreadable(f"its workspace cannot be opened ({error.strerror})") from None
+    try:
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+        descriptor = os.open(PROGRESS_FILE, flags, dir_fd=folder)
+    except FileNotFoundError:
+        return b"", False
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise Unreadable("its progress file is a link") from None
+        raise Unreadable(f"its progress file cannot be opened ({error.strerror})") from None
+    finally:
+        os.close(folder)
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise Unreadable("its progress file is not a regular file")
+        start = max(0, info.st_size - PROGRESS_CAP)
+        chunks, size = [], 0
+        while size < PROGRESS_CAP:
+            chunk = os.pread(descriptor, PROGRESS_CAP - size, start + size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as error:
+        raise Unreadable(f"its progress file cannot be read ({error.strerror})") from None
+    finally:
+        os.close(descriptor)
+    data = b"".join(chunks)
+    if start:
+        data = data.partition(b"\n")[2]  # the first line is cut
+    return data, start > 0
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a record may hold")
+
+
+def _record(line: str, now: float) -> dict[str, Any] | None:
+    """The record one line holds, or None when it is not one a check could have written:
+    JSON of an object with an exercise id, a state, a message and a finite time in range."""
+    try:
+        item = json.loads(line, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):  # RecursionError: deeply nested JSON
+        return None
+    if not isinstance(item, dict):
+        return None
+    exercise, state, moment = item.get("exercise"), item.get("state"), item.get("time")
+    message = item.get("message")
+    if (
+        not isinstance(exercise, str)
+        or not _CHECK_ID.fullmatch(exercise)
+        or state not in STATES
+        or not isinstance(message, str | None)
+        or isinstance(moment, bool)
+        or not isinstance(moment, int | float)
+        or not 0 < moment <= now + FUTURE_SLACK  # false for NaN and the infinities too
+    ):
+        return None
+    return {
+        "exercise": exercise,
+        "state": state,
+        "message": (message or "")[:MESSAGE_CAP],
+        "time": float(moment),
+    }
+
+
+def read_progress(workspace: Path, now: float) -> tuple[list[dict[str, Any]], str]:
+    """The well-formed records of a workspace's progress file, in the order written, and what
+    could not be read of it ("" when everything could)."""
+    try:
+        data, cut = _progress_bytes(workspace)
+    except Unreadable as error:
+        return [], str(error)
+    records, skipped = [], 0
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        item = _record(line, now)
+        if item is None:
+            skipped += 1
+        else:
+            records.append(item)
+    problems = [f"{skipped} record{'s' * (skipped != 1)} skipped"] if skipped else []
+    if cut:
+        problems.append(f"only its last {PROGRESS_CAP // 1024} KiB read")
+    return records, "; ".join(problems)
+
+
+def _stuck(
+    records: list[dict[str, Any]], exercises: list[str], now: float
+) -> dict[str, Any] | None:
+    """The exercise a learner has been failing for more than ``STUCK_SECONDS`` (their latest
+    check, failing, on an exercise they have not passed since their first failure of it in
+    this run of failures), with how long and the message; else None."""
+    if not records:
+        return None
+    ordered = sorted(records, key=lambda r: r["time"])
+    last = ordered[-1]
+    if last["state"] != "fail" or last["exercise"] not in exercises:
+        return None
+    since = last["time"]
+    for item in reversed(ordered):
+        if item["exercise"] != last["exercise"]:
+            continue
+        if item["state"] == "pass":
+            break
+        since = item["time"]
+    if now - since <= STUCK_SECONDS:
+        return None
+    return {
+        "exercise": last["exercise"],
+        "minutes": int((now - since) // 60),
+        "message": last["message"],
+    }
 
 
 def room(
@@ -58,16 +216,19 @@ def room(
     now: float | None = None,
 ) -> dict[str, Any]:
     """The table: one row per learner (the hub's non-admin users), one cell per exercise
-    (``{"state": "pass"|"fail"|"skip"|"none", "message"}``), and the seconds since the
-    learner was last active (their server's activity or their last check, the later)."""
+    (``{"state": "pass"|"fail"|"skip"|"none", "message"}``), the seconds since the learner
+    was last active (their server's activity or their last check, the later), what of their
+    progress file could not be read, and the exercise they are stuck on (or None); then, per
+    exercise, how many learners are at each state."""
     now = time.time() if now is None else now
     rows = []
     for user in sorted(users, key=lambda u: u["name"]):
         if user.get("admin"):
             continue
-        last = latest(read_records(workspace_of(user["name"])))
+        records, unreadable = read_progress(workspace_of(user["name"]), now)
+        last = {item["exercise"]: item for item in sorted(records, key=lambda r: r["time"])}
         cells = {}
-        for exercise in [*exercises, *sorted(set(last) - set(exercises))]:
+        for exercise in exercises:
             item = last.get(exercise)
             cells[exercise] = (
                 {"state": item["state"], "message": item["message"]}
@@ -75,44 +236,102 @@ def room(
                 else {"state": "none", "message": ""}
             )
         times = [t for t in [_parse_time(user.get("last_activity"))] if t is not None]
-        times += [item["time"] for item in last.values()]
-        idle = round(now - max(times)) if times else None
-        rows.append({"learner": user["name"], "idle_seconds": idle, "cells": cells})
-    columns = list(dict.fromkeys([e for row in rows for e in row["cells"]] or exercises))
-    return {"exercises": columns, "learners": rows}
+        times += [item["time"] for item in records]
+        idle = max(0, round(now - max(times))) if times else None
+        rows.append(
+            {
+                "learner": user["name"],
+                "idle_seconds": idle,
+                "cells": cells,
+                "unreadable": unreadable,
+                "stuck": _stuck(records, exercises, now),
+            }
+        )
+    totals = {
+        exercise: {
+            state: sum(row["cells"][exercise]["state"] == state for row in rows)
+            for state in (*STATES, "none")
+        }
+        for exercise in exercises
+    }
+    return {"exercises": list(exercises), "learners": rows, "totals": totals}
 
 
 def _ago(seconds: int | None) -> str:
+    """How long ago, to the minute."""
     if seconds is None:
         return "never"
-    if seconds < 90:
-        return f"{seconds} s"
-    if seconds < 5400:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h"
+    minutes = seconds // 60
+    if minutes < 1:
+        return "this minute"
+    if minutes < 60:
+        return f"{minutes} min ago"
+    return f"{minutes // 60} h {minutes % 60:02d} min ago"
 
 
 SYMBOLS = {"pass": "pass", "fail": "FAIL", "skip": "skip", "none": "-"}
 COLOURS = {"pass": "#d9f2df", "fail": "#fbdcdc", "skip": "#eeeeee", "none": "#ffffff"}
+STUCK_COLOUR = "#ffd27f"
 
 
-def render(table: dict[str, Any]) -> str:
-    """The table as a page that reloads itself every few seconds."""
-    head = "".join(f"<th>{html.escape(e)}</th>" for e in table["exercises"])
+def _stuck_link(stuck: dict[str, Any], rows: list[dict[str, str]]) -> str:
+    anchor = stuck_anchor(rows, stuck["exercise"], stuck["message"])
+    target = f"stuck#{urllib.parse.quote(anchor)}" if anchor else "stuck"
+    return (
+        f'<a href="{html.escape(target)}">stuck on {html.escape(stuck["exercise"])} for '
+        f"{stuck['minutes']} min: what to say</a>"
+    )
+
+
+def render(
+    table: dict[str, Any], track_name: str = "all", hints: list[dict[str, str]] | None = None
+) -> str:
+    """The table as a page that reloads itself every few seconds (``hints``: stuck.md's
+    rows, for the links of learners who are stuck)."""
+    exercises = table["exercises"]
+    head = "".join(f"<th>{html.escape(e)}</th>" for e in exercises)
     body = []
     for row in table["learners"]:
         cells = []
-        for exercise in table["exercises"]:
+        for exercise in exercises:
             cell = row["cells"].get(exercise, {"state": "none", "message": ""})
             text = SYMBOLS[cell["state"]]
             if cell["message"]:
                 text += f"<br><small>{html.escape(cell['message'])}</small>"
-            cells.append(f'<td style="background:{COLOURS[cell["state"]]}">{text}</td>')
-        passed = sum(cell["state"] == "pass" for cell in row["cells"].values())
+            stuck = row.get("stuck")
+            colour = COLOURS[cell["state"]]
+            if stuck and stuck["exercise"] == exercise:
+                colour = STUCK_COLOUR
+            cells.append(f'<td style="background:{colour}">{text}</td>')
+        passed = sum(row["cells"][e]["state"] == "pass" for e in exercises)
+        notes = []
+        if row.get("stuck"):
+            notes.append(_stuck_link(row["stuck"], hints or []))
+        if row.get("unreadable"):
+            notes.append(f"unreadable: {html.escape(row['unreadable'])}")
+        learner = html.escape(row["learner"])
+        if notes:
+            learner += "".join(f"<br><small>{note}</small>" for note in notes)
+        style = f' style="background:{STUCK_COLOUR}"' if row.get("stuck") else ""
         body.append(
-            f"<tr><th>{html.escape(row['learner'])}</th><td>{_ago(row['idle_seconds'])}</td>"
-            f"<td>{passed}/{len(table['exercises'])}</td>{''.join(cells)}</tr>"
+            f"<tr><th{style}>{learner}</th><td>{_ago(row['idle_seconds'])}</td>"
+            f"<td>{passed}/{len(exercises)}</td>{''.join(cells)}</tr>"
         )
+    totals = table.get("totals", {})
+    foot = "".join(
+        "<td><small>"
+        + ", ".join(
+            f"{totals[e][state]} {SYMBOLS[state]}" for state in (*STATES, "none") if e in totals
+        )
+        + "</small></td>"
+        for e in exercises
+    )
+    choices = " · ".join(
+        f"<b>{html.escape(title)}</b>"
+        if name == track_name
+        else f'<a href="?track={urllib.parse.quote(name)}">{html.escape(title)}</a>'
+        for name, title in [*((t.name, t.title) for t in TRACKS), ("all", "all exercises")]
+    )
     return (
         f'<!doctype html><html><head><meta charset="utf-8">'
         f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
@@ -121,9 +340,69 @@ def render(table: dict[str, Any]) -> str:
         "vertical-align:top;max-width:16em} table{border-collapse:collapse}</style></head>"
         "<body><h1>The room</h1><p>A progress view: each learner's own records of the checks "
         "they ran (a learner can write them). Confirm with <code>slotmap grade</code>.</p>"
+        f"<p>Track: {choices}. A learner failing one exercise for more than "
+        f"{STUCK_SECONDS // 60} minutes is highlighted, with a link to "
+        '<a href="stuck">what to say</a>.</p>'
         "<table><tr><th>learner</th><th>last active</th><th>passed</th>"
-        f"{head}</tr>{''.join(body)}</table>"
+        f"{head}</tr>{''.join(body)}"
+        f"<tr><th>the room</th><td></td><td></td>{foot}</tr></table>"
         "</body></html>"
+    )
+
+
+def stuck_rows(markdown: str) -> list[dict[str, str]]:
+    """The rows of ``workshop/stuck.md``'s table: exercise, symptom, message, hint."""
+    rows = []
+    for line in markdown.splitlines():
+        if not line.startswith("| "):
+            continue
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 4 and _CHECK_ID.fullmatch(cells[0]):
+            rows.append(dict(zip(("exercise", "symptom", "message", "hint"), cells, strict=True)))
+    return rows
+
+
+def _shape(message: str) -> str:
+    """A message with its numbers and addresses masked, as stuck.md writes it."""
+    text = re.sub(r"0x[0-9a-f]+", "0x…", " ".join(message.split()))
+    return re.sub(r"\d+", "#", text)
+
+
+def stuck_anchor(rows: list[dict[str, str]], exercise: str, message: str) -> str:
+    """The anchor of stuck.md's row for this failure: the exercise's row whose message starts
+    the same way as the learner's for longest (20 characters at least), else the exercise's
+    first row; "" when stuck.md has no row for the exercise."""
+    best, best_length = "", 19
+    first = ""
+    shape = _shape(message)
+    for index, row in enumerate(rows):
+        if row["exercise"] != exercise:
+            continue
+        anchor = f"stuck-{exercise}-{index}"
+        first = first or anchor
+        other = _shape(row["message"])
+        common = len(os.path.commonprefix([shape, other]))
+        if common > best_length:
+            best, best_length = anchor, common
+    return best or first
+
+
+def render_stuck(rows: list[dict[str, str]]) -> str:
+    """stuck.md's table as a page, one anchor per row (``stuck-<exercise>-<row>``)."""
+    body = "".join(
+        f'<tr id="stuck-{html.escape(row["exercise"])}-{index}"><th>'
+        f"{html.escape(row['exercise'])}</th><td>{html.escape(row['symptom'])}</td>"
+        f"<td>{html.escape(row['message'])}</td><td>{html.escape(row['hint'])}</td></tr>"
+        for index, row in enumerate(rows)
+    )
+    return (
+        '<!doctype html><html><head><meta charset="utf-8"><title>When a learner is stuck'
+        "</title><style>body{font-family:sans-serif} td,th{border:1px solid #ccc;"
+        "padding:4px;vertical-align:top} table{border-collapse:collapse} tr:target"
+        "{background:#ffd27f}</style></head><body><h1>When a learner is stuck</h1>"
+        "<p>From <code>workshop/stuck.md</code>: give the hint before the solution.</p>"
+        "<table><tr><th>exercise</th><th>the learner probably wrote</th><th>the check says"
+        f"</th><th>next hint</th></tr>{body}</table></body></html>"
     )
 
 
@@ -137,6 +416,12 @@ def make_app(course: Path, workspaces: str) -> Any:
     auth = HubOAuth(cache_max_age=5)
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
     exercises = exercise_ids(course)
+    stuck_md = course / "workshop" / "stuck.md"
+    if not stuck_md.is_file():  # a course source without the workshop kit: the checkout's
+        from slotmap.lab import CHECKOUT
+
+        stuck_md = CHECKOUT / "workshop" / "stuck.md"
+    stuck = stuck_rows(stuck_md.read_text(encoding="utf-8")) if stuck_md.is_file() else []
 
     def workspace_of(name: str) -> Path:
         return Path(workspaces.format(username=name))
@@ -153,24 +438,44 @@ def make_app(course: Path, workspaces: str) -> Any:
     class Base(HubOAuthenticated, web.RequestHandler):
         hub_auth = auth
 
-        async def table(self) -> dict[str, Any]:
+        async def admitted(self) -> None:
             name = self.current_user["name"]
             # Scopes let the user in; the hub's own record of them must also say admin.
             model = await hub_get(f"/users/{urllib.parse.quote(name, safe='')}")
             if not model.get("admin"):
                 raise web.HTTPError(403, "the room is for the workshop's instructors")
-            return room(await hub_get("/users"), workspace_of, exercises)
+
+        default_track = DEFAULT_TRACK
+
+        def track_name(self) -> str:
+            name = self.get_argument("track", self.default_track)
+            if name != "all" and name not in {t.name for t in TRACKS}:
+                raise web.HTTPError(400, "no such track")
+            return name
+
+        async def table(self) -> dict[str, Any]:
+            await self.admitted()
+            shown = track_exercises(exercises, self.track_name())
+            return room(await hub_get("/users"), workspace_of, shown)
 
     class Page(Base):
         @web.authenticated
         async def get(self) -> None:
-            self.finish(render(await self.table()))
+            self.finish(render(await self.table(), self.track_name(), stuck))
 
     class Api(Base):
+        default_track = "all"  # what `slotmap workshop confirm` compares: every exercise
+
         @web.authenticated
         async def get(self) -> None:
             self.set_header("Content-Type", "application/json")
-            self.finish(json.dumps(await self.table()))
+            self.finish(json.dumps(await self.table(), allow_nan=False))
+
+    class Stuck(Base):
+        @web.authenticated
+        async def get(self) -> None:
+            await self.admitted()
+            self.finish(render_stuck(stuck))
 
     class Callback(HubOAuthCallbackHandler):
         # The same HubOAuth as the pages: it holds the login's state (PKCE) in memory.
@@ -180,6 +485,7 @@ def make_app(course: Path, workspaces: str) -> Any:
         [
             (prefix, Page),
             (url_path_join(prefix, "api/progress"), Api),
+            (url_path_join(prefix, "stuck"), Stuck),
             (url_path_join(prefix, "oauth_callback"), Callback),
         ],
         cookie_secret=os.urandom(32),
