@@ -16,6 +16,8 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := lab
 
 EXTRA ?= cpu
+# The course's language: make lab COURSE_LANG=zh (or en); empty: $SLOTMAP_LANG, else the locale.
+COURSE_LANG ?=
 VENV ?= .venv
 PYTHON ?=
 PIP_INSTALL_ARGS ?=
@@ -45,7 +47,7 @@ STAMP := $(VENV)/.slotmap-$(EXTRA).stamp
 .PHONY: lab test setup browser ascend-ir
 
 lab: setup
-	$(VENV)/bin/slotmap lab
+	$(VENV)/bin/slotmap lab $(if $(COURSE_LANG),--lang $(COURSE_LANG))
 
 # The two environments and chromium are set up side by side (each pip mostly waits on one core
 # or the network), each one's log in one piece. Then the main suite, its output as it comes;
