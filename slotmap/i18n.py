@@ -40,7 +40,7 @@ def normalize(lang: str) -> str:
         return CHINESE
     if key.startswith("en") or key in ("c", "posix"):
         return ENGLISH
-    raise ValueError(f"{lang!r}: the course speaks {' and '.join(sorted(set(ALIASES)))}")
+    raise ValueError(f"{lang!r}: the course speaks en (English) and zh (简体中文)")
 
 
 def from_environment(environ: dict[str, str] | None = None) -> str:

@@ -139,7 +139,13 @@ def update_translations(lang: str = CHINESE, root: Path = ROOT) -> list[Path]:
         new = Catalog(
             locale=lang,
             project="slotmap",
-            header_comment=f"# {notebook}, translated. Built by: slotmap translate build.",
+            msgid_bugs_address="",
+            header_comment=(
+                f"# {notebook}, translated: one entry per markdown cell (msgctxt: the cell's id;"
+                "\n# msgid: its English). slotmap translate update brings it up to the English;"
+                "\n# slotmap translate build writes the translated notebook."
+                " Terms: docs/glossary.md."
+            ),
             creation_date=old.creation_date,
             fuzzy=False,
         )
