@@ -8,6 +8,8 @@
 #   make lab EXTRA=npu     # Ascend NPU: triton-ascend + torch_npu (CANN installed first)
 # One virtual environment holds one stack: triton and triton-ascend overwrite each other.
 #
+#   make lab COURSE_LANG=zh   the course in Chinese (slotmap lab --lang zh)
+#
 #   make ascend-ir         a second environment, .venv-ascend, with triton-ascend's compiler
 #                          (no CANN, no NPU): every kernel the course launches on the NPU is
 #                          lowered by it. `make test` builds it and runs tests/ascend in it.

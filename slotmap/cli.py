@@ -4,9 +4,13 @@
   kernel (and its family) on a small batch and compares it with the reference: a canary for
   a broken install.
 * ``lab`` gives the learner their own copies of the exercises (``my_work/``, never
-  overwritten) and starts JupyterLab on the course with the course's configuration.
+  overwritten) and starts JupyterLab on the course with the course's configuration;
+  ``--lang zh``: the lessons, the exercises and JupyterLab's menus in Chinese.
 * ``exercises build`` regenerates ``exercises/`` from ``solutions/`` (``--check``: only say
   whether they drifted); ``exercises copy`` makes the learner's copies.
+* ``translate update|build|messages`` keeps the course's other languages tied to the English:
+  per-cell notebook translations (``translations/``) and the runtime messages' gettext catalog
+  (``slotmap/locale/``); ``--check``: only say what is stale or missing.
 * ``grade FOLDER`` runs every notebook in a folder headless and prints a notebook x exercise
   table of pass/fail (for instructors).
 * ``ascend`` compiles every launch the course makes on an NPU with triton-ascend's compiler,
