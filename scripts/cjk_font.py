@@ -70,9 +70,10 @@ def main() -> int:
     options.notdef_outline = True
     font = collection[index]
     subsetter = subset.Subsetter(options)
-    subsetter.populate(unicodes=[ord(c) for c in wanted()])
+    subsetter.populate(unicodes=sorted(ord(c) for c in wanted()))
     subsetter.subset(font)
     # Fixed timestamps: the same characters give the same file.
+    font.recalcTimestamp = False
     font["head"].created = font["head"].modified = 0
     FONTS.mkdir(parents=True, exist_ok=True)
     font.save(str(TARGET), reorderTables=True)
