@@ -218,6 +218,8 @@ def test_each_language_keeps_its_own_exercise_copies(tmp_path, monkeypatch):
     monkeypatch.setattr(build, "EXERCISES", exercises)
     monkeypatch.chdir(course)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # slotmap lab sets $SLOTMAP_LANG for JupyterLab's kernels: monkeypatch restores it after.
+    monkeypatch.setenv("SLOTMAP_LANG", "en")
     started = []
     monkeypatch.setattr(os, "execv", lambda *args: started.append(args))
     try:
@@ -233,7 +235,6 @@ def test_each_language_keeps_its_own_exercise_copies(tmp_path, monkeypatch):
         assert mine_zh.read_text() == "我的中文练习"
         assert len(started) == 3
     finally:
-        monkeypatch.delenv("SLOTMAP_LANG", raising=False)
         i18n.use("en")
 
 
