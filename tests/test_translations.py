@@ -188,6 +188,16 @@ def test_a_translation_whose_english_cell_is_gone_is_named(course):
     )
 
 
+def test_update_follows_a_cell_whose_id_changed_but_whose_english_did_not(course):
+    translate(course, LESSON, intro=ZH["intro"])
+    lesson = json.loads((course / LESSON).read_text())
+    lesson["cells"][0]["id"] = "intro-2"
+    (course / LESSON).write_text(json.dumps(lesson))
+    update_translations(root=course)
+    assert status(LESSON, root=course).translated == ["intro-2"]
+    assert translation_problems(root=course) == []
+
+
 def test_a_built_notebook_edited_by_hand_is_named(course):
     translate(course, LESSON, intro=ZH["intro"], predict=ZH["predict"])
     mark_complete(course, LESSON)

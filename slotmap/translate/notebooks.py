@@ -5,7 +5,8 @@
   id, msgid the cell's English (the key: a changed English is a stale translation, and the
   reviewer sees both), msgstr the translation. A gettext file, so that any PO editor opens it.
 * ``update_translations`` adds the new cells, marks a changed cell fuzzy (its old English kept
-  as ``#| msgid``, its translation kept for the translator to mend) and drops removed cells.
+  as ``#| msgid``, its translation kept for the translator to mend), follows a cell whose id
+  changed but whose English did not, and drops removed cells.
 * ``translations/<lang>/complete.txt`` lists, one a line, the notebooks whose translation is
   complete and reviewed. Only those are built: ``<folder>/<lang>/NN_*.ipynb``, with every code
   cell exactly as in English. The exercises in ``<lang>`` are built from the solutions in
@@ -149,8 +150,12 @@ def update_translations(lang: str = CHINESE, root: Path = ROOT) -> list[Path]:
             creation_date=old.creation_date,
             fuzzy=False,
         )
-        for cell_id, english in markdown_cells(notebook, root):
-            message = entries.get(cell_id)
+        cells = markdown_cells(notebook, root)
+        # A cell whose id changed but whose English did not keeps its translation.
+        current = {cell_id for cell_id, _ in cells}
+        moved = {m.id: m for cid, m in entries.items() if cid not in current and m.string}
+        for cell_id, english in cells:
+            message = entries.get(cell_id) or moved.get(english)
             if message is None:
                 new.add(english, "", context=cell_id)
             elif message.id == english:
