@@ -423,9 +423,10 @@ def exercises(args: argparse.Namespace) -> int:
 
 def translate(args: argparse.Namespace) -> int:
     """``slotmap translate update|build|messages [--check]``: the course in another language."""
+    from slotmap.i18n import normalize
     from slotmap.translate import messages, notebooks
 
-    lang = args.lang
+    lang = normalize(args.lang)  # zh -> zh_CN: the folders' names
     if args.action == "update":
         written = notebooks.update_translations(lang)
         print("\n".join(f"wrote {path}" for path in written) or "translations/ was up to date")
@@ -569,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     translate_parser.add_argument(
         "--check", action="store_true", help="build, messages: only report drift (exit 1 if any)"
     )
-    translate_parser.add_argument("--lang", default="zh_CN", help="default: zh_CN")
+    translate_parser.add_argument("--lang", default="zh", help="the translation's language (zh)")
     grade_parser = sub.add_parser("grade", help="grade a folder of learner notebooks")
     grade_parser.add_argument("folder")
     grade_parser.add_argument("--timeout", type=int, default=300, help="seconds per cell")
