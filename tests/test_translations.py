@@ -246,3 +246,14 @@ def test_the_repository_translations_are_current_and_keep_what_they_must():
         for problem in carry_over_problems(where, english, chinese)
     ]
     assert kept == []
+
+
+def test_the_translate_command_checks_the_repository(capsys):
+    pytest.importorskip("babel")
+    from slotmap.cli import main
+
+    assert main(["translate", "build", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "notebooks/01_paged_kv_cache.ipynb" in out and "translated" in out
+    assert main(["translate", "messages", "--check", "--lang", "zh"]) == 0
+    assert "the zh_CN catalog says everything the source says" in capsys.readouterr().out
