@@ -365,7 +365,13 @@ def lab(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"slotmap lab: {note}", file=sys.stderr)
     command = lab_command(
-        args.port, args.no_browser, args.token, args.ip, args.jupyter_args, lessons, lang
+        args.port,
+        args.no_browser,
+        args.token,
+        args.ip,
+        args.jupyter_args,
+        lessons=lessons,
+        lang=lang,
     )
     if args.dry_run:
         print(" ".join(command))

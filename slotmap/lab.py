@@ -112,6 +112,8 @@ def lab_command(
         # Notebooks open with the kernel metadata JupyterLab would add: no "unsaved" marker.
         "--ServerApp.contents_manager_class=slotmap.labserver.CourseContentsManager",
     ]
+    if lang != "en":
+        command.append(f"--LabApp.app_settings_dir={interface_settings(lang)}")
     if port is not None:
         command += [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
     if no_browser:
@@ -120,6 +122,4 @@ def lab_command(
         command.append(f"--IdentityProvider.token={token}")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")
-    if lang != "en":
-        command.append(f"--LabApp.app_settings_dir={interface_settings(lang)}")
     return command + list(extra or [])
