@@ -8,6 +8,8 @@
 #   make lab EXTRA=npu     # Ascend NPU: triton-ascend + torch_npu (CANN installed first)
 # One virtual environment holds one stack: triton and triton-ascend overwrite each other.
 #
+#   make lab COURSE_LANG=zh   the course in Chinese (slotmap lab --lang zh)
+#
 #   make ascend-ir         a second environment, .venv-ascend, with triton-ascend's compiler
 #                          (no CANN, no NPU): every kernel the course launches on the NPU is
 #                          lowered by it. `make test` builds it and runs tests/ascend in it.
@@ -16,6 +18,8 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := lab
 
 EXTRA ?= cpu
+# The course's language: make lab COURSE_LANG=zh (or en); empty: $SLOTMAP_LANG, else the locale.
+COURSE_LANG ?=
 VENV ?= .venv
 PYTHON ?=
 PIP_INSTALL_ARGS ?=
@@ -50,7 +54,7 @@ STAMP := $(VENV)/.slotmap-$(EXTRA).stamp
 .PHONY: lab test setup browser ascend-ir
 
 lab: setup
-	$(VENV)/bin/slotmap lab
+	$(VENV)/bin/slotmap lab $(if $(COURSE_LANG),--lang $(COURSE_LANG))
 
 # The two environments and chromium are set up side by side (each pip mostly waits on one core
 # or the network), each one's log in one piece. Then the main suite, its output as it comes;

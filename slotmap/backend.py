@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slotmap import launch_log
+from slotmap.i18n import _
 
 BACKENDS = ("npu", "cuda", "cpu")
 COMPILE_ONLY = "ascend-ir"  # SLOTMAP_BACKEND value: decorate for triton-ascend, launch nothing
@@ -60,16 +61,18 @@ def _npu_available() -> tuple[bool, str]:
     # torch_npu cannot be imported without Huawei's CANN toolkit, and a broken install can
     # raise anything at import: probe defensively and never let it take slotmap down.
     if importlib.util.find_spec("torch_npu") is None:
-        return False, "torch_npu is not installed"
+        return False, _("torch_npu is not installed")
     try:
         importlib.import_module("torch_npu")
         import torch
 
         if torch.npu.is_available():  # type: ignore[attr-defined]
-            return True, "torch_npu sees an Ascend NPU"
-        return False, "torch_npu is installed but sees no NPU"
+            return True, _("torch_npu sees an Ascend NPU")
+        return False, _("torch_npu is installed but sees no NPU")
     except Exception as exc:  # noqa: BLE001 - any failure means "no NPU"
-        return False, f"torch_npu failed to import ({type(exc).__name__}: {exc})"
+        return False, _("torch_npu failed to import ({error})").format(
+            error=f"{type(exc).__name__}: {exc}"
+        )
 
 
 def _cuda_available() -> tuple[bool, str]:
@@ -78,8 +81,8 @@ def _cuda_available() -> tuple[bool, str]:
     # is_available, not get_device_name: naming the device would initialise CUDA, which an
     # engine must be free to do after it forks its workers.
     if torch.cuda.is_available():
-        return True, "torch sees a CUDA device"
-    return False, "torch sees no CUDA device"
+        return True, _("torch sees a CUDA device")
+    return False, _("torch sees no CUDA device")
 
 
 def _choose() -> Backend:
@@ -90,7 +93,8 @@ def _choose() -> Backend:
             raise ValueError(
                 f"{ENV_VAR}={COMPILE_ONLY} compiles the kernels: unset TRITON_INTERPRET"
             )
-        return Backend(COMPILE_ONLY, "cpu", f"{ENV_VAR}={forced}: compile only", "npu")
+        reason = _("{setting}: compile only").format(setting=f"{ENV_VAR}={forced}")
+        return Backend(COMPILE_ONLY, "cpu", reason, "npu")
     if forced:
         if forced not in BACKENDS:
             raise ValueError(
@@ -101,22 +105,23 @@ def _choose() -> Backend:
         if forced == "npu":
             ok, why = _npu_available()
             if not ok:
-                raise RuntimeError(f"{reason}, but {why}")
+                raise RuntimeError(_("{setting}, but {why}").format(setting=reason, why=why))
             importlib.import_module("torch_npu")
         elif forced == "cuda":
             ok, why = _cuda_available()
             if not ok:
-                raise RuntimeError(f"{reason}, but {why}")
+                raise RuntimeError(_("{setting}, but {why}").format(setting=reason, why=why))
         return Backend(forced, forced, reason)
     if os.environ.get("TRITON_INTERPRET") == "1":
-        return Backend("cpu", "cpu", "TRITON_INTERPRET=1 is set")
+        return Backend("cpu", "cpu", _("{setting} is set").format(setting="TRITON_INTERPRET=1"))
     ok, why = _npu_available()
     if ok:
         return Backend("npu", "npu", why)
     ok_cuda, why_cuda = _cuda_available()
     if ok_cuda:
         return Backend("cuda", "cuda", why_cuda)
-    return Backend("cpu", "cpu", f"no accelerator ({why}; {why_cuda})")
+    reason = _("no accelerator ({npu}; {cuda})").format(npu=why, cuda=why_cuda)
+    return Backend("cpu", "cpu", reason)
 
 
 def _activate(backend: Backend) -> None:
@@ -194,17 +199,21 @@ def _with_policy(backend: Backend) -> Backend:
 def describe() -> str:
     """The backend in one line, naming the GPU (which initialises CUDA: the course's line)."""
     if BACKEND.interpreted:
-        where = "Triton interpreter on the CPU"
+        where = _("Triton interpreter on the CPU")
     elif BACKEND.name == COMPILE_ONLY:
-        where = "kernels compiled for triton-ascend, never launched"
+        where = _("kernels compiled for triton-ascend, never launched")
     else:
-        where = f"Triton on {DEVICE}"
+        where = _("Triton on {device}").format(device=DEVICE)
     reason = BACKEND.reason
-    if BACKEND.name == "cuda" and reason.startswith("torch sees a CUDA device"):
+    sees = _("torch sees a CUDA device")
+    if BACKEND.name == "cuda" and reason.startswith(sees):
         import torch
 
-        reason = reason.replace("a CUDA device", torch.cuda.get_device_name(0), 1)
-    return f"slotmap: backend {BACKEND.name} ({where}; {reason})"
+        named = _("torch sees {gpu}").format(gpu=torch.cuda.get_device_name(0))
+        reason = reason.replace(sees, named, 1)
+    return _("slotmap: backend {name} ({where}; {reason})").format(
+        name=BACKEND.name, where=where, reason=reason
+    )
 
 
 def announce() -> None:

@@ -4,9 +4,13 @@
   kernel (and its family) on a small batch and compares it with the reference: a canary for
   a broken install.
 * ``lab`` gives the learner their own copies of the exercises (``my_work/``, never
-  overwritten) and starts JupyterLab on the course with the course's configuration.
+  overwritten) and starts JupyterLab on the course with the course's configuration;
+  ``--lang zh``: the lessons, the exercises and JupyterLab's menus in Chinese.
 * ``exercises build`` regenerates ``exercises/`` from ``solutions/`` (``--check``: only say
   whether they drifted); ``exercises copy`` makes the learner's copies.
+* ``translate update|build|messages`` keeps the course's other languages tied to the English:
+  per-cell notebook translations (``translations/``) and the runtime messages' gettext catalog
+  (``slotmap/locale/``); ``--check``: only say what is stale or missing.
 * ``grade FOLDER`` runs every notebook in a folder headless and prints a notebook x exercise
   table of pass/fail (for instructors).
 * ``ascend`` compiles every launch the course makes on an NPU with triton-ascend's compiler,
@@ -24,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from slotmap.i18n import LANG_VAR
 from slotmap.lab import COURSE_MARKER, course_root, is_course, lab_command
 
 
@@ -320,12 +325,54 @@ def lab_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def lab_language(args: argparse.Namespace) -> tuple[str, str, list[str]]:
+    """(language, lessons folder, notes) for ``slotmap lab``: ``--lang``, else ``$SLOTMAP_LANG``,
+    else the locale; the lessons in that language if they are built, else the English ones."""
+    from slotmap import i18n
+    from slotmap.i18n import _
+
+    lang = i18n.use(args.lang) if args.lang else i18n.use(i18n.from_environment())
+    if lang == i18n.ENGLISH:
+        return lang, "notebooks", []
+    notes = []
+    if not _version(LANGUAGE_PACKS[lang]):
+        notes.append(
+            _("JupyterLab's own menus stay in English: {package} is not installed").format(
+                package=LANGUAGE_PACKS[lang]
+            )
+            + " (pip install -e '.[lab]')"
+        )
+    if not any((course_root() / "notebooks" / lang).glob("[0-9][0-9]_*.ipynb")):
+        notes.append(_("the lessons are not translated yet: opening the English ones"))
+        return lang, "notebooks", notes
+    return lang, f"notebooks/{lang}", notes
+
+
+# JupyterLab's interface in each language the course speaks.
+LANGUAGE_PACKS = {"zh_CN": "jupyterlab-language-pack-zh-CN"}
+
+
 def lab(args: argparse.Namespace) -> int:
     problem = lab_problem(args)
     if problem:
         print(f"slotmap lab: {problem}", file=sys.stderr)
         return 2
-    command = lab_command(args.port, args.no_browser, args.token, args.ip, args.jupyter_args)
+    try:
+        lang, lessons, notes = lab_language(args)
+    except ValueError as error:
+        print(f"slotmap lab: --lang {error}", file=sys.stderr)
+        return 2
+    for note in notes:
+        print(f"slotmap lab: {note}", file=sys.stderr)
+    command = lab_command(
+        args.port,
+        args.no_browser,
+        args.token,
+        args.ip,
+        args.jupyter_args,
+        lessons=lessons,
+        lang=lang,
+    )
     if args.dry_run:
         print(" ".join(command))
         return 0
@@ -333,13 +380,20 @@ def lab(args: argparse.Namespace) -> int:
     if (root / "exercises").is_dir():
         from slotmap.exercises.build import EXERCISES, WorkspaceError, copy_to_workspace
 
-        try:
-            messages = copy_to_workspace(EXERCISES, root / "my_work")
-        except WorkspaceError as error:
-            print(f"slotmap lab: {error}", file=sys.stderr)
-            return 2
-        for message in messages:
-            print(f"slotmap: {message}")
+        # Each language's exercises have their own copies (my_work/, my_work/zh_CN/):
+        # switching language never touches the other's work.
+        copies = [(EXERCISES, root / "my_work")]
+        if (EXERCISES / lang).is_dir():
+            copies.append((EXERCISES / lang, root / "my_work" / lang))
+        for exercises_folder, workspace in copies:
+            try:
+                messages = copy_to_workspace(exercises_folder, workspace)
+            except WorkspaceError as error:
+                print(f"slotmap lab: {error}", file=sys.stderr)
+                return 2
+            for message in messages:
+                print(f"slotmap: {message}")
+    os.environ[LANG_VAR] = lang  # the notebooks' kernels speak it too
     os.execv(command[0], command)
     return 0  # not reached
 
@@ -370,6 +424,46 @@ def exercises(args: argparse.Namespace) -> int:
         return 1 if problems else 0
     changed = build.build_exercises()
     print("\n".join(f"wrote {path}" for path in changed) or "exercises/ was up to date")
+    return 0
+
+
+def translate(args: argparse.Namespace) -> int:
+    """``slotmap translate update|build|messages [--check]``: the course in another language."""
+    from slotmap.i18n import normalize
+    from slotmap.translate import messages, notebooks
+
+    lang = normalize(args.lang)  # zh -> zh_CN: the folders' names
+    if args.action == "update":
+        written = notebooks.update_translations(lang)
+        print("\n".join(f"wrote {path}" for path in written) or "translations/ was up to date")
+        return 0
+    if args.action == "messages":
+        if args.check:
+            problems = messages.message_problems(lang)
+            print("\n".join(problems) or f"the {lang} catalog says everything the source says")
+            return 1 if problems else 0
+        changed = messages.update(lang)
+        print("\n".join(f"wrote {path}" for path in changed) or "the catalog was up to date")
+        return 0
+    for notebook in notebooks.english_notebooks():
+        state = notebooks.status(notebook, lang)
+        cells = len(state.translated) + len(state.stale) + len(state.missing)
+        print(
+            f"{notebook:<40} {len(state.translated):>3}/{cells} translated, "
+            f"{len(state.stale)} stale, {len(state.missing)} missing"
+        )
+    if args.check:
+        problems = notebooks.translation_problems(lang)
+        print("\n".join(problems) or f"the {lang} notebooks are up to date with their English")
+        return 1 if problems else 0
+    try:
+        changed = notebooks.build_translations(lang)
+    except ValueError as error:
+        print(f"slotmap translate: {error}", file=sys.stderr)
+        return 1
+    print(
+        "\n".join(f"wrote {path}" for path in changed) or f"the {lang} notebooks were up to date"
+    )
     return 0
 
 
@@ -451,6 +545,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     lab_parser.add_argument("--no-browser", action="store_true")
     lab_parser.add_argument("--dry-run", action="store_true", help="print the command only")
+    lab_parser.add_argument(
+        "--lang",
+        default=None,
+        help="the course's language, en or zh (default: $SLOTMAP_LANG, else zh for a zh locale, "
+        "else en): the lessons, the exercises and JupyterLab's own menus",
+    )
     lab_parser.add_argument("jupyter_args", nargs=argparse.REMAINDER)
     exercises_parser = sub.add_parser("exercises", help="build exercises/, copy to my_work/")
     exercises_parser.add_argument("action", choices=("build", "copy"))
@@ -463,6 +563,20 @@ def main(argv: list[str] | None = None) -> int:
         help="copy: the learner's my_work/ (default: $SLOTMAP_WORKSPACE, else my_work/ of the "
         "course copy you are in, else ~/slotmap-course/my_work)",
     )
+    translate_parser = sub.add_parser(
+        "translate", help="the course in another language (translations/, slotmap/locale/)"
+    )
+    translate_parser.add_argument(
+        "action",
+        choices=("update", "build", "messages"),
+        help="update: bring translations/ up to the English notebooks; build: write the "
+        "translated notebooks that are complete; messages: extract, update and compile the "
+        "runtime messages' catalog",
+    )
+    translate_parser.add_argument(
+        "--check", action="store_true", help="build, messages: only report drift (exit 1 if any)"
+    )
+    translate_parser.add_argument("--lang", default="zh", help="the translation's language (zh)")
     grade_parser = sub.add_parser("grade", help="grade a folder of learner notebooks")
     grade_parser.add_argument("folder")
     grade_parser.add_argument("--timeout", type=int, default=300, help="seconds per cell")
@@ -516,7 +630,13 @@ def main(argv: list[str] | None = None) -> int:
         args.jupyter_args = [a for a in args.jupyter_args + unknown if a != "--"]
     if args.command == "bench":
         return bench.run(args)
-    commands = {"doctor": doctor, "lab": lab, "exercises": exercises, "grade": grade}
+    commands = {
+        "doctor": doctor,
+        "lab": lab,
+        "exercises": exercises,
+        "grade": grade,
+        "translate": translate,
+    }
     if args.command == "workshop":  # lazy: the hub's and tornado's imports
         from slotmap.workshop.commands import run
 

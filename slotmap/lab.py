@@ -66,14 +66,40 @@ def keep_course_notebooks_clean(model: dict, path: str, contents_manager, **kwar
         notebook.get("metadata", {}).pop("widgets", None)
 
 
+LOCALE_PLUGIN = "@jupyterlab/translation-extension:plugin"
+
+
+def interface_settings(lang: str) -> Path:
+    """JupyterLab's application settings with its interface in ``lang`` by default: the
+    installation's own overrides and page config, plus the language (a learner who picks a
+    language in JupyterLab's Settings menu keeps their choice). Written to the user's cache."""
+    from jupyterlab.commands import get_app_dir
+
+    installed = Path(get_app_dir()) / "settings"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = cache / "slotmap" / "lab-settings" / lang
+    folder.mkdir(parents=True, exist_ok=True)
+    overrides_file = installed / "overrides.json"
+    overrides = json.loads(overrides_file.read_text()) if overrides_file.is_file() else {}
+    overrides.setdefault(LOCALE_PLUGIN, {})["locale"] = lang
+    (folder / "overrides.json").write_text(json.dumps(overrides, indent=1), encoding="utf-8")
+    page_config = installed / "page_config.json"
+    if page_config.is_file():
+        (folder / "page_config.json").write_bytes(page_config.read_bytes())
+    return folder
+
+
 def lab_command(
     port: int | None = None,
     no_browser: bool = False,
     token: str | None = None,
     ip: str = "127.0.0.1",
     extra: list[str] | None = None,
+    lessons: str = "notebooks",
+    lang: str = "en",
 ) -> list[str]:
-    """The JupyterLab command line the course runs under (the browser tests use it too)."""
+    """The JupyterLab command line the course runs under (the browser tests use it too), opening
+    on ``lessons`` with its interface in ``lang``."""
     root = course_root()
     command = [
         sys.executable,
@@ -81,11 +107,13 @@ def lab_command(
         "jupyterlab",
         f"--ServerApp.root_dir={root}",
         f"--ServerApp.ip={ip}",
-        "--LabApp.default_url=/lab/tree/notebooks",
+        f"--LabApp.default_url=/lab/tree/{lessons}",
         "--ContentsManager.pre_save_hook=slotmap.lab.keep_course_notebooks_clean",
         # Notebooks open with the kernel metadata JupyterLab would add: no "unsaved" marker.
         "--ServerApp.contents_manager_class=slotmap.labserver.CourseContentsManager",
     ]
+    if lang != "en":
+        command.append(f"--LabApp.app_settings_dir={interface_settings(lang)}")
     if port is not None:
         command += [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
     if no_browser:

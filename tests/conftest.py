@@ -34,6 +34,9 @@ from torch import Tensor
 
 import slotmap  # chooses the backend: conftest is imported before any test module
 
+# The suite reads the course's English messages; a zh locale would choose Chinese (set before
+# slotmap.DEVICE imports slotmap.i18n; tests/test_i18n.py sets the language where it means to).
+os.environ["SLOTMAP_LANG"] = "en"
 DEVICE = slotmap.DEVICE
 # A device that is not DEVICE, for "tensors on different devices": "meta" needs no hardware.
 OTHER_DEVICE = "meta" if DEVICE == "cpu" else "cpu"

@@ -16,7 +16,7 @@ from slotmap.kernels import common, direct, fused_groups, slot_mapping
 PACKAGE = Path(slotmap.__file__).parent
 # Lower layers first; a module may import only from its own layer or below.
 LAYERS = (
-    ("slotmap.backend", "slotmap.layout", "slotmap.launch_log"),
+    ("slotmap.i18n", "slotmap.backend", "slotmap.layout", "slotmap.launch_log"),
     ("slotmap.validate",),
     ("slotmap.reference",),
     ("slotmap.kernels.common", "slotmap.kernels.c_launch", "slotmap.kernels.launch"),

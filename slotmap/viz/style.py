@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,6 +21,24 @@ FONT_SIZE = 9
 WIDTH = 10.0  # inches: fits JupyterLab's default notebook width
 
 
+# Chinese text: a subset of Noto Sans CJK SC shipped with the course (scripts/cjk_font.py makes
+# it), the fallback for every glyph the default font lacks.
+CJK_FONT = Path(__file__).resolve().parent / "fonts" / "NotoSansCJKsc-Regular-subset.otf"
+
+
+def use_cjk_font() -> str:
+    """Register the course's Chinese font with matplotlib and put it after the default family
+    (a glyph DejaVu Sans lacks comes from it); returns its family name. Idempotent."""
+    from matplotlib import font_manager, rcParams
+
+    name = font_manager.FontProperties(fname=CJK_FONT).get_name()
+    if str(CJK_FONT) not in {font.fname for font in font_manager.fontManager.ttflist}:
+        font_manager.fontManager.addfont(str(CJK_FONT))
+    if name not in rcParams["font.family"]:
+        rcParams["font.family"] = [*rcParams["font.family"], name]
+    return name
+
+
 def request_colour(request: int) -> str:
     return REQUEST_COLOURS[request % len(REQUEST_COLOURS)]
 
@@ -30,6 +49,7 @@ def figure(
     """A figure of ``rows`` stacked axes with the course's defaults, axes without spines."""
     import matplotlib.pyplot as plt
 
+    use_cjk_font()
     fig, axes = plt.subplots(
         rows, 1, figsize=(width, height_per_row * rows), squeeze=False, **kwargs
     )
