@@ -33,6 +33,7 @@ COURSE_FOLDERS = ("notebooks", "exercises", "solutions")
 # In a learner's copy: the digest of each course file as last copied, to tell their edits apart.
 MANIFEST = ".slotmap-sync.json"
 SOURCE_VARIABLE = "SLOTMAP_COURSE_SOURCE"
+STATE_VARIABLE = "SLOTMAP_HUB_STATE"
 # Not the course: caches, and what running a notebook in place leaves next to it.
 SKIPPED_NAMES = {"__pycache__", "my_rank_fn.py"}
 
@@ -102,14 +103,20 @@ def learner_course() -> Path:
     return Path.home() / HOME_COURSE
 
 
+def state_folder() -> Path:
+    """The hub's state (its database, cookie secret, the accounts it created): root's only."""
+    return Path(os.environ.get(STATE_VARIABLE) or "/var/lib/slotmap-hub")
+
+
 def learner_server_command(course: Path, extra: list[str]) -> list[str]:
-    """``jupyterhub-singleuser`` on ``course`` with ``slotmap lab``'s server options."""
+    """``jupyterhub-singleuser`` on ``course`` with ``slotmap lab``'s server options (never
+    ``--allow-root``: a learner's server never runs as root)."""
     from slotmap.lab import lab_command
 
     cwd = Path.cwd()
     os.chdir(course)  # lab_command serves the course it is in
     try:
-        lab = lab_command()
+        lab = lab_command(allow_root=False)
     finally:
         os.chdir(cwd)
     # The hub says where to listen ($JUPYTERHUB_SERVICE_URL): drop the lab's own address.
@@ -119,7 +126,10 @@ def learner_server_command(course: Path, extra: list[str]) -> list[str]:
 
 def learner_server(extra: list[str]) -> int:
     """Sync the learner's course copy, then exec their single-user server (the hub's
-    ``Spawner.cmd``; runs as the learner)."""
+    ``Spawner.cmd``; runs as the learner, never as root)."""
+    if os.geteuid() == 0:
+        print("slotmap workshop learner-server: refused: a learner's server never runs as root")
+        return 2
     course = learner_course()
     for message in sync_course(course_source(), course):
         print(f"slotmap workshop: {message}", flush=True)
