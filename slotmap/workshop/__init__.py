@@ -124,6 +124,20 @@ def learner_server_command(course: Path, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "jupyterhub.singleuser", *options, *extra]
 
 
+# JupyterLab asks every new user "get notified about official Jupyter news?" unless this
+# setting says no (turning the news feed off, --LabApp.news_url=None, does not stop it).
+LAB_NOTIFICATIONS = Path("@jupyterlab/apputils-extension/notification.jupyterlab-settings")
+
+
+def quiet_lab_settings(settings: Path) -> None:
+    """The course's JupyterLab settings in ``settings`` (the user-settings folder): no news
+    and no update checks; a learner's own choice, once made, is kept."""
+    path = settings / LAB_NOTIFICATIONS
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+
+
 def learner_server(extra: list[str]) -> int:
     """Sync the learner's course copy, then exec their single-user server (the hub's
     ``Spawner.cmd``; runs as the learner, never as root)."""
@@ -131,6 +145,8 @@ def learner_server(extra: list[str]) -> int:
         print("slotmap workshop learner-server: refused: a learner's server never runs as root")
         return 2
     course = learner_course()
+    settings = os.environ.get("JUPYTERLAB_SETTINGS_DIR")
+    quiet_lab_settings(Path(settings) if settings else Path.home() / ".jupyter/lab/user-settings")
     for message in sync_course(course_source(), course):
         print(f"slotmap workshop: {message}", flush=True)
     os.environ[WORKSPACE_VARIABLE] = str(course / "my_work")
