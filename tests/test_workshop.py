@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -607,3 +608,30 @@ def test_a_learners_lab_asks_nothing_about_news_and_keeps_their_own_choice(tmp_p
     (tmp_path / LAB_NOTIFICATIONS).write_text('{"fetchNews": "true"}')
     quiet_lab_settings(tmp_path)
     assert json.loads((tmp_path / LAB_NOTIFICATIONS).read_text()) == {"fetchNews": "true"}
+
+
+def test_make_hub_refuses_an_environment_learners_cannot_run(tmp_path):
+    """A Python under a folder only root enters (pyenv or conda in a 0700 /root): as root,
+    `make hub` stops with the reason and the fix instead of building a hub whose every
+    learner's first login fails."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or not shutil.which("make"):
+        pytest.skip("the refusal is root's (only root runs a room of system users)")
+    closed = tmp_path / "root-like"
+    closed.mkdir(mode=0o700)
+    venv = closed / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--copies", str(venv)], check=True
+    )
+    (venv / ".slotmap-cpu.stamp").touch()  # set up already: only the hub's part is left
+    made = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "hub", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode != 0
+    assert f"{closed} (mode 700) is closed to other users" in made.stderr
+    assert f"rm -rf {venv} && make hub PYTHON=/usr/bin/python3.11" in made.stderr
+    assert not (venv / ".workshop-hub.stamp").exists()
