@@ -37,8 +37,8 @@ NAME_RULES = (
 RESERVED = frozenset(
     """root toor admin administrator adm daemon bin sys sync games man lp mail news uucp proxy
     backup list irc gnats nobody nogroup operator shadow staff sudo wheel users disk kmem tty
-    systemd messagebus sshd postgres mysql redis docker www wwwdata ubuntu debian centos
-    jupyter jupyterhub hub proxy slotmap instructor""".split()
+    systemd messagebus sshd postgres mysql redis docker www ubuntu debian centos jupyter
+    jupyterhub hub slotmap instructor""".split()
 )
 REGISTRY_FILE = "learners.json"
 

@@ -14,6 +14,7 @@ a skipped notebook, or one identical to another learner's, is flagged there.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -80,7 +81,7 @@ def read_own_file(name: str, dir_fd: int, uid: int, max_bytes: int) -> bytes:
     try:
         fd = os.open(name, _READ, dir_fd=dir_fd)
     except OSError as error:
-        if error.errno == 40:  # ELOOP: O_NOFOLLOW met a symbolic link
+        if error.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
             raise OSError("a symbolic link (not followed)") from None
         raise OSError(f"cannot open ({error.strerror})") from None
     try:
