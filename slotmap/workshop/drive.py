@@ -372,6 +372,7 @@ class LocalHub:
             SLOTMAP_HUB_PROXY_API_PORT=str(free_port()),
             SLOTMAP_HUB_DASHBOARD_PORT=str(free_port()),
             SLOTMAP_HUB_STATE=str(self.state),
+            SLOTMAP_HUB_ADMINS="instructor",  # whoever the room's instructors are
             SLOTMAP_HUB_PASSWORD=self.password,
             SLOTMAP_HUB_ADMIN_PASSWORD=self.admin_password,
             SLOTMAP_BACKEND=os.environ.get("SLOTMAP_BACKEND", "cpu"),
