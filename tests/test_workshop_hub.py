@@ -96,19 +96,9 @@ def _run_learner(hub: drive.LocalHub, name: str, results: dict, errors: dict) ->
                 assert not run.error, f"{name}, lesson 01: {run.error}"
         finally:
             kernel.close()
-        path = "my_work/01_paged_kv_cache.ipynb"
-        notebook = drive.get_notebook(server, token, path)
-        for index, answer in _exercise_answers(wrong=name == WRONG).items():
-            notebook["cells"][index]["source"] = answer
-        kernel = drive.Kernel(server, token, path)
-        checks: dict[str, bool] = {}
-        try:
-            for code in drive.code_cells(notebook):
-                run = kernel.execute(code)
-                assert not run.error, f"{name}, exercise 01: {run.error}"
-                checks.update(run.checks())
-        finally:
-            kernel.close()
+        answers = _exercise_answers(wrong=name == WRONG)
+        checks, error = drive.run_exercise(server, token, answers)
+        assert not error, f"{name}, exercise 01: {error}"
         results[name] = (token, checks)
     except BaseException as error:  # noqa: BLE001 - reported by the test's thread
         errors[name] = error

@@ -273,6 +273,28 @@ def solved_cells(course: Path, name: str = "01_paged_kv_cache.ipynb") -> dict[in
     return answers
 
 
+def run_exercise(
+    server: str, token: str, answers: dict[int, str], path: str = "my_work/01_paged_kv_cache.ipynb"
+) -> tuple[dict[str, bool], str]:
+    """Fill the learner's exercise ``path`` with ``answers`` (code-cell index -> source) and
+    run its code cells in a kernel of theirs, as a learner does: what its checks reported,
+    and the first error ("" if none; the run stops there)."""
+    notebook = get_notebook(server, token, path)
+    for index, answer in answers.items():
+        notebook["cells"][index]["source"] = answer
+    kernel = Kernel(server, token, path)
+    checks: dict[str, bool] = {}
+    try:
+        for code in code_cells(notebook):
+            run = kernel.execute(code)
+            if run.error:
+                return checks, run.error
+            checks.update(run.checks())
+    finally:
+        kernel.close()
+    return checks, ""
+
+
 def get_notebook(server: str, token: str, path: str, timeout: float = 30) -> dict[str, Any]:
     """A notebook of the learner's server, through the contents API."""
     import requests

@@ -160,20 +160,9 @@ def trial_learner(timeout: float = 400) -> str:
             finally:
                 kernel.close()
             step = "run exercise 01's checks"
-            path = "my_work/01_paged_kv_cache.ipynb"
-            notebook = drive.get_notebook(server, token, path)
-            for index, answer in drive.solved_cells(CHECKOUT).items():
-                notebook["cells"][index]["source"] = answer
-            kernel = drive.Kernel(server, token, path)
-            checks: dict[str, bool] = {}
-            try:
-                for code in drive.code_cells(notebook):
-                    run = kernel.execute(code)
-                    if run.error:
-                        return f"{step}: {run.error}"
-                    checks.update(run.checks())
-            finally:
-                kernel.close()
+            checks, error = drive.run_exercise(server, token, drive.solved_cells(CHECKOUT))
+            if error:
+                return f"{step}: {error}"
             if not checks or not all(checks.values()):
                 return f"{step}: {checks or 'no check ran'}"
             step = "see the pass on the dashboard"
