@@ -253,6 +253,9 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
         instructor = drive.api_token(hub.url, session, "instructor")
         users = drive.hub_api(hub.url, instructor, "GET", "/users").json()
         assert [user["name"] for user in users] == ["instructor"]  # no refused name got in
+        # Nor through the admin page: the instructor cannot add root as a user.
+        added = drive.hub_api(hub.url, instructor, "POST", "/users/root")
+        assert added.status_code == 400, added.text
         assert hub.learners() == {}
 
         results: dict = {}

@@ -114,6 +114,11 @@ class CourseAuthenticator(SharedPasswordAuthenticator):
             return None
         return authenticated
 
+    def validate_username(self, username):
+        # Also what an admin may add on the admin page: never root or a reserved name.
+        refused = username not in self.admin_users and accounts.name_problem(username)
+        return super().validate_username(username) and not refused
+
     def check_allowed(self, username, authentication=None):
         if username not in self.admin_users and accounts.name_problem(username):
             return False
