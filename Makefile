@@ -49,6 +49,13 @@ CPU_TORCH := torch==2.13.0
 CPU_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 VENV_PY := $(VENV)/bin/python
+# Run by a Python: prints why other users cannot run it (a folder or file without o+x on the
+# way to its interpreter or its standard library), nothing when they can.
+EVERYONE_RUNS := -c 'import os, sys; from pathlib import Path; \
+  p = Path(os.path.realpath(sys.executable)); b = Path(sys.base_prefix).resolve(); \
+  closed = [q for x in (p, b) for q in (x, *x.parents) if not q.stat().st_mode & 1]; \
+  print(f"{p}: {closed[0]} (mode {closed[0].stat().st_mode & 0o777:o}) is closed to other users" \
+        if closed else "", end="")'
 STAMP := $(VENV)/.slotmap-$(EXTRA).stamp
 
 .PHONY: lab test setup browser ascend-ir
@@ -152,6 +159,9 @@ hub-node:
 	fi
 
 $(HUB_STAMP): pyproject.toml $(STAMP) $(HUB_PROXY)/package.json $(HUB_PROXY)/package-lock.json
+	@closed="$$($(VENV_PY) $(EVERYONE_RUNS))"; if [ "$$(id -u)" = 0 ] && [ -n "$$closed" ]; then \
+	  echo "error: learners cannot run $(VENV)'s Python ($$closed); rebuild it on one they can:" \
+	    "rm -rf $(VENV) && make hub PYTHON=/usr/bin/python3.11" >&2; exit 1; fi
 	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[workshop]"
 	@if ! command -v npm >/dev/null 2>&1 && [ -z "$$CI" ]; then \
 	  $(MAKE) --no-print-directory hub-node; \
@@ -163,14 +173,17 @@ $(HUB_STAMP): pyproject.toml $(STAMP) $(HUB_PROXY)/package.json $(HUB_PROXY)/pac
 	  && npm ci --prefix $(VENV)/hub-proxy --no-audit --no-fund \
 	  && touch $@
 
+# A Python 3.11 every user can run comes first (the hub's learners run this environment as
+# themselves; pyenv or conda under a 0700 /root is root's only), else the first 3.11 found.
 $(VENV_PY):
 	@py="$(PYTHON)"; \
 	if [ -z "$$py" ]; then \
-	  for candidate in python3.11 python3; do \
+	  for candidate in python3.11 python3 /usr/bin/python3.11 /usr/local/bin/python3.11; do \
 	    if command -v "$$candidate" >/dev/null 2>&1 \
 	       && "$$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
 	          >/dev/null 2>&1; then \
-	      py="$$candidate"; break; \
+	      [ -z "$$py" ] && py="$$candidate"; \
+	      if [ -z "$$("$$candidate" $(EVERYONE_RUNS))" ]; then py="$$candidate"; break; fi; \
 	    fi; \
 	  done; \
 	fi; \

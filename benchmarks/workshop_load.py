@@ -147,6 +147,7 @@ def one_round(learners: int, moves: int, work: Path) -> dict:
         wall = time.monotonic() - started
     finally:
         hub.stop()
+        hub.remove_learners()  # as root, the learners were system users the hub created
     cells = [s for n in names for s in out[n]["cells"]]
     redraws = [s for n in names for s in out[n]["redraws"]]
     spawns = [out[n]["spawn"] for n in names if "spawn" in out[n]]

@@ -599,11 +599,15 @@ def main(argv: list[str] | None = None) -> int:
     workshop_parser = sub.add_parser("workshop", help="the course on JupyterHub (workshop/)")
     workshop_parser.add_argument(
         "action",
-        choices=("dashboard", "learner-server", "preflight", "confirm"),
+        choices=("dashboard", "learner-server", "preflight", "collect", "confirm"),
         help="dashboard: the instructor's live view (a hub service); learner-server: what the "
         "hub starts per learner; preflight: check this machine before the room arrives; "
+        "collect: copy the learners' notebooks (as root); "
         "confirm: check the room's passes against slotmap grade's",
     )
+    workshop_parser.add_argument("--into", help="collect: a folder only root reads")
+    workshop_parser.add_argument("--state", help="collect: the hub's state folder")
+    workshop_parser.add_argument("--collected", help="confirm: the folder collect filled")
     workshop_parser.add_argument("--learners", type=int, default=30, help="preflight: how many")
     workshop_parser.add_argument("--room", help="confirm: the dashboard's api/progress JSON")
     workshop_parser.add_argument("--grades", help="confirm: slotmap grade --json's file")

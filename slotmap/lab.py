@@ -97,9 +97,11 @@ def lab_command(
     extra: list[str] | None = None,
     lessons: str = "notebooks",
     lang: str = "en",
+    allow_root: bool = True,
 ) -> list[str]:
     """The JupyterLab command line the course runs under (the browser tests use it too), opening
-    on ``lessons`` with its interface in ``lang``."""
+    on ``lessons`` with its interface in ``lang``. ``allow_root``: as root, add ``--allow-root``
+    (the operator's own single-user lab; a workshop learner's server passes False)."""
     root = course_root()
     command = [
         sys.executable,
@@ -120,6 +122,6 @@ def lab_command(
         command.append("--no-browser")
     if token is not None:
         command.append(f"--IdentityProvider.token={token}")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
+    if allow_root and hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")
     return command + list(extra or [])

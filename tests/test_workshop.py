@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -243,6 +244,8 @@ def test_preflight_fails_when_the_doctor_does(monkeypatch, capsys):
 
     monkeypatch.setattr(preflight, "hub_pieces", lambda: [])
     monkeypatch.setattr(preflight, "available_gb", lambda: 100.0)
+    monkeypatch.setattr(preflight, "python_line", lambda: (True, "python       OK"))
+    monkeypatch.setattr(preflight, "trial_learner", lambda: "")
     outcomes = iter([(0, "doctor: all good\n"), (1, "doctor: the canary FAILED\n")])
 
     def doctor(command, **kwargs):
@@ -256,6 +259,47 @@ def test_preflight_fails_when_the_doctor_does(monkeypatch, capsys):
     assert preflight.preflight(10) == 1
     out = capsys.readouterr().out
     assert "doctor       FAIL: doctor: the canary FAILED" in out and "NOT ready" in out
+
+
+def test_preflight_is_ready_only_when_the_test_learner_got_through(monkeypatch, capsys):
+    import subprocess
+
+    from slotmap.workshop import preflight
+
+    monkeypatch.setattr(preflight, "hub_pieces", lambda: [])
+    monkeypatch.setattr(preflight, "available_gb", lambda: 100.0)
+    monkeypatch.setattr(preflight, "python_line", lambda: (True, "python       OK"))
+    done = subprocess.CompletedProcess([], 0, "doctor: all good\n", "")
+    monkeypatch.setattr(preflight.subprocess, "run", lambda *a, **k: done)
+    failed = "start the test learner's server: 500 Permission denied: .venv/bin/python"
+    monkeypatch.setattr(preflight, "trial_learner", lambda: failed)
+    assert preflight.preflight(10) == 1
+    out = capsys.readouterr().out
+    assert f"test learner FAIL: {failed}" in out and "preflight: NOT ready" in out
+    # A Python learners cannot run: the trial is not even tried, and the line says the fix.
+    monkeypatch.setattr(preflight, "python_line", lambda: (False, "python       FAIL: ..."))
+    monkeypatch.setattr(preflight, "trial_learner", lambda: pytest.fail("tried"))
+    assert preflight.preflight(10) == 1
+    assert "test learner FAIL: not run" in capsys.readouterr().out
+
+
+def test_an_interpreter_under_a_closed_folder_is_refused_with_the_fix(tmp_path, monkeypatch):
+    from slotmap.workshop import preflight
+
+    closed = tmp_path / "root-like"
+    (closed / "bin").mkdir(parents=True)
+    python = closed / "bin" / "python3.11"
+    python.write_text("")
+    python.chmod(0o755)
+    (closed / "bin").chmod(0o755)
+    closed.chmod(0o700)  # as /root is
+    assert preflight.closed_to_others(python) == (
+        f"{python}: {closed} (mode 700) is closed to other users"
+    )
+    assert preflight.closed_to_others("/bin/sh") == ""  # every user runs the shell
+    monkeypatch.setattr(preflight, "closed_to_others", lambda executable: "/root is closed")
+    ok, line = preflight.python_line()
+    assert not ok and "make hub PYTHON=/usr/bin/python3.11" in line
 
 
 def test_confirm_names_each_pass_that_slotmap_grade_does_not_hold(tmp_path, capsys):
@@ -320,3 +364,274 @@ def test_a_learners_server_is_jupyterhub_singleuser_with_the_labs_options(tmp_pa
     assert "--ContentsManager.pre_save_hook=slotmap.lab.keep_course_notebooks_clean" in command
     # The hub says where the server listens: not the lab's loopback default.
     assert not [option for option in command if option.startswith("--ServerApp.ip")]
+    # Never --allow-root (this test runs as root in CI), and never as root at all.
+    assert "--allow-root" not in command
+
+
+def test_a_learners_server_refuses_to_run_as_root(monkeypatch, capsys):
+    from slotmap import workshop
+
+    monkeypatch.setattr(workshop.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(workshop, "sync_course", lambda *a: pytest.fail("synced as root"))
+    assert workshop.learner_server([]) == 2
+    assert "never runs as root" in capsys.readouterr().out
+
+
+def test_the_name_rules_and_reserved_names(tmp_path):
+    from slotmap.workshop import accounts
+
+    for good in ("ada", "zhangwei", "w2", "a" * 31):
+        assert accounts.name_problem(good) == "", good
+    assert accounts.name_problem("Ada") == ""  # lower-cased, as the hub does
+    for bad in ("zhang_wei", "2ada", "ada.b", "a" * 32, "", "ada bob", "ädä"):
+        assert "lower-case letters (a-z) and digits" in accounts.name_problem(bad), bad
+    for reserved in ("root", "ROOT", "Root", "nobody", "daemon", "admin", "www"):
+        assert "reserved" in accounts.name_problem(reserved), reserved
+    (tmp_path / "login.defs").write_text("# UID_MIN 5\nUID_MIN\t\t 2000\nUID_MAX 60000\n")
+    assert accounts.uid_min(tmp_path / "login.defs") == 2000
+    assert accounts.uid_min(tmp_path / "missing") == 1000
+
+
+def _system_user(name: str) -> int:
+    import subprocess
+
+    subprocess.run(["useradd", "--create-home", name], check=True, capture_output=True)
+    import pwd
+
+    return pwd.getpwnam(name).pw_uid
+
+
+@pytest.fixture
+def system_users():
+    """Make real system users (as root only) and delete them, with their homes, after."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: makes real system users")
+    made: list[str] = []
+
+    def make(name: str) -> int:
+        made.append(name)
+        return _system_user(name)
+
+    yield make
+    for name in made:
+        subprocess.run(["pkill", "-KILL", "-u", name], check=False)
+        subprocess.run(["userdel", "--remove", name], check=False, capture_output=True)
+
+
+def test_only_accounts_the_hub_created_may_log_in_or_spawn(tmp_path, system_users):
+    import pwd
+
+    from slotmap.workshop import accounts
+
+    suffix = os.urandom(2).hex()
+    registry = accounts.Registry(tmp_path / "state" / accounts.REGISTRY_FILE)
+    outsider = f"other{suffix}"
+    system_users(outsider)
+    for name in ("root", "nobody", "daemon", "bin"):  # existing system accounts
+        assert accounts.account_problem(name, registry) != "", name
+    assert "not one this workshop created" in accounts.account_problem(outsider, registry)
+    with pytest.raises(PermissionError):
+        accounts.prepare_account(outsider, registry)
+    with pytest.raises(PermissionError):
+        accounts.prepare_account("root", registry, admins={"root"})  # not even as an admin
+    # A new name: the hub creates it (0700 home), records it, and it may log in again.
+    learner = f"ada{suffix}"
+    try:
+        assert accounts.account_problem(learner, registry) == ""
+        account = accounts.prepare_account(learner, registry)
+        assert account.pw_uid >= accounts.uid_min()
+        assert registry.created() == {learner: account.pw_uid}
+        assert os.stat(account.pw_dir).st_mode & 0o777 == 0o700
+        assert os.stat(registry.path).st_mode & 0o777 == 0o600
+        assert accounts.account_problem(learner, registry) == ""
+        assert accounts.prepare_account(learner, registry).pw_uid == account.pw_uid
+    finally:
+        import subprocess
+
+        subprocess.run(["userdel", "--remove", learner], check=False, capture_output=True)
+    # Deleted and made again by someone else: another uid, no longer the hub's.
+    system_users(learner)
+    registry.add(learner, account.pw_uid + 7)
+    assert pwd.getpwnam(learner).pw_uid != account.pw_uid + 7
+    assert "not one this workshop created" in accounts.account_problem(learner, registry)
+    # An instructor named in the configuration may be an existing person's account.
+    assert accounts.account_problem(outsider, registry, admins={outsider}) == ""
+    assert "system account" in accounts.account_problem("daemon", registry, admins={"daemon"})
+
+
+def _notebook(text: str) -> bytes:
+    return json.dumps({"cells": [{"cell_type": "code", "source": text}]}).encode()
+
+
+def test_collect_copies_only_each_learners_own_regular_files(tmp_path, system_users, capsys):
+    """Real learners: a symlink to a classmate's notebook, one to /dev/zero, a FIFO, a huge
+    file and a file root owns are skipped, each with why; what is copied is root's only."""
+    from slotmap.cli import main
+    from slotmap.workshop import accounts, collect
+
+    suffix = os.urandom(2).hex()
+    ada, bob, cy = (f"{name}{suffix}" for name in ("ada", "bob", "cy"))
+    registry = accounts.Registry(tmp_path / "state" / accounts.REGISTRY_FILE)
+    work = {}
+    for name in (ada, bob, cy):
+        uid = system_users(name)
+        registry.add(name, uid)
+        import pwd
+
+        home = Path(pwd.getpwnam(name).pw_dir)
+        work[name] = home / "slotmap-course" / "my_work"
+        work[name].mkdir(parents=True)
+        for path in (home / "slotmap-course", work[name]):
+            os.chown(path, uid, uid)
+
+    def own(name: str, path: Path) -> None:
+        uid = registry.created()[name]
+        os.lchown(path, uid, uid)
+
+    solved = _notebook("def slot_of(): return 42")
+    (work[ada] / "01_paged_kv_cache.ipynb").write_bytes(solved)
+    own(ada, work[ada] / "01_paged_kv_cache.ipynb")
+    # bob: his 01 is a link to ada's; a link to /dev/zero; a FIFO; a huge file; root's file.
+    (work[bob] / "01_paged_kv_cache.ipynb").symlink_to(work[ada] / "01_paged_kv_cache.ipynb")
+    (work[bob] / "02_zero.ipynb").symlink_to("/dev/zero")
+    os.mkfifo(work[bob] / "03_fifo.ipynb")
+    with open(work[bob] / "04_huge.ipynb", "wb") as huge:
+        huge.truncate(collect.MAX_BYTES + 1)
+    for name in ("01_paged_kv_cache.ipynb", "02_zero.ipynb", "03_fifo.ipynb", "04_huge.ipynb"):
+        own(bob, work[bob] / name)
+    (work[bob] / "05_roots.ipynb").write_bytes(_notebook("x = 1"))
+    # cy: a byte-for-byte copy of ada's work (a plain file of cy's own).
+    (work[cy] / "01_paged_kv_cache.ipynb").write_bytes(solved)
+    own(cy, work[cy] / "01_paged_kv_cache.ipynb")
+
+    into = tmp_path / "collected"
+    code = main(["workshop", "collect", "--into", str(into), "--state", str(tmp_path / "state")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert (into / ada / "01_paged_kv_cache.ipynb").read_bytes() == solved
+    assert (into / cy / "01_paged_kv_cache.ipynb").read_bytes() == solved
+    assert sorted(p.name for p in (into / bob).iterdir()) == []
+    for folder in (into, into / ada, into / bob):
+        assert os.lstat(folder).st_mode & 0o777 == 0o700
+    for path in (into / ada / "01_paged_kv_cache.ipynb", into / collect.MANIFEST):
+        assert os.lstat(path).st_mode & 0o777 == 0o600
+    assert f"skipped   {bob} 01_paged_kv_cache.ipynb: a symbolic link (not followed)" in out
+    assert f"skipped   {bob} 02_zero.ipynb: a symbolic link (not followed)" in out
+    assert f"skipped   {bob} 03_fifo.ipynb: a FIFO, not a regular file" in out
+    assert f"skipped   {bob} 04_huge.ipynb: {collect.MAX_BYTES + 1} bytes, over the cap" in out
+    assert f"skipped   {bob} 05_roots.ipynb: owned by uid 0, not by the learner" in out
+
+    # confirm flags bob's link and the copy, not ada's and cy's untouched stubs.
+    room = {"exercises": ["01.slot_of"], "learners": []}
+    for name in (ada, bob, cy):
+        cells = {"01.slot_of": {"state": "pass", "message": ""}}
+        room["learners"].append({"learner": name, "idle_seconds": 1, "cells": cells})
+    grades = [
+        {"notebook": f"{name}/01_paged_kv_cache.ipynb", "results": {"01.slot_of": "PASS"}}
+        for name in (ada, cy)
+    ]
+    (tmp_path / "room.json").write_text(json.dumps(room))
+    (tmp_path / "grades.json").write_text(json.dumps(grades))
+    arguments = ["--room", str(tmp_path / "room.json"), "--grades", str(tmp_path / "grades.json")]
+    assert main(["workshop", "confirm", *arguments, "--collected", str(into)]) == 1
+    out = capsys.readouterr().out
+    assert f"{bob} 01.slot_of: the room says pass, slotmap grade says not graded" in out
+    assert f"{bob} 01_paged_kv_cache.ipynb: not collected: a symbolic link" in out
+    assert f"{ada}, {cy} 01_paged_kv_cache.ipynb: the same file, byte for byte" in out
+
+
+def test_the_systemd_unit_keeps_learners_across_a_restart():
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    parser.optionxform = str  # systemd's keys are case-sensitive
+    parser.read(ROOT / "workshop" / "slotmap-hub.service")
+    service = parser["Service"]
+    assert service["ExecStart"].split() == [
+        "/opt/slotmap/.venv/bin/jupyterhub",
+        "-f",
+        "/opt/slotmap/workshop/jupyterhub_config.py",
+    ]
+    # Only the hub is stopped: the learners' servers are in its cgroup and must live on.
+    assert service["KillMode"] == "process"
+    assert int(service["TimeoutStopSec"]) <= 30
+    assert service["Restart"] in ("on-failure", "always")
+    assert service["StateDirectory"] == "slotmap-hub" and service["StateDirectoryMode"] == "0700"
+    assert service["Environment"] == "SLOTMAP_HUB_STATE=/var/lib/slotmap-hub"
+    assert service["WorkingDirectory"] == "/var/lib/slotmap-hub"
+    assert service["EnvironmentFile"] == "/etc/slotmap-hub.env"
+    assert parser["Install"]["WantedBy"] == "multi-user.target"
+
+
+def _load_hub_config(tmp_path, monkeypatch) -> object:
+    """workshop/jupyterhub_config.py as JupyterHub loads it (its own loader)."""
+    pytest.importorskip("jupyterhub")
+    from traitlets.config.loader import PyFileConfigLoader
+
+    monkeypatch.setenv("SLOTMAP_HUB_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("SLOTMAP_HUB_PASSWORD", "room-password")
+    (tmp_path / "state").mkdir(mode=0o755)
+    (tmp_path / "state" / "jupyterhub.sqlite").write_text("")
+    os.chmod(tmp_path / "state" / "jupyterhub.sqlite", 0o644)  # an older hub's
+    umask = os.umask(0o022)
+    try:
+        return PyFileConfigLoader("jupyterhub_config.py", str(ROOT / "workshop")).load_config()
+    finally:
+        os.umask(umask)
+
+
+def test_the_hub_config_keeps_servers_culls_kernels_and_closes_its_state(tmp_path, monkeypatch):
+    config = _load_hub_config(tmp_path, monkeypatch)
+    assert config.JupyterHub.cleanup_servers is False
+    args = config.Spawner.args
+    assert "--MappingKernelManager.cull_idle_timeout=1800" in args
+    assert "--MappingKernelManager.cull_connected=True" in args
+    assert "--LabApp.news_url=None" in args
+    state = tmp_path / "state"
+    assert os.stat(state).st_mode & 0o777 == 0o700
+    assert os.stat(state / "jupyterhub.sqlite").st_mode & 0o777 == 0o600
+    assert config.JupyterHub.db_url == f"sqlite:///{state / 'jupyterhub.sqlite'}"
+    assert config.JupyterHub.cookie_secret_file == str(state / "jupyterhub_cookie_secret")
+    assert "lower-case letters" in config.JupyterHub.template_vars["announcement_login"]
+
+
+def test_a_learners_lab_asks_nothing_about_news_and_keeps_their_own_choice(tmp_path):
+    from slotmap.workshop import LAB_NOTIFICATIONS, quiet_lab_settings
+
+    quiet_lab_settings(tmp_path)
+    assert json.loads((tmp_path / LAB_NOTIFICATIONS).read_text()) == {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    }
+    (tmp_path / LAB_NOTIFICATIONS).write_text('{"fetchNews": "true"}')
+    quiet_lab_settings(tmp_path)
+    assert json.loads((tmp_path / LAB_NOTIFICATIONS).read_text()) == {"fetchNews": "true"}
+
+
+def test_make_hub_refuses_an_environment_learners_cannot_run(tmp_path):
+    """A Python under a folder only root enters (pyenv or conda in a 0700 /root): as root,
+    `make hub` stops with the reason and the fix instead of building a hub whose every
+    learner's first login fails."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or not shutil.which("make"):
+        pytest.skip("the refusal is root's (only root runs a room of system users)")
+    closed = tmp_path / "root-like"
+    closed.mkdir(mode=0o700)
+    venv = closed / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--copies", str(venv)], check=True
+    )
+    (venv / ".slotmap-cpu.stamp").touch()  # set up already: only the hub's part is left
+    made = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "hub", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode != 0
+    assert f"{closed} (mode 700) is closed to other users" in made.stderr
+    assert f"rm -rf {venv} && make hub PYTHON=/usr/bin/python3.11" in made.stderr
+    assert not (venv / ".workshop-hub.stamp").exists()

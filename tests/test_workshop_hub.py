@@ -1,14 +1,20 @@
-"""The workshop end to end on a real JupyterHub (issue 20): the hub and its proxy on
-127.0.0.1 with workshop/jupyterhub_config.py, adapted only through its environment variables
-for the ports, temporary homes (SimpleLocalProcessSpawner: the test's user, root in CI, runs
-every learner) and the passwords.
+"""The workshop end to end on a real JupyterHub: the hub and its proxy on 127.0.0.1 with
+workshop/jupyterhub_config.py, adapted only through its environment variables for the ports,
+the state folder and the passwords. As root (CI) learners are the real system users the hub
+creates, as in a room (each name ends in this run's suffix; every one is deleted after);
+otherwise every learner runs as the test's user under temporary homes.
 
-Four learners log in. Three run lesson 01 and their copy of exercise 01 through the Jupyter
-server's REST API and kernel websocket (``slotmap.workshop.drive``), one of them with a wrong
-``slot_of`` on purpose; the fourth logs in through the hub's login page in Debian's Chromium
-(tests/browser_lab.py's recipe) and fills in exercise 01 in JupyterLab. The dashboard then
-shows the room to the instructor, and answers 403 to a learner's token. Everything is
-stopped, and no process of the test is left.
+First the refusals: root, ROOT, nobody, daemon and an existing account the hub did not
+create (a real one, made and deleted by the test) are refused at the login page with a
+message that says why, "zhang_wei" with the naming rules, and nothing is spawned; the hub's
+state is root's only. Then four learners log in. Three run lesson 01 and their copy of
+exercise 01 through the Jupyter server's REST API and kernel websocket
+(``slotmap.workshop.drive``), one of them with a wrong ``slot_of`` on purpose; the fourth
+logs in through the hub's login page in Debian's Chromium (tests/browser_lab.py's recipe)
+and fills in exercise 01 in JupyterLab. The dashboard then shows the room to the
+instructor, and answers 403 to a learner's token. The hub is restarted (as systemd would):
+a learner's server lives on and answers through the new hub. Everything is stopped, and no
+process of the test is left.
 
 One test function: a module-scoped hub would be started once per pytest-xdist worker.
 Needs ``jupyterhub`` (the workshop extra) and ``configurable-http-proxy`` (``make hub``);
@@ -19,21 +25,27 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import stat
+import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 from browser_lab import CHROMIUM_ARGS, NotebookPage, chromium_path
 
-from slotmap.workshop import drive
+from slotmap.workshop import LAB_NOTIFICATIONS, drive
 
 ROOT = Path(__file__).resolve().parents[1]
 UNDER_CI = bool(os.environ.get("CI"))
 PASSWORD = "room-password-" + os.urandom(4).hex()
 ADMIN_PASSWORD = "instructor-" + os.urandom(16).hex()
-LEARNERS = ("ada", "bob", "cy")  # through the REST API and the kernel protocol
-BROWSER_LEARNER = "dee"
-WRONG = "cy"  # fails 01.slot_of on purpose
+# As root the learners are real system users: names of this run's own.
+SUFFIX = os.urandom(2).hex()
+LEARNERS = tuple(f"{name}{SUFFIX}" for name in ("ada", "bob", "cy"))  # the REST API's
+BROWSER_LEARNER = f"dee{SUFFIX}"
+WRONG = LEARNERS[2]  # fails 01.slot_of on purpose
+OUTSIDER = f"other{SUFFIX}"  # an account of the machine the hub did not create
 pytestmark = pytest.mark.timeout(900)
 
 
@@ -47,14 +59,7 @@ def _exercise_answers(wrong: bool = False) -> dict[int, str]:
     """Code-cell index -> the cell as a learner fills it (the solution's code in the stub's
     cell); ``wrong``: slot_of forgets to scale the physical block by the block size (and
     slot_mapping, which calls it, fails with it)."""
-    exercise = json.loads((ROOT / "exercises" / "01_paged_kv_cache.ipynb").read_text())
-    solution = json.loads((ROOT / "solutions" / "01_paged_kv_cache.ipynb").read_text())
-    solved = {cell["id"]: "".join(cell["source"]) for cell in solution["cells"]}
-    answers = {}
-    for index, cell in enumerate(exercise["cells"]):
-        if cell["cell_type"] == "code" and "# YOUR CODE HERE" in "".join(cell["source"]):
-            lines = solved[cell["id"]].splitlines()
-            answers[index] = "\n".join(line for line in lines if "### " not in line)
+    answers = drive.solved_cells(ROOT)
     assert len(answers) == 2
     if wrong:
         first = min(answers)
@@ -91,19 +96,9 @@ def _run_learner(hub: drive.LocalHub, name: str, results: dict, errors: dict) ->
                 assert not run.error, f"{name}, lesson 01: {run.error}"
         finally:
             kernel.close()
-        path = "my_work/01_paged_kv_cache.ipynb"
-        notebook = drive.get_notebook(server, token, path)
-        for index, answer in _exercise_answers(wrong=name == WRONG).items():
-            notebook["cells"][index]["source"] = answer
-        kernel = drive.Kernel(server, token, path)
-        checks: dict[str, bool] = {}
-        try:
-            for code in drive.code_cells(notebook):
-                run = kernel.execute(code)
-                assert not run.error, f"{name}, exercise 01: {run.error}"
-                checks.update(run.checks())
-        finally:
-            kernel.close()
+        answers = _exercise_answers(wrong=name == WRONG)
+        checks, error = drive.run_exercise(server, token, answers)
+        assert not error, f"{name}, exercise 01: {error}"
         results[name] = (token, checks)
     except BaseException as error:  # noqa: BLE001 - reported by the test's thread
         errors[name] = error
@@ -114,20 +109,22 @@ def _browser_learner(hub: drive.LocalHub, tmp_path: Path) -> dict[str, bool]:
     fill it in and run it: the check records it shows."""
     from playwright.sync_api import sync_playwright
 
-    # The learner's own Jupyter settings, in their (temporary) home: the app exposed to the
-    # page's scripts (to read kernel state, as the browser test does), no news toast.
-    home = hub.homes / BROWSER_LEARNER
+    # The learner's own Jupyter setting, in their home: the app exposed to the page's scripts
+    # (to read kernel state, as the browser test does). A system user's home exists once the
+    # hub made it: start their server, stop it, write the setting, and let the login start it
+    # again. No setting for the news pop-up: the course's own settings turn it off.
+    token = _start(hub, BROWSER_LEARNER)
+    assert drive.hub_api(hub.url, token, "DELETE", f"/users/{BROWSER_LEARNER}/server").ok
+    drive.wait_stopped(hub.url, token, BROWSER_LEARNER)
+    home = hub.home(BROWSER_LEARNER)
     config = home / ".jupyter"
-    config.mkdir(parents=True)
+    config.mkdir(parents=True, exist_ok=True)
     (config / "jupyter_server_config.json").write_text(
         json.dumps({"LabApp": {"expose_app_in_browser": True}})
     )
-    settings = config / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False})
-    )
-    token = _start(hub, BROWSER_LEARNER)
+    owner = home.stat()
+    for path in (config, config / "jupyter_server_config.json"):
+        os.chown(path, owner.st_uid, owner.st_gid)
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(tmp_path / "chromium"),
@@ -153,6 +150,11 @@ def _browser_learner(hub: drive.LocalHub, tmp_path: Path) -> dict[str, bool]:
                 notebook.replace_source(index, answer)
             notebook.run_all(240_000)
             assert notebook.error_outputs() == []
+            # The course's settings: no "get Jupyter news?" toast over the learner's lab (it
+            # would have shown long before the notebook ran), and the setting that says so.
+            assert page.get_by_text("official Jupyter news").count() == 0
+            settings = home / ".jupyter" / "lab" / "user-settings"
+            assert json.loads((settings / LAB_NOTIFICATIONS).read_text())["fetchNews"] == "false"
             return notebook.check_records()
         finally:
             context.close()
@@ -192,6 +194,42 @@ def _dashboard_in_chromium(hub: drive.LocalHub, tmp_path: Path) -> tuple[str, in
     return seen[0], seen[1]
 
 
+def _refusals(hub: drive.LocalHub) -> None:
+    """Root under any spelling, system accounts and an account the hub did not create are
+    refused at the login page, each with a message that says why; nothing is spawned."""
+    want = {
+        "root": "'root' is reserved",
+        "ROOT": "'root' is reserved",
+        "nobody": "'nobody' is reserved",
+        "daemon": "'daemon' is reserved",
+        OUTSIDER: "an account of this machine, not one this workshop created",
+        "zhang_wei": "lower-case letters (a-z) and digits",
+    }
+    if not hub.system_users:
+        del want[OUTSIDER]
+    for name, message in want.items():
+        status, shown = drive.refused_login(hub.url, name, PASSWORD)
+        assert message in shown, (name, status, shown)
+        assert "Invalid username or password" not in shown, name
+    # The instructor's name in capitals with the room's password is not the instructor.
+    status, shown = drive.refused_login(hub.url, "INSTRUCTOR", PASSWORD)
+    assert "Invalid username or password" in shown, shown
+    # The login page says the rules before anyone types.
+    import requests
+
+    assert (
+        "lower-case letters (a-z) and digits"
+        in requests.get(f"{hub.url}/hub/login", timeout=30).text
+    )
+
+
+def _private(path: Path, mode: int, owner: int | None = None) -> None:
+    """``path`` has ``mode`` and belongs to ``owner`` (this user by default)."""
+    info = path.lstat()
+    owner = os.geteuid() if owner is None else owner
+    assert stat.S_IMODE(info.st_mode) == mode and info.st_uid == owner, (path, oct(info.st_mode))
+
+
 def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
     try:
         import jupyterhub  # noqa: F401
@@ -205,8 +243,21 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
         _missing("Debian's chromium is not installed")
 
     hub = drive.LocalHub(tmp_path, PASSWORD, ADMIN_PASSWORD)
+    outsider = hub.system_users
+    if outsider:
+        subprocess.run(["useradd", "--no-create-home", OUTSIDER], check=True)
     try:
         hub.start(ROOT / "workshop" / "jupyterhub_config.py")
+        _refusals(hub)
+        session = drive.login(hub.url, "instructor", ADMIN_PASSWORD)
+        instructor = drive.api_token(hub.url, session, "instructor")
+        users = drive.hub_api(hub.url, instructor, "GET", "/users").json()
+        assert [user["name"] for user in users] == ["instructor"]  # no refused name got in
+        # Nor through the admin page: the instructor cannot add root as a user.
+        added = drive.hub_api(hub.url, instructor, "POST", "/users/root")
+        assert added.status_code == 400, added.text
+        assert hub.learners() == {}
+
         results: dict = {}
         errors: dict = {}
         threads = [
@@ -226,15 +277,30 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
         if browser:
             assert browser_checks == {"01.slot_of": True, "01.slot_mapping": True}
 
-        # Each learner's work is in their own home, and the records of their checks with it.
+        # Each learner's work is in their own home, and the records of their checks with it;
+        # as system users, each server and kernel ran as the learner, never as root.
+        everyone = [*LEARNERS, BROWSER_LEARNER] if browser else list(LEARNERS)
         for name in LEARNERS:
-            my_work = hub.homes / name / "slotmap-course" / "my_work"
+            my_work = hub.home(name) / "slotmap-course" / "my_work"
             text = (my_work / ".slotmap-progress.jsonl").read_text()
             assert "01.slot_mapping" in text, name
+        if hub.system_users:
+            assert sorted(hub.learners()) == sorted(everyone)
+            for name in everyone:
+                account = pwd.getpwnam(name)
+                assert account.pw_uid == hub.learners()[name] >= 1000
+                _private(Path(account.pw_dir), 0o700, account.pw_uid)
+            for pid in hub.processes_of(LEARNERS[0]):
+                assert Path(f"/proc/{pid}").stat().st_uid == pwd.getpwnam(LEARNERS[0]).pw_uid
+
+        # The hub's state is root's only: the database, the cookie secret, the accounts.
+        _private(hub.state, 0o700)
+        for name in ("jupyterhub.sqlite", "jupyterhub_cookie_secret"):
+            _private(hub.state / name, 0o600)
+        if hub.system_users:
+            _private(hub.state / "learners.json", 0o600)
 
         # The room, as the instructor sees it.
-        session = drive.login(hub.url, "instructor", ADMIN_PASSWORD)
-        instructor = drive.api_token(hub.url, session, "instructor")
         view = f"{hub.url}/services/workshop-dashboard/"
         response = requests.get(
             view + "api/progress", headers={"Authorization": f"token {instructor}"}, timeout=30
@@ -242,7 +308,6 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
         assert response.status_code == 200, response.text
         table = response.json()
         rows = {row["learner"]: row for row in table["learners"]}
-        everyone = [*LEARNERS, BROWSER_LEARNER] if browser else list(LEARNERS)
         assert sorted(rows) == sorted(everyone)  # the instructor is not a learner
         for name in everyone:
             cells = rows[name]["cells"]
@@ -269,6 +334,40 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
             for name in everyone:
                 assert name in table_text
             assert learner_status == 403
+
+        # A hub restart (SIGTERM, as systemctl restart sends) keeps the learner's server: the
+        # same processes, answering through the new hub with the same token.
+        before = set(hub.processes_of(LEARNERS[0]))
+        assert before
+        hub.restart()
+        assert before <= set(hub.processes_of(LEARNERS[0]))
+        status = requests.get(
+            f"{hub.url}/user/{LEARNERS[0]}/api/status",
+            headers={"Authorization": f"token {learner_token}"},
+            timeout=60,
+        )
+        assert status.status_code == 200, status.text
     finally:
         hub.stop()
+        hub.remove_learners()
+        if outsider:
+            subprocess.run(["userdel", OUTSIDER], check=False)
     assert hub.leftovers() == []
+    for name in [*LEARNERS, BROWSER_LEARNER, OUTSIDER]:
+        with pytest.raises(KeyError):
+            pwd.getpwnam(name)
+
+
+def test_preflight_gets_a_real_test_learner_through_the_hub():
+    """The pre-flight's test learner, for real: logged in, spawned, lesson 01's first cell
+    and exercise 01's checks run, seen on the dashboard, stopped, the account removed."""
+    try:
+        import jupyterhub  # noqa: F401
+    except ImportError:
+        _missing("jupyterhub is not installed (pip install -e '.[workshop]'; make test does)")
+    if drive.proxy_command() is None:
+        _missing("configurable-http-proxy is not installed (make hub; make test does)")
+    from slotmap.workshop import preflight
+
+    assert preflight.trial_learner() == ""
+    assert not [a.pw_name for a in pwd.getpwall() if a.pw_name.startswith("preflight")]

@@ -1,35 +1,64 @@
 # JupyterHub for a slotmap workshop on one machine: `jupyterhub -f workshop/jupyterhub_config.py`
-# (workshop/README.md: from a fresh VM to a running workshop).
+# (workshop/README.md: from a fresh VM to a running workshop; slotmap-hub.service runs it).
 #
 # - Login: one shared workshop password for learners ($SLOTMAP_HUB_PASSWORD, 8+ characters);
 #   the instructors ($SLOTMAP_HUB_ADMINS, default "instructor") log in with their own
 #   ($SLOTMAP_HUB_ADMIN_PASSWORD, 32+ characters) and are the hub's admins.
-# - One JupyterLab per learner, started by `slotmap workshop learner-server` as that learner:
-#   it copies the course into ~/slotmap-course on first login, brings files the learner never
-#   changed up to date on later ones, and never touches my_work/ once it exists.
-# - Learners are system users, created on first login (LocalProcessSpawner, the hub as root),
-#   so no learner can read another's home. $SLOTMAP_HUB_HOMES (a path with {username}) instead
-#   runs every learner as the hub's own user with that home (SimpleLocalProcessSpawner: no
-#   isolation between learners; the end-to-end test uses it, never use it with a real room).
+# - Learners are system users the hub creates for the course on their first login, and only
+#   those (slotmap.workshop.accounts): root, system accounts, reserved names and every account
+#   the hub did not create are refused at the login page, which says why and what names are
+#   allowed. The accounts it created are recorded in its state folder.
+# - One JupyterLab per learner, started by `slotmap workshop learner-server` as that learner
+#   (never as root): it copies the course into ~/slotmap-course on first login, brings files
+#   the learner never changed up to date on later ones, and never touches my_work/ once it
+#   exists. Idle kernels are shut down after $SLOTMAP_HUB_KERNEL_IDLE seconds (1200).
+# - $SLOTMAP_HUB_HOMES (a path with {username}) instead runs every learner as the hub's own
+#   user with that home (SimpleLocalProcessSpawner: no isolation between learners; for tests
+#   as a non-root user only, never with a real room; as root it refuses to start learners).
 # - Services: the idle culler stops a server idle for $SLOTMAP_HUB_IDLE_TIMEOUT seconds (3600);
 #   the dashboard (`slotmap workshop dashboard`, /services/workshop-dashboard/) is the
 #   instructors' live view of the room, open to the admins only.
+# - A hub restart keeps the learners' servers (cleanup_servers off): stop them from the admin
+#   page, or they stop when idle.
 # - Ports: $SLOTMAP_HUB_PORT (8000, the one learners open), and on loopback the hub's API
 #   ($SLOTMAP_HUB_API_PORT, 8081), the proxy's API ($SLOTMAP_HUB_PROXY_API_PORT, 8001) and the
-#   dashboard ($SLOTMAP_HUB_DASHBOARD_PORT, 8002). The hub's database and cookie secret go in
-#   the folder it starts in.
+#   dashboard ($SLOTMAP_HUB_DASHBOARD_PORT, 8002).
+# - State: $SLOTMAP_HUB_STATE (/var/lib/slotmap-hub), root's only (0700, files 0600): the
+#   database, the cookie secret, the proxy's pid and the accounts the hub created.
 import os
-import pwd
-import subprocess
 import sys
 from pathlib import Path
+
+from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
+from jupyterhub.handlers.login import LoginHandler
+
+from slotmap.workshop import accounts, state_folder
 
 c = get_config()  # noqa: F821 - JupyterHub's config loader defines it
 
 COURSE = Path(__file__).resolve().parents[1]  # the checkout this file is in: what learners get
 PYTHON = sys.executable  # the course's environment (.venv): the hub, learners and services
 HOMES = os.environ.get("SLOTMAP_HUB_HOMES")  # unset: system users' homes
+KERNEL_IDLE = int(os.environ.get("SLOTMAP_HUB_KERNEL_IDLE") or 1800)
 ADMINS = {name for name in os.environ.get("SLOTMAP_HUB_ADMINS", "instructor").split(",") if name}
+STATE = state_folder()
+REGISTRY = accounts.Registry(STATE / accounts.REGISTRY_FILE)
+
+# The hub's state is root's only: learners must not read the database (names, token hashes)
+# or the cookie secret. Everything the hub writes from here on is private (umask), and a
+# database made by an older setup is closed too.
+os.umask(0o077)
+STATE.mkdir(mode=0o700, parents=True, exist_ok=True)
+os.chmod(STATE, 0o700)
+for _state_file in STATE.iterdir():
+    if _state_file.is_file() and not _state_file.is_symlink():
+        os.chmod(_state_file, 0o600)
+c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")
+c.ConfigurableHTTPProxy.pid_file = str(STATE / "jupyterhub-proxy.pid")
+for _admin in ADMINS:
+    if _problem := accounts.account_problem(_admin, REGISTRY, ADMINS):
+        sys.exit(f"SLOTMAP_HUB_ADMINS: {_problem}")
 
 
 def _port(variable: str, default: int) -> int:
@@ -48,20 +77,84 @@ _proxy = (
 )
 c.ConfigurableHTTPProxy.command = [str(_proxy) if _proxy.exists() else "configurable-http-proxy"]
 
+
 # One shared password for the room; the instructors have their own and are the admins.
-c.JupyterHub.authenticator_class = "shared-password"
+class CourseLoginHandler(LoginHandler):
+    """The hub's login page, saying why a name is refused instead of "Invalid username or
+    password" (the name's rules to anyone; that it is an account of the machine only after
+    the right password)."""
+
+    refusal = ""
+
+    def _render(self, login_error=None, username=None, **kwargs):
+        if login_error:
+            typed = self.get_body_argument("username", default="")
+            admin = self.authenticator.normalize_username(typed) in self.authenticator.admin_users
+            rules = "" if admin else accounts.name_problem(typed)
+            login_error = self.refusal or rules or login_error
+            if self.refusal:
+                self.set_status(403)
+        return super()._render(login_error=login_error, username=username, **kwargs)
+
+
+class CourseAuthenticator(SharedPasswordAuthenticator):
+    """The shared password, for the names a learner may have on this machine only."""
+
+    async def authenticate(self, handler, data):
+        name = self.normalize_username(data.get("username", ""))
+        problem = "" if name in self.admin_users else accounts.name_problem(name)
+        # Admins are told apart by the lower-cased name ("INSTRUCTOR" is the instructor).
+        authenticated = await super().authenticate(handler, {**data, "username": name})
+        if problem or authenticated is None:
+            return None
+        problem = accounts.account_problem(name, REGISTRY, self.admin_users)
+        if problem:
+            self.log.warning("Refused login as %r: %s", name, problem)
+            handler.refusal = problem
+            return None
+        return authenticated
+
+    def validate_username(self, username):
+        # Also what an admin may add on the admin page: never root or a reserved name.
+        refused = username not in self.admin_users and accounts.name_problem(username)
+        return super().validate_username(username) and not refused
+
+    def check_allowed(self, username, authentication=None):
+        if username not in self.admin_users and accounts.name_problem(username):
+            return False
+        return not accounts.account_problem(username, REGISTRY, self.admin_users)
+
+    def get_handlers(self, app):
+        return [("/login", CourseLoginHandler)]
+
+
+c.JupyterHub.authenticator_class = CourseAuthenticator
 c.SharedPasswordAuthenticator.user_password = os.environ.get("SLOTMAP_HUB_PASSWORD", "")
 c.SharedPasswordAuthenticator.admin_password = os.environ.get("SLOTMAP_HUB_ADMIN_PASSWORD", "")
 c.Authenticator.admin_users = ADMINS
 c.Authenticator.allow_all = True  # anyone with the room's password gets their own server
-# A learner's name becomes a system user's: lower-case letters and digits only.
-c.Authenticator.username_pattern = r"^[a-z][a-z0-9]{0,30}$"
+# A learner's name becomes a system user's (accounts.NAME_RULES); the page says the rules.
+c.Authenticator.username_pattern = accounts.NAME_PATTERN
+c.JupyterHub.template_vars = {"announcement_login": accounts.NAME_RULES.capitalize() + "."}
 
 # Each learner's server: their course copy synced first, then jupyterhub-singleuser on it.
 c.Spawner.cmd = [PYTHON, "-m", "slotmap", "workshop", "learner-server"]
 c.Spawner.default_url = "/lab/tree/my_work"
 c.Spawner.environment = {"SLOTMAP_COURSE_SOURCE": str(COURSE)}
 c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL", "SLOTMAP_BACKEND", "SLOTMAP_LAUNCH_POLICY"]
+# The Jupyter server's own settings for the course: a kernel that ran nothing for
+# $SLOTMAP_HUB_KERNEL_IDLE seconds is shut down, open tab or not (about 0.4 GB each; a cell
+# re-run brings it back), and no news or update pop-ups over the learners' notebooks.
+c.Spawner.args = [
+    f"--MappingKernelManager.cull_idle_timeout={KERNEL_IDLE}",
+    "--MappingKernelManager.cull_interval=60",
+    "--MappingKernelManager.cull_connected=True",
+    "--LabApp.news_url=None",
+    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+]
+# A hub restart (an upgrade, a crash, systemctl restart) keeps the learners' servers and
+# kernels: the new hub finds them by their pids in its database.
+c.JupyterHub.cleanup_servers = False
 # A room logging in at once starts many servers at once (each imports torch): be patient.
 c.Spawner.start_timeout = 300
 c.Spawner.http_timeout = 300
@@ -70,18 +163,22 @@ if HOMES:
     c.JupyterHub.spawner_class = "simple"
     c.SimpleLocalProcessSpawner.home_dir_template = HOMES
     WORKSPACES = str(Path(HOMES) / "slotmap-course" / "my_work")
+
+    def _check_learner(spawner) -> None:
+        """Refused names never get a server, whatever let them in."""
+        name = spawner.user.name
+        if name not in ADMINS and accounts.name_problem(name):
+            raise PermissionError(accounts.name_problem(name))
+
+    c.Spawner.pre_spawn_hook = _check_learner
 else:
     c.JupyterHub.spawner_class = "localprocess"
     WORKSPACES = "/home/{username}/slotmap-course/my_work"
 
     def _create_learner(spawner) -> None:
-        """A learner's system user, made on first login (the hub runs as root)."""
-        name = spawner.user.name
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
-            subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
-            os.chmod(pwd.getpwnam(name).pw_dir, 0o700)  # no learner reads another's work
+        """The learner's system user, made and recorded on first login; never an account
+        the hub did not create (the hub runs as root)."""
+        accounts.prepare_account(spawner.user.name, REGISTRY, ADMINS)
 
     c.Spawner.pre_spawn_hook = _create_learner
 

@@ -34,6 +34,7 @@ COURSE_FOLDERS = ("notebooks", "exercises", "solutions", "workshop/slides")
 # In a learner's copy: the digest of each course file as last copied, to tell their edits apart.
 MANIFEST = ".slotmap-sync.json"
 SOURCE_VARIABLE = "SLOTMAP_COURSE_SOURCE"
+STATE_VARIABLE = "SLOTMAP_HUB_STATE"
 # Not the course: caches, and what running a notebook in place leaves next to it.
 SKIPPED_NAMES = {"__pycache__", "my_rank_fn.py"}
 
@@ -103,14 +104,20 @@ def learner_course() -> Path:
     return Path.home() / HOME_COURSE
 
 
+def state_folder() -> Path:
+    """The hub's state (its database, cookie secret, the accounts it created): root's only."""
+    return Path(os.environ.get(STATE_VARIABLE) or "/var/lib/slotmap-hub")
+
+
 def learner_server_command(course: Path, extra: list[str]) -> list[str]:
-    """``jupyterhub-singleuser`` on ``course`` with ``slotmap lab``'s server options."""
+    """``jupyterhub-singleuser`` on ``course`` with ``slotmap lab``'s server options (never
+    ``--allow-root``: a learner's server never runs as root)."""
     from slotmap.lab import lab_command
 
     cwd = Path.cwd()
     os.chdir(course)  # lab_command serves the course it is in
     try:
-        lab = lab_command()
+        lab = lab_command(allow_root=False)
     finally:
         os.chdir(cwd)
     # The hub says where to listen ($JUPYTERHUB_SERVICE_URL): drop the lab's own address.
@@ -118,10 +125,29 @@ def learner_server_command(course: Path, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "jupyterhub.singleuser", *options, *extra]
 
 
+# JupyterLab asks every new user "get notified about official Jupyter news?" unless this
+# setting says no (turning the news feed off, --LabApp.news_url=None, does not stop it).
+LAB_NOTIFICATIONS = Path("@jupyterlab/apputils-extension/notification.jupyterlab-settings")
+
+
+def quiet_lab_settings(settings: Path) -> None:
+    """The course's JupyterLab settings in ``settings`` (the user-settings folder): no news
+    and no update checks; a learner's own choice, once made, is kept."""
+    path = settings / LAB_NOTIFICATIONS
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+
+
 def learner_server(extra: list[str]) -> int:
     """Sync the learner's course copy, then exec their single-user server (the hub's
-    ``Spawner.cmd``; runs as the learner)."""
+    ``Spawner.cmd``; runs as the learner, never as root)."""
+    if os.geteuid() == 0:
+        print("slotmap workshop learner-server: refused: a learner's server never runs as root")
+        return 2
     course = learner_course()
+    settings = os.environ.get("JUPYTERLAB_SETTINGS_DIR")
+    quiet_lab_settings(Path(settings) if settings else Path.home() / ".jupyter/lab/user-settings")
     for message in sync_course(course_source(), course):
         print(f"slotmap workshop: {message}", flush=True)
     os.environ[WORKSPACE_VARIABLE] = str(course / "my_work")

@@ -1,5 +1,6 @@
-"""``slotmap workshop ACTION``: the hub's two commands, the confirmation and the pre-flight
-check. Above the package and its modules, which it dispatches to."""
+"""``slotmap workshop ACTION``: the hub's two commands, the collection of the learners' work,
+the confirmation and the pre-flight check. Above the package and its modules, which it
+dispatches to."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from slotmap.workshop import learner_server
+from slotmap.workshop import learner_server, state_folder
 
 
 def run(args: Any, extra: list[str]) -> int:
@@ -27,7 +28,17 @@ def run(args: Any, extra: list[str]) -> int:
         if not args.room or not args.grades:
             print("slotmap workshop confirm: give --room and --grades", file=sys.stderr)
             return 2
-        return confirm(Path(args.room), Path(args.grades))
+        collected = Path(args.collected) if args.collected else None
+        return confirm(Path(args.room), Path(args.grades), collected)
+    if args.action == "collect":
+        from slotmap.workshop.collect import run as collect
+
+        if not args.into:
+            print(
+                "slotmap workshop collect: give --into (a folder only root reads)", file=sys.stderr
+            )
+            return 2
+        return collect(args.into, args.state or state_folder())
     from slotmap.workshop.preflight import preflight
 
     return preflight(args.learners)

@@ -530,11 +530,15 @@ def disagreements(table: dict[str, Any], grades: list[dict[str, Any]]) -> list[s
     return lines
 
 
-def confirm(room_path: Path, grades_path: Path) -> int:
-    """``slotmap workshop confirm``: print the disagreements; 1 if there are any."""
-    lines = disagreements(
-        json.loads(room_path.read_text(encoding="utf-8")),
-        json.loads(grades_path.read_text(encoding="utf-8")),
-    )
+def confirm(room_path: Path, grades_path: Path, collected: Path | None = None) -> int:
+    """``slotmap workshop confirm``: print the disagreements, and with ``collected`` (the
+    folder ``slotmap workshop collect`` filled) every notebook that is not the learner's own;
+    1 if there are any."""
+    grades = json.loads(grades_path.read_text(encoding="utf-8"))
+    lines = disagreements(json.loads(room_path.read_text(encoding="utf-8")), grades)
+    if collected is not None:
+        from slotmap.workshop.collect import problems
+
+        lines += problems(collected, grades)
     print("\n".join(lines) or "every pass in the room is a pass under slotmap grade")
     return 1 if lines else 0

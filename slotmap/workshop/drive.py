@@ -56,8 +56,30 @@ def login(hub: str, name: str, password: str, timeout: float = 30) -> Any:
         timeout=timeout,
     )
     if response.status_code != 302:
-        raise HubError(f"login as {name} answered {response.status_code}, not a redirect")
+        raise HubError(
+            f"login as {name} answered {response.status_code}, not a redirect: "
+            f"{login_error(response.text)}"
+        )
     return session
+
+
+def login_error(page: str) -> str:
+    """The message the hub's login page shows (its error box), or ""."""
+    found = re.search(r'class="login_error"[^>]*>(.*?)</p>', page, re.S)
+    return html.unescape(re.sub(r"<[^>]+>", "", found.group(1))).strip() if found else ""
+
+
+def refused_login(hub: str, name: str, password: str, timeout: float = 30) -> tuple[int, str]:
+    """Try to log in as ``name``, expecting a refusal: the status and the page's message.
+    Raises ``HubError`` if the hub lets ``name`` in."""
+    try:
+        login(hub, name, password, timeout)
+    except HubError as error:
+        found = re.match(r"login as .* answered (\d+), not a redirect: (.*)", str(error), re.S)
+        if found:
+            return int(found.group(1)), found.group(2)
+        raise
+    raise HubError(f"the hub let {name} in")
 
 
 def api_token(hub: str, session: Any, name: str, timeout: float = 30) -> str:
@@ -94,6 +116,15 @@ def start_server(hub: str, token: str, name: str, timeout: float = 180) -> float
             return time.monotonic() - started
         if time.monotonic() - started > timeout:
             raise HubError(f"{name}'s server not ready after {timeout} s: {server}")
+        time.sleep(0.5)
+
+
+def wait_stopped(hub: str, token: str, name: str, timeout: float = 120) -> None:
+    """Wait until the hub says ``name`` has no server (after a stop was asked)."""
+    started = time.monotonic()
+    while (hub_api(hub, token, "GET", f"/users/{name}").json().get("servers") or {}).get(""):
+        if time.monotonic() - started > timeout:
+            raise HubError(f"{name}'s server still there after {timeout} s")
         time.sleep(0.5)
 
 
@@ -228,6 +259,42 @@ def code_cells(notebook: dict[str, Any]) -> list[str]:
     ]
 
 
+def solved_cells(course: Path, name: str = "01_paged_kv_cache.ipynb") -> dict[int, str]:
+    """Code-cell index of the exercise ``name`` -> the cell as a learner fills it: the
+    solution's code in each stub's cell (the solution's ``###`` markers left out)."""
+    exercise = json.loads((course / "exercises" / name).read_text(encoding="utf-8"))
+    solution = json.loads((course / "solutions" / name).read_text(encoding="utf-8"))
+    solved = {cell["id"]: "".join(cell["source"]) for cell in solution["cells"]}
+    answers = {}
+    for index, cell in enumerate(exercise["cells"]):
+        if cell["cell_type"] == "code" and "# YOUR CODE HERE" in "".join(cell["source"]):
+            lines = solved[cell["id"]].splitlines()
+            answers[index] = "\n".join(line for line in lines if "### " not in line)
+    return answers
+
+
+def run_exercise(
+    server: str, token: str, answers: dict[int, str], path: str = "my_work/01_paged_kv_cache.ipynb"
+) -> tuple[dict[str, bool], str]:
+    """Fill the learner's exercise ``path`` with ``answers`` (code-cell index -> source) and
+    run its code cells in a kernel of theirs, as a learner does: what its checks reported,
+    and the first error ("" if none; the run stops there)."""
+    notebook = get_notebook(server, token, path)
+    for index, answer in answers.items():
+        notebook["cells"][index]["source"] = answer
+    kernel = Kernel(server, token, path)
+    checks: dict[str, bool] = {}
+    try:
+        for code in code_cells(notebook):
+            run = kernel.execute(code)
+            if run.error:
+                return checks, run.error
+            checks.update(run.checks())
+    finally:
+        kernel.close()
+    return checks, ""
+
+
 def get_notebook(server: str, token: str, path: str, timeout: float = 30) -> dict[str, Any]:
     """A notebook of the learner's server, through the contents API."""
     import requests
@@ -278,26 +345,47 @@ def proxy_command() -> str | None:
 
 
 class LocalHub:
-    """JupyterHub with ``workshop/jupyterhub_config.py`` on 127.0.0.1, every learner's home
-    under ``base/homes`` (the config's SimpleLocalProcessSpawner mode): for tests and the load
-    script. ``stop`` stops it and every process it started; ``leftovers`` lists any that is
-    still alive (a kernel runs in a session of its own: found by this hub's folder)."""
+    """JupyterHub with ``workshop/jupyterhub_config.py`` on 127.0.0.1: for tests, the load
+    script and the pre-flight. As root, learners are the system users the hub creates (as in
+    a room; ``remove_learners`` deletes them); otherwise every learner's home is under
+    ``base/homes`` and they run as this user (the config's SimpleLocalProcessSpawner mode).
+    ``stop`` stops it and every process it started; ``leftovers`` lists any that is still
+    alive (a kernel runs in a session of its own: found by this hub's folder or its uid)."""
 
-    def __init__(self, base: Path | str, password: str, admin_password: str):
+    def __init__(
+        self,
+        base: Path | str,
+        password: str,
+        admin_password: str,
+        system_users: bool | None = None,
+    ):
         self.base = Path(base)
         self.homes = self.base / "homes"
+        self.state = self.base / "state"
+        self.system_users = os.geteuid() == 0 if system_users is None else system_users
         self.password, self.admin_password = password, admin_password
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.base / "hub.log"
         self.process: Any = None
         self.seen: set[int] = set()
+        self.env: dict[str, str] = {}
 
-    def start(self, config: Path | str, timeout: float = 120) -> None:
-        """Start ``jupyterhub -f config`` and wait until its API answers."""
+    def home(self, name: str) -> Path:
+        """``name``'s home (their system user's, or under ``base/homes``)."""
+        if self.system_users:
+            import pwd
 
-        import requests
+            return Path(pwd.getpwnam(name).pw_dir)
+        return self.homes / name
 
+    def learners(self) -> dict[str, int]:
+        """The accounts this hub created (name -> uid), from its record."""
+        from slotmap.workshop.accounts import REGISTRY_FILE, Registry
+
+        return Registry(self.state / REGISTRY_FILE).created()
+
+    def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
             SLOTMAP_HUB_IP="127.0.0.1",
@@ -305,15 +393,29 @@ class LocalHub:
             SLOTMAP_HUB_API_PORT=str(free_port()),
             SLOTMAP_HUB_PROXY_API_PORT=str(free_port()),
             SLOTMAP_HUB_DASHBOARD_PORT=str(free_port()),
-            SLOTMAP_HUB_HOMES=str(self.homes / "{username}"),
+            SLOTMAP_HUB_STATE=str(self.state),
+            SLOTMAP_HUB_ADMINS="instructor",  # whoever the room's instructors are
             SLOTMAP_HUB_PASSWORD=self.password,
             SLOTMAP_HUB_ADMIN_PASSWORD=self.admin_password,
             SLOTMAP_BACKEND=os.environ.get("SLOTMAP_BACKEND", "cpu"),
         )
+        env.pop("SLOTMAP_HUB_HOMES", None)
+        if not self.system_users:
+            env["SLOTMAP_HUB_HOMES"] = str(self.homes / "{username}")
+        return env
+
+    def start(self, config: Path | str, timeout: float = 120) -> None:
+        """Start ``jupyterhub -f config`` and wait until its API answers (again on the same
+        ports and state after ``restart``)."""
+
+        import requests
+
+        self.config = config
+        env = self.env = self.env or self._environment()
         proxy = proxy_command()
         if proxy:
             env["PATH"] = f"{Path(proxy).parent}{os.pathsep}{env.get('PATH', '')}"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [str(Path(sys.executable).with_name("jupyterhub")), "-f", str(config)],
             cwd=self.base,
@@ -335,6 +437,15 @@ class LocalHub:
                 raise HubError(f"jupyterhub not ready after {timeout} s:\n{self.log_tail()}")
             time.sleep(0.5)
 
+    def restart(self, timeout: float = 120) -> None:
+        """Stop the hub process alone (SIGTERM, as ``systemctl restart`` does), then start it
+        again: the learners' servers are left running."""
+        self.remember_processes()
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=120)
+        self._log.close()
+        self.start(self.config, timeout)
+
     def remember_processes(self) -> None:
         """Note the hub's processes now (servers and kernels come and go)."""
         if self.process is not None and self.process.poll() is None:
@@ -355,6 +466,7 @@ class LocalHub:
             return
         self.remember_processes()
         self.seen.update(self._marked())
+        self.seen.update(self._of_learners())
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
@@ -398,11 +510,36 @@ class LocalHub:
                 found.append(int(entry.name))
         return found
 
+    def _of_learners(self) -> list[int]:
+        """Live processes of the system users this hub created."""
+        uids = set(self.learners().values()) if self.system_users else set()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and uids:
+                try:
+                    if entry.stat().st_uid in uids:
+                        found.append(int(entry.name))
+                except OSError:
+                    continue
+        return found
+
+    def remove_learners(self) -> list[str]:
+        """Kill every process of the system users this hub created and delete them with
+        their homes (after ``stop``); returns their names."""
+        from slotmap.exercises.sandbox import kill_uid
+
+        names = sorted(self.learners()) if self.system_users else []
+        for name, uid in self.learners().items() if self.system_users else ():
+            kill_uid(uid)
+            subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
+        return names
+
     def leftovers(self) -> list[str]:
         """The hub's processes still alive: its own, and any with its folder in their command
         line or environment; as 'pid: command'."""
 
         alive = {p for p in self.seen if Path(f"/proc/{p}").exists()} | set(self._marked())
+        alive |= set(self._of_learners())
         left = []
         for pid in sorted(alive):
             try:
@@ -418,7 +555,7 @@ class LocalHub:
     def processes_of(self, name: str) -> list[int]:
         """The live processes running with ``name``'s home (their server and kernels)."""
 
-        marker = f"HOME={self.homes / name}\0".encode()
+        marker = f"HOME={self.home(name)}\0".encode()
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():

@@ -1,7 +1,9 @@
 """``slotmap workshop preflight --learners N``: what an instructor runs on the hub's machine before
 the room arrives. It passes when the learners' environment passes ``slotmap doctor`` (run as a
-learner's server would run it), the hub's own pieces are installed, and the machine has the
-memory for N learners.
+learner's server would run it), every learner can run its interpreter, the hub's own pieces
+are installed, the machine has the memory for N learners, and a real test learner gets
+through the hub end to end (``trial_learner``: log in, spawn, run lesson 01's first cell and
+exercise 01's checks, seen on the dashboard, stopped, the account removed).
 
 Memory: every Python process of the course takes about 0.4 GB. A learner holds their server
 and a lesson's kernel (2 processes); lessons 05 and 07 also start up to 3 ranks from the
@@ -16,6 +18,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 GB_PER_PROCESS = 0.4
 PROCESSES_FLOOR = 2  # the learner's server and one kernel
@@ -95,6 +98,99 @@ def hub_pieces() -> list[str]:
     return missing
 
 
+def closed_to_others(executable: str | Path) -> str:
+    """Why other users cannot run the interpreter ``executable`` (the first folder or file on
+    the way to it, or to its standard library, without o+x: pyenv or conda under a 0700
+    /root), or "" when every user can."""
+    real = Path(os.path.realpath(executable))
+    places = [real]
+    if Path(executable) == Path(sys.executable):
+        places.append(Path(sys.base_prefix).resolve())
+    for place in places:
+        for path in (place, *place.parents):
+            mode = path.stat().st_mode
+            if not mode & 0o001:
+                return f"{real}: {path} (mode {mode & 0o777:o}) is closed to other users"
+    return ""
+
+
+def python_line() -> tuple[bool, str]:
+    """Whether every learner can run this environment's Python, as a line."""
+    closed = closed_to_others(sys.executable)
+    if not closed:
+        return True, f"python       OK: every user can run {os.path.realpath(sys.executable)}"
+    return False, (
+        f"python       FAIL: learners cannot run it ({closed}); rebuild the environment on "
+        "a Python they can: rm -rf .venv && make hub PYTHON=/usr/bin/python3.11"
+    )
+
+
+def trial_learner(timeout: float = 400) -> str:
+    """A real test learner on a hub of its own (the workshop's config on loopback, free
+    ports, a private temporary state, as root a real system user): log in, spawn, run lesson
+    01's first code cell and exercise 01 with the solution's code, see its pass on the
+    dashboard as an instructor, stop the server, remove the account. "" when all of it
+    worked, else what failed."""
+    import tempfile
+
+    import requests
+
+    from slotmap.lab import CHECKOUT
+    from slotmap.workshop import drive
+
+    name = "preflight" + os.urandom(2).hex()
+    password, admin_password = os.urandom(8).hex(), os.urandom(24).hex()
+    with tempfile.TemporaryDirectory(prefix="slotmap-preflight-") as base:
+        hub = drive.LocalHub(base, password, admin_password)
+        step = "start the hub"
+        try:
+            hub.start(CHECKOUT / "workshop" / "jupyterhub_config.py")
+            step = f"log in as the test learner {name}"
+            token = drive.api_token(hub.url, drive.login(hub.url, name, password), name)
+            step = "start the test learner's server"
+            drive.start_server(hub.url, token, name, timeout=timeout)
+            server = f"{hub.url}/user/{name}"
+            step = "run lesson 01's first code cell"
+            lesson = "notebooks/01_paged_kv_cache.ipynb"
+            kernel = drive.Kernel(server, token, lesson)
+            try:
+                first = drive.code_cells(drive.get_notebook(server, token, lesson))[0]
+                if error := kernel.execute(first).error:
+                    return f"{step}: {error}"
+            finally:
+                kernel.close()
+            step = "run exercise 01's checks"
+            checks, error = drive.run_exercise(server, token, drive.solved_cells(CHECKOUT))
+            if error:
+                return f"{step}: {error}"
+            if not checks or not all(checks.values()):
+                return f"{step}: {checks or 'no check ran'}"
+            step = "see the pass on the dashboard"
+            session = drive.login(hub.url, "instructor", admin_password)
+            instructor = drive.api_token(hub.url, session, "instructor")
+            table = requests.get(
+                f"{hub.url}/services/workshop-dashboard/api/progress",
+                headers={"Authorization": f"token {instructor}"},
+                timeout=60,
+            ).json()
+            rows = {row["learner"]: row["cells"] for row in table["learners"]}
+            seen = {e: c["state"] for e, c in rows.get(name, {}).items() if c["state"] != "none"}
+            if seen != {exercise: "pass" for exercise in checks}:
+                return f"{step}: the dashboard shows {seen or 'nothing'} for {name}"
+            step = "stop the test learner's server"
+            drive.hub_api(hub.url, token, "DELETE", f"/users/{name}/server")
+            drive.wait_stopped(hub.url, token, name)
+        except Exception as error:  # noqa: BLE001 - the pre-flight reports what failed
+            return f"{step}: {error}\n{hub.log_tail(2000)}"
+        finally:
+            hub.stop()
+            hub.remove_learners()
+            left = hub.leftovers()
+        if left:
+            return f"processes left after the hub stopped: {left}"
+        return ""
+
+
 def preflight(learners: int) -> int:
     """Print the checks; 0 when all pass."""
     print(f"learners     {learners}")
@@ -105,11 +201,18 @@ def preflight(learners: int) -> int:
     print(f"doctor       {'PASS' if doctor.returncode == 0 else 'FAIL'}: {last}")
     if doctor.returncode:
         print(doctor.stdout[-3000:] + doctor.stderr[-2000:])
+    python_ok, line = python_line()
+    print(line)
     missing = hub_pieces()
     print("hub          " + ("; ".join(f"MISSING {m}" for m in missing) or "installed"))
     memory = Memory(learners, available_gb())
     print(memory.line())
     print(cpu_line(learners, os.cpu_count() or 1))
-    ok = doctor.returncode == 0 and not missing and memory.ok
+    trial = "not run: fix the lines above first"
+    if python_ok and not missing:
+        print("test learner (log in, spawn, lesson 01, a check, the dashboard, remove) ...")
+        trial = trial_learner()
+    print(f"test learner {'PASS' if not trial else 'FAIL: ' + trial}")
+    ok = doctor.returncode == 0 and python_ok and not missing and memory.ok and not trial
     print(f"preflight: {'ready' if ok else 'NOT ready'}")
     return 0 if ok else 1
