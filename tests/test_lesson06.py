@@ -294,7 +294,7 @@ def switches_variant(mistake: int):
         idx_mapping,
         out,
         *,
-        block_size,
+        kv_cache_block_size,
         kernel_block_size,
         enabled,
         sharded,
@@ -310,7 +310,7 @@ def switches_variant(mistake: int):
                 if disabled or (row < 0 and mistake != DUMMY_READS):
                     out[t] = slotmap.PAD_SLOT_ID
                     continue
-                kv = kernel_block_size if mistake == CP_ON_KERNEL_BLOCKS else block_size
+                kv = kernel_block_size if mistake == CP_ON_KERNEL_BLOCKS else kv_cache_block_size
                 split = cp if sharded or mistake == CP_ON_UNSHARDED else {}
                 out[t] = slotmap.token_slot(
                     int(positions[t]),
