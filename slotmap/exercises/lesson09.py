@@ -36,6 +36,7 @@ from slotmap.exercises.cases import (
     SlotCase,
     checked_launch,
     explain_slot_mapping,
+    max_block_number_of,
 )
 from slotmap.exercises.core import Exercise, Skipped, Wrong, register
 from slotmap.exercises.lesson03 import _gather_error, _is_power_of_two, _mid_block_failure
@@ -282,6 +283,17 @@ def _groups_case(
     return GroupsCase(starts, positions, tables, list(block_sizes), list(circular), max_num_tokens)
 
 
+def _large_blocks(case: GroupsCase, bases: Sequence[int]) -> GroupsCase:
+    """``case`` with group g's block numbers moved up by ``bases[g]`` (a base past 2^24: block
+    numbers a float32 cannot hold), or down from the group's largest block when the base is
+    -1 (slots up to INT32_MAX)."""
+    for g, (table, base) in enumerate(zip(case.block_tables, bases, strict=True)):
+        top = max_block_number_of(case.block_sizes[g])
+        for row in table:
+            row[:] = [top - b if base == -1 else base + b for b in row]
+    return case
+
+
 def _fused_cases() -> list[tuple[str, GroupsCase]]:
     return [
         (
@@ -309,6 +321,14 @@ def _fused_cases() -> list[tuple[str, GroupsCase]]:
             "three groups, decode steps deep into their rows",
             _groups_case([1, 1, 1], [13, 0, 30], [4, 2, 16], [False, False, True]),
         ),
+        (
+            "block numbers above 2^24: blocks of 1 numbered up to 2^31 - 1, blocks of 16 and "
+            "a ring of 8 from 2^24 + 1",
+            _large_blocks(
+                _groups_case([5, 3], [0, 9], [1, 16, 8], [False, False, True], padding=1),
+                [-1, 2**24 + 1, 2**27 + 3],
+            ),
+        ),
     ]
 
 
@@ -329,6 +349,9 @@ def _fused_strategy(draw: st.DrawFn) -> GroupsCase:
     firsts = [draw(st.integers(-n - 2 if rings_only else 0, 30)) for n in lengths]
     padding = draw(st.integers(0 if sum(lengths) else 1, 10))
     case = _groups_case(lengths, firsts, sizes, rings, padding)
+    if draw(st.booleans()):  # block numbers an engine's table can hold, most above 2^24
+        tops = [max_block_number_of(size) - 200 for size in sizes]
+        _large_blocks(case, [draw(st.integers(0, top)) for top in tops])
     # Shuffle block numbers within each group: a kernel must not rely on them being in order.
     for table in case.block_tables:
         entries = [b for row in table for b in row]
