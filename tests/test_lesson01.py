@@ -69,7 +69,7 @@ def test_swapped_div_and_mod_are_not_called_an_off_by_one():
     found = failure("01.slot_of", div_and_mod_swapped)
     assert "off by one" not in found.invariant
     assert "position 1 landed in slot 8 = block_table_row[1 % 4] * 4 + 1 // 4" in found.invariant
-    assert "block offset" in found.hint and "logical block" in found.hint
+    assert "offset inside the block" in found.hint and "logical block" in found.hint
 
 
 def test_slot_of_report_names_expected_and_got():

@@ -556,7 +556,7 @@ def ReadVariant(mistake: int) -> KernelVariant:  # noqa: N802 - reads like the c
 def test_paged_read_solution_passes(solution):
     result = run_check(get_exercise("07.paged_read"), solution.paged_read_kernel)
     assert result.passed, result.report()
-    assert result.named == 6 and result.random > 0
+    assert result.named == len(get_exercise("07.paged_read").cases()) and result.random > 0
 
 
 def test_paged_read_variant_harness_is_right():

@@ -102,6 +102,7 @@ def _is_local_cases() -> list[tuple[str, CPConfig]]:
         ("interleave = kv block: whole blocks per rank", CPConfig(2, 4, 4)),
         ("one rank: no context parallelism", CPConfig(1, 1, 4)),
         ("four ranks, interleave 3, kv block 6", CPConfig(4, 3, 6)),
+        ("production sizes: eight ranks, interleave 16, kv block 64", CPConfig(8, 16, 64)),
     ]
 
 
@@ -253,6 +254,10 @@ def _local_cases() -> list[tuple[str, CPConfig]]:
         ("interleave = block size: whole blocks per rank", CPConfig(2, 4, 4, 4)),
         ("hybrid blocks: a kv block of 8 holds 2 blocks of 4", CPConfig(2, 2, 8, 4)),
         ("one rank: the plain formula", CPConfig(1, 1, 4, 4)),
+        (
+            "production sizes: four ranks, interleave 8, a kv block of 64 holds 4 blocks of 16",
+            CPConfig(4, 8, 64, 16),
+        ),
     ]
 
 
@@ -421,7 +426,9 @@ def _cp_kernel_cases() -> list[tuple[str, SlotCase]]:
 
 @st.composite
 def _cp_kernel_strategy(draw: st.DrawFn) -> SlotCase:
-    case = draw(slot_cases(block_sizes=(1, 2, 3, 4), max_requests=2, max_length=20))
+    case = draw(
+        slot_cases(block_sizes=(1, 2, 3, 4), max_requests=2, max_length=20, large_blocks=True)
+    )
     world = draw(st.integers(1, 4))
     # The block size divides the kv block: kv = block_size * blocks_per_kv_block.
     per = draw(st.sampled_from((1, 1, 2)))

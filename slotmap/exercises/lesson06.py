@@ -56,15 +56,23 @@ class ExpandCase:
     block_table: list[list[int]]  # the manager's table: physical KV blocks
     blocks_per_kv_block: int
     width: int  # entries per row (a table without rows still has a width)
+    spare_columns: int = 0  # > 0: the table is the first columns of a wider one (strided)
 
     def tensor(self) -> Tensor:
         if not self.block_table:
             return torch.empty(0, self.width, dtype=torch.int32, device=DEVICE)
-        return torch.tensor(self.block_table, dtype=torch.int32, device=DEVICE)
+        rows = [row + [-1] * self.spare_columns for row in self.block_table]
+        return torch.tensor(rows, dtype=torch.int32, device=DEVICE)[:, : self.width]
 
     def __str__(self) -> str:
         table = self.block_table or f"<0 rows of {plural(self.width, 'entry')}>"
-        return f"block_table={table}, blocks_per_kv_block={self.blocks_per_kv_block}"
+        text = f"block_table={table}, blocks_per_kv_block={self.blocks_per_kv_block}"
+        if self.spare_columns:
+            text += (
+                f" (a view of the first {self.width} columns of a table "
+                f"{self.width + self.spare_columns} wide: not contiguous)"
+            )
+        return text
 
 
 def _expand_case(rows: list[list[int]], per: int) -> ExpandCase:
@@ -79,6 +87,10 @@ def _expand_cases() -> list[tuple[str, ExpandCase]]:
         ("KV block 0 holds attention blocks 0 .. B - 1", _expand_case([[0, 2]], 2)),
         ("a table without rows", ExpandCase([], 4, 3)),
         ("large block numbers", _expand_case([[2**28, 5]], 4)),
+        (
+            "a strided table: the first columns of a persistent, wider one",
+            ExpandCase([[3, 1], [0, 5]], 2, 2, spare_columns=3),
+        ),
     ]
 
 
@@ -91,7 +103,7 @@ def _expand_strategy(draw: st.DrawFn) -> ExpandCase:
     table = draw(
         st.lists(st.lists(entries, min_size=width, max_size=width), min_size=rows, max_size=rows)
     )
-    return ExpandCase(table, per, width)
+    return ExpandCase(table, per, width, draw(st.sampled_from((0, 0, 2))))
 
 
 def diagnose_expansion(case: ExpandCase, got: list[list[int]]) -> Wrong | None:

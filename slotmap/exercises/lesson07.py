@@ -824,6 +824,7 @@ def _read_cases() -> list[tuple[str, ReadCase]]:
         ("full blocks only", ReadCase([8, 4], 4, seed=3)),
         ("a request of length 0: out 0, lse -inf", ReadCase([0, 5], 2, seed=4)),
         ("3 heads of 3 dims, one position", ReadCase([1, 6], 4, num_heads=3, head_dim=3, seed=5)),
+        ("a long request: 100 positions in blocks of 16", ReadCase([100, 3], 16, seed=6)),
     ]
 
 
