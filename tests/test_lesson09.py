@@ -271,6 +271,20 @@ def test_a_float32_window_is_rejected_on_block_numbers_above_2_to_the_24():
     assert "Keep block numbers int32" in found.hint
 
 
+@pytest.mark.skipif(not slotmap.BACKEND.interpreted, reason="loads are checked interpreted")
+def test_a_window_base_left_at_int32_max_is_caught_by_the_bounds_check():
+    # Harmless with the smallest window (1 entry: the sentinel's address is masked), so it
+    # passed; with a wider window INT32_MAX + 1 wraps to -2^31 and the load reads far outside.
+    found = failure("09.fused_groups", Variant(NO_BASE_RESET))
+    assert "launched with a window of 4 entries" in found.case_name
+    assert found.invariant.startswith("lane 1 (and 2 other lanes) of the load at line ")
+    assert found.invariant.endswith(
+        ": request 1's tiles have no lane with a slot (every position is negative), so the "
+        "window's base stayed at the INT32_MAX sentinel and INT32_MAX + 1 wrapped to -2^31"
+    )
+    assert found.hint.startswith("A tile in which no lane has a slot starts its window at 0")
+
+
 def test_fused_check_wants_a_kernel():
     found = failure("09.fused_groups", lambda *args: None)
     assert "expected a @triton.jit kernel" in found.invariant

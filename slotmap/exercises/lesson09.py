@@ -22,6 +22,7 @@ guarded, every group writing row 0, rows assumed ``max_num_tokens`` apart.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -194,6 +195,7 @@ class GroupsCase:
     block_sizes: list[int]
     circular: list[bool]
     max_num_tokens: int | None = None  # None: no padding tail
+    window: int | None = None  # BLOCK_TABLE_WINDOW_SIZE if not group_window's (any that fits)
 
     @property
     def num_tokens(self) -> int:
@@ -255,6 +257,8 @@ class GroupsCase:
         ]
         if self.max_num_tokens is not None and self.max_num_tokens != self.num_tokens:
             parts.append(f"max_num_tokens={self.max_num_tokens}")
+        if self.window is not None:
+            parts.append(f"BLOCK_TABLE_WINDOW_SIZE={self.window}")
         return ", ".join(parts)
 
 
@@ -294,6 +298,11 @@ def _large_blocks(case: GroupsCase, bases: Sequence[int]) -> GroupsCase:
     return case
 
 
+def _with_window(case: GroupsCase, window: int) -> GroupsCase:
+    case.window = window
+    return case
+
+
 def _fused_cases() -> list[tuple[str, GroupsCase]]:
     return [
         (
@@ -320,6 +329,13 @@ def _fused_cases() -> list[tuple[str, GroupsCase]]:
         (
             "three groups, decode steps deep into their rows",
             _groups_case([1, 1, 1], [13, 0, 30], [4, 2, 16], [False, False, True]),
+        ),
+        # Only a launch of circular groups has tiles with no slot; its window need not be
+        # the smallest (1 entry): a base left at INT32_MAX then forms addresses that wrap.
+        (
+            "sliding windows only, a request with no position >= 0, launched with a window of "
+            "4 entries (any window that holds a tile's blocks is valid)",
+            _with_window(_groups_case([3, 2], [0, -3], [4, 8], [True, True], padding=1), 4),
         ),
         (
             "block numbers above 2^24: blocks of 1 numbered up to 2^31 - 1, blocks of 16 and "
@@ -429,7 +445,8 @@ def launch_fused_kernel(kernel: Any, case: GroupsCase, tile_size: int = TILE) ->
     constants = dict(
         PAD_ID=PAD_SLOT_ID,
         TILE_BLOCK_SIZE=tile_size,
-        BLOCK_TABLE_WINDOW_SIZE=group_window(tile_size, case.block_sizes, case.circular),
+        BLOCK_TABLE_WINDOW_SIZE=case.window
+        or group_window(tile_size, case.block_sizes, case.circular),
     )
     grid = (groups, case.num_reqs + 1)
     run_kernel(kernel, grid, kernel_args(tensors, case.num_tokens, length, out), constants)
@@ -563,6 +580,31 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
     return None
 
 
+def _sentinel_read(case: GroupsCase, wrong: Wrong) -> Wrong | None:
+    """A read about 2^31 entries before a tensor in a launch with a slot-less tile: the window
+    started at the INT32_MAX sentinel, and INT32_MAX + 1 wrapped to -2^31."""
+    read = re.search(r"reads \w+\[(-\d+)\]", wrong.invariant)
+    slotless = [
+        q
+        for q in range(case.num_reqs)
+        if case.query_start_loc[q] < case.query_start_loc[q + 1]
+        and all(
+            p < 0 for p in case.positions[case.query_start_loc[q] : case.query_start_loc[q + 1]]
+        )
+    ]
+    if read is None or int(read.group(1)) > -(2**20) or not slotless:
+        return None
+    return Wrong(
+        f"{wrong.invariant}: request {slotless[0]}'s tiles have no lane with a slot (every "
+        "position is negative), so the window's base stayed at the INT32_MAX sentinel and "
+        "INT32_MAX + 1 wrapped to -2^31",
+        wrong.expected,
+        wrong.got,
+        "A tile in which no lane has a slot starts its window at 0: replace a base still at "
+        "INT32_MAX by 0 before forming any address from it.",
+    )
+
+
 def judge_fused(kernel: Any, case: GroupsCase) -> None:
     """Launch ``kernel`` on ``case`` and raise ``Wrong`` with the first broken invariant."""
     if not hasattr(kernel, "__getitem__"):
@@ -572,6 +614,8 @@ def judge_fused(kernel: Any, case: GroupsCase) -> None:
         )
     try:
         buffer = launch_fused_kernel(kernel, case)
+    except Wrong as wrong:
+        raise _sentinel_read(case, wrong) or wrong from None
     except Exception as error:
         wrong = _gather_error(error)
         if wrong is None:
