@@ -117,7 +117,13 @@ def test_slot_mapping_solution_passes(solution):
         pytest.param(
             {"pad_from": len}, "only the first num_tokens", id="padding-from-len-positions"
         ),
-        pytest.param({"row_of": lambda q: 0}, "collide", id="row-0-for-every-request"),
+        # Once only "tokens 2 and 3 collide in slot 30".
+        pytest.param(
+            {"row_of": lambda q: 0},
+            "collide in slot 30: position 2 of request 1 landed in slot 30 = block_table[0][0] "
+            "* 4 + 2: it read request 0's row, not its own",
+            id="row-0-for-every-request",
+        ),
         pytest.param(
             {"position_of": lambda t, s: t - s}, "should be in slot", id="token-index-as-position"
         ),

@@ -78,10 +78,10 @@ MUTANTS = {
         "pos = tl.load(positions_ptr + offsets)",
         "of the load at line",
     ),
-    "offset-from-wrong-divisor": (
+    "offset-from-wrong-divisor": (  # once only "tokens 2 and 3 collide in slot 11"
         "pos % block_size",
         "pos % TILE_BLOCK_SIZE",
-        "slot",
+        "an offset of 5 is outside a block of 3 slots (the offset is 5 % 3 = 2)",
     ),
 }
 

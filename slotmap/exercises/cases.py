@@ -190,16 +190,41 @@ def explain_slot(
 
 
 def _named_slot_mistake(case: SlotCase, token: int, expected: int, got: int) -> Wrong | None:
-    """Which part of the paging formula a wrong slot got wrong (an off-by-one block index, a
-    block table never consulted, a wrong block offset), when the case is plain paging."""
+    """Which part of the paging formula a wrong slot got wrong (another request's row, an
+    off-by-one block index, a block table never consulted, a wrong block offset, an offset
+    outside the block), when the case is plain paging."""
     position, request = case.positions[token], case.request_of(token)
     row, block_size = case.block_table[request], case.block_size
     if case.options or not 0 <= position < len(row) * block_size:
         return None
     if row[position // block_size] * block_size + position % block_size != expected:
         return None
+    block, offset = divmod(position, block_size)
+    physical = row[block]
+    extra = got - physical * block_size
+    for q, other in enumerate(case.block_table):
+        if q != request and block < len(other) and got == other[block] * block_size + offset:
+            return Wrong(
+                f"position {position} of request {request} landed in slot {got} = "
+                f"block_table[{q}][{block}] * {block_size} + {offset}: it read request {q}'s "
+                "row, not its own",
+                f"slot {expected}",
+                f"slot {got}",
+                "Each request reads its own row: block_table_ptr + request * block_table_stride.",
+            )
     named = explain_slot(position, row, block_size, got, f"block_table[{request}]")
-    return None if named.hint == SLOT_OF_HINT else named
+    if named.hint != SLOT_OF_HINT:
+        return named
+    if not 0 <= extra < block_size:
+        return Wrong(
+            f"position {position} landed in slot {got} = block_table[{request}][{block}] * "
+            f"{block_size} + {extra}: an offset of {extra} is outside a block of "
+            f"{block_size} slots (the offset is {position} % {block_size} = {offset})",
+            f"slot {expected}",
+            f"slot {got}",
+            "The block offset is the remainder of position divided by block_size.",
+        )
+    return None
 
 
 def guarded_output(length: int, device: torch.device | str = DEVICE) -> tuple[Tensor, Tensor]:
@@ -296,10 +321,14 @@ def explain_slot_mapping(
                 "Two different positions can never share a slot: check the block index and "
                 "the offset inside the block."
             )
-            for t in (first, token):
+            for t in (t for t in (first, token) if expected[t] != slot):
                 rounded = float32_block_mistake(expected[t], slot, case.block_size)
+                named = _named_slot_mistake(case, t, expected[t], slot)
                 if rounded:
                     invariant, hint = f"{invariant}: token {t}'s {rounded}", FLOAT32_BLOCK_HINT
+                    break
+                if named is not None:
+                    invariant, hint = f"{invariant}: {named.invariant}", named.hint
                     break
             return Wrong(invariant, _short(expected, token), _short(got, token), hint)
         owner[slot] = token
