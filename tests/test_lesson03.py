@@ -533,7 +533,10 @@ def test_a_single_cast_of_the_largest_int32_is_not_called_a_split():
 def test_halves_put_back_at_another_bit_are_rejected():
     found = failure("03.float_gather", FloatVariant(RECOMBINE=15))
     assert "2**24 + 1" in found.case_name
-    assert found.invariant.startswith("entry 16777217 came back as 8388609 ")
+    assert found.invariant.startswith(
+        "entry 16777217 came back as 8388609: split at bit 16 (high half 256, low half 1) but "
+        "the high half was put back at bit 15 "
+    )
     assert "same bit" in found.hint
 
 
@@ -541,7 +544,11 @@ def test_overlapping_halves_added_are_rejected():
     found = failure("03.float_gather", FloatVariant(LOW_BITS=17, PLUS=True))
     # 16777219 has bit 16 clear; 65535 too: the first entry with bit 16 set is 2**31 - 1.
     assert found.case_name.startswith("named case 'the largest int32")
-    assert found.invariant.startswith("entry 2147483647 came back as ")
+    assert found.invariant.startswith("entry 2147483647 came back as -2147418113: the high ")
+    assert (
+        "the high half starts at bit 16 but the low half keeps 17 bits, so bits 16..16 are "
+        in (found.invariant)
+    )
 
 
 def test_halves_of_a_negative_entry_by_c_division_are_rejected():

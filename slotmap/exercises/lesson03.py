@@ -511,6 +511,31 @@ def _inexact_half(entry: int, got: int) -> str:
     return ""
 
 
+def _halves_mistake(entry: int, got: int) -> str:
+    """Which exact halves of a non-negative ``entry`` were put back wrong to give ``got``:
+    overlapping halves added, or the high half put back at another bit than the split; else
+    ''. The usual split bits are tried first (a value can fit several)."""
+    if entry < 0:
+        return ""
+    usual = [16, 8, 24, 12, 20]
+    for bit in usual + [b for b in range(1, 32) if b not in usual]:
+        high, low = entry >> bit, entry & ((1 << bit) - 1)
+        for kept in range(bit + 1, 32):
+            if got == wrap_int32((high << bit) + (entry & ((1 << kept) - 1))):
+                return (
+                    f": the high half starts at bit {bit} but the low half keeps {kept} bits, "
+                    f"so bits {bit}..{kept - 1} are in both halves and + counts them twice"
+                )
+        for back in range(1, 32):
+            put_back = {wrap_int32((high << back) | low), wrap_int32((high << back) + low)}
+            if back != bit and got in put_back:
+                return (
+                    f": split at bit {bit} (high half {high}, low half {low}) but the high half "
+                    f"was put back at bit {back}"
+                )
+    return ""
+
+
 def _float_gather_cases() -> list[tuple[str, GatherCase]]:
     return [
         ("small block numbers, one entry a lane", GatherCase([5, 2, 9, 7], [0, 1, 2, 3])),
@@ -632,7 +657,7 @@ def _explain_gather(case: GatherCase, buffer: list[int]) -> None:
             reason = ": a float32 holds integers exactly only up to 2**24"
             hint = "Gather halves that are each exact in float32, and put them back together."
         else:
-            reason = _inexact_half(entry, value)
+            reason = _inexact_half(entry, value) or _halves_mistake(entry, value)
             hint = "Split at one bit and put the halves back at that same bit; both halves "
             hint += "must stay within 2**24 in size."
         if not reason and entry < 0:
