@@ -85,10 +85,13 @@ def test_a_wrong_named_case_is_reported_with_its_name_and_hint():
     assert not result.passed
     failure = result.failure
     assert failure.case_name == "named case 'two requests'"
-    assert failure.invariant == "tokens 3 and 4 collide in slot 18"
+    assert failure.invariant == (
+        "tokens 3 and 4 collide in slot 18: position 3 landed at block offset 0 inside its "
+        "block, expected block offset 1 = 3 % 2"
+    )
     assert failure.expected == "[14, 15, 4, 18, 19, -1, -1]"
     assert failure.got == "[14, 15, 4, 18, 18, -1, -1]"
-    assert "never share a slot" in failure.hint
+    assert "remainder of position divided by block_size" in failure.hint
     report = result.report()
     assert report.startswith("FAIL 99.launcher on the named case 'two requests'")
     assert "broken:   tokens 3 and 4 collide in slot 18" in report

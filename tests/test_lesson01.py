@@ -42,6 +42,10 @@ def offset_wrong_divisor(position, row, block_size):
     return row[position // block_size] * block_size + position % len(row)
 
 
+def div_and_mod_swapped(position, row, block_size):
+    return row[position % block_size] * block_size + position // block_size
+
+
 def float_division(position, row, block_size):
     return row[int(position / block_size)] * block_size + position / block_size
 
@@ -53,10 +57,19 @@ def float_division(position, row, block_size):
         pytest.param(logical_as_physical, "never consulted", id="logical-block-as-physical"),
         pytest.param(offset_wrong_divisor, "block offset", id="offset-from-wrong-divisor"),
         pytest.param(float_division, "not an integer", id="float-division"),
+        # Once reported as an off-by-one block index: row[1] is also row[p % 4] for p = 1.
+        pytest.param(div_and_mod_swapped, "// and % are swapped", id="div-and-mod-swapped"),
     ],
 )
 def test_slot_of_rejects(wrong, words):
     assert words in failure("01.slot_of", wrong).invariant
+
+
+def test_swapped_div_and_mod_are_not_called_an_off_by_one():
+    found = failure("01.slot_of", div_and_mod_swapped)
+    assert "off by one" not in found.invariant
+    assert "position 1 landed in slot 8 = block_table_row[1 % 4] * 4 + 1 // 4" in found.invariant
+    assert "offset inside the block" in found.hint and "logical block" in found.hint
 
 
 def test_slot_of_report_names_expected_and_got():
@@ -104,7 +117,13 @@ def test_slot_mapping_solution_passes(solution):
         pytest.param(
             {"pad_from": len}, "only the first num_tokens", id="padding-from-len-positions"
         ),
-        pytest.param({"row_of": lambda q: 0}, "collide", id="row-0-for-every-request"),
+        # Once only "tokens 2 and 3 collide in slot 30".
+        pytest.param(
+            {"row_of": lambda q: 0},
+            "collide in slot 30: position 2 of request 1 landed in slot 30 = block_table[0][0] "
+            "* 4 + 2: it read request 0's row, not its own",
+            id="row-0-for-every-request",
+        ),
         pytest.param(
             {"position_of": lambda t, s: t - s}, "should be in slot", id="token-index-as-position"
         ),

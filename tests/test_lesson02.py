@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib
 import pytest
 import torch
-from lesson_helpers import ROOT, TRITON_IMPORTS, by_gid, import_source
+from lesson_helpers import ROOT, TRITON_IMPORTS, by_gid, failure, import_source
 
 import slotmap  # chooses the backend before any kernel below is decorated
 from slotmap.exercises import get_exercise, run_check
@@ -78,10 +78,10 @@ MUTANTS = {
         "pos = tl.load(positions_ptr + offsets)",
         "of the load at line",
     ),
-    "offset-from-wrong-divisor": (
+    "offset-from-wrong-divisor": (  # once only "tokens 2 and 3 collide in slot 11"
         "pos % block_size",
         "pos % TILE_BLOCK_SIZE",
-        "slot",
+        "an offset of 5 is outside a block of 3 slots (the offset is 5 % 3 = 2)",
     ),
 }
 
@@ -129,6 +129,20 @@ def test_an_unmasked_positions_load_is_named_with_lane_tensor_and_address(tmp_pa
     assert "reads positions_ptr[11], outside positions_ptr's 11 int64 entries [0, 11)" in (
         found.invariant
     )
+
+
+@pytest.mark.skipif(not slotmap.BACKEND.interpreted, reason="a compiled kernel is right there")
+def test_a_kernel_decorated_before_the_interpreter_was_chosen_is_named(tmp_path):
+    # @triton.jit before `import slotmap.course` gives a JITFunction, compiled for a device:
+    # the check said "0 active drivers" with the exercise's hint about tile loops.
+    from triton.runtime.jit import JITFunction
+
+    compiled = JITFunction(load_kernel(tmp_path, solution_kernel_source()).fn)
+    found = failure("02.first_kernel", compiled)
+    assert found.invariant.startswith("your kernel was compiled for a GPU, not run by Triton's")
+    assert "before `import slotmap.course` chose the interpreter" in found.invariant
+    assert "'0 active drivers'" in found.invariant
+    assert found.hint.startswith("Restart the kernel and run the notebook from the top")
 
 
 def test_rejects_a_plain_python_function():

@@ -99,6 +99,8 @@ def _variant_kernel(
     HALF_WINDOW: tl.constexpr = False,  # the window without its +1 (cdiv a power of two)
     WINDOW_MASK: tl.constexpr = True,  # mask the window load at the row's end
     FIRST_LANE_BASE: tl.constexpr = False,  # the window starts at the first lane's block
+    FLOAT_WINDOW: tl.constexpr = False,  # gather a float32 copy of the window (lesson 03's trap)
+    BASE_SHIFT: tl.constexpr = 0,  # the window is loaded this many blocks past its base
 ):
     req_idx = tl.program_id(0)
     if req_idx == tl.num_programs(0) - 1:
@@ -123,7 +125,7 @@ def _variant_kernel(
             window_indices = base + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE // 2)
             size = BLOCK_TABLE_WINDOW_SIZE // 2
         else:
-            window_indices = base + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE)
+            window_indices = base + BASE_SHIFT + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE)
             size = BLOCK_TABLE_WINDOW_SIZE
         if WINDOW_MASK:
             window = tl.load(
@@ -134,7 +136,11 @@ def _variant_kernel(
         relative = block_indices - base
         # Clamp like production does, so a wrong window gives wrong slots rather than a crash.
         relative = tl.where(mask & (relative >= 0) & (relative < size), relative, 0)
-        slots = tl.gather(window, relative, 0) * block_size + slot_offsets
+        if FLOAT_WINDOW:
+            physical = tl.gather(window.to(tl.float32), relative, 0).to(tl.int32)
+        else:
+            physical = tl.gather(window, relative, 0)
+        slots = physical * block_size + slot_offsets
         if STORE_MASK:
             tl.store(slot_mapping_ptr + offsets, slots, mask=mask)
         else:
@@ -167,8 +173,13 @@ def test_window_without_its_plus_one_in_the_kernel_is_rejected():
 def test_dropped_sentinel_is_rejected():
     found = failure("03.window_kernel", Variant(SENTINEL=0))
     assert "masked lanes" in found.case_name
-    # The window starts at entry 0 instead of 10: tokens of the last tile land elsewhere.
-    assert "collide in slot" in found.invariant or "should be in slot" in found.invariant
+    # The window starts at entry 0 instead of 14: once reported as two tokens colliding.
+    assert found.invariant.startswith(
+        "token 8 (request 0, position 28) should be in slot 88, got 60: its physical block 30 "
+        "is block_table[0][0], as if the window started at logical block 0: the tile's last "
+        "5 lanes lie past the request's end"
+    )
+    assert "a masked lane offers INT32_MAX to tl.min" in found.invariant
 
 
 def test_missing_store_mask_is_rejected():
@@ -195,6 +206,32 @@ def test_unmasked_window_load_is_rejected_naming_lane_and_address():
 def test_window_from_the_first_lane_is_rejected():
     found = failure("03.window_kernel", Variant(FIRST_LANE_BASE=True))
     assert "out of order inside a tile" in found.case_name
+    assert "the window starts at the first lane's block, but the tile's positions are out of " in (
+        found.invariant
+    )
+
+
+def test_a_float32_window_is_rejected_on_block_numbers_above_2_to_the_24():
+    # Passed every check while the cases numbered their blocks below 2^24.
+    found = failure("03.window_kernel", Variant(FLOAT_WINDOW=True))
+    assert found.case_name == (
+        "named case 'block numbers above 2^24: blocks of 4 numbered up to 2^29 - 1'"
+    )
+    assert "physical block 536870911 (block numbers above 2^24 occur" in found.invariant
+    assert "came back as 536870912: a float32 holds integers exactly only up to 2^24" in (
+        found.invariant
+    )
+    assert "Keep block numbers int32" in found.hint
+
+
+def test_a_window_loaded_a_block_late_is_named_as_the_window():
+    # Once reported as "off by one ... no + 1" or "the block table was never consulted".
+    found = failure("03.window_kernel", Variant(BASE_SHIFT=1))
+    assert "never consulted" not in found.invariant and "no + 1" not in found.hint
+    assert "the window's base (where it is loaded) or the lane's relative index is wrong" in (
+        found.invariant
+    )
+    assert "window_indices = base + tl.arange" in found.hint
 
 
 def test_gather_outside_the_window_is_reported_in_words():
@@ -496,7 +533,10 @@ def test_a_single_cast_of_the_largest_int32_is_not_called_a_split():
 def test_halves_put_back_at_another_bit_are_rejected():
     found = failure("03.float_gather", FloatVariant(RECOMBINE=15))
     assert "2**24 + 1" in found.case_name
-    assert found.invariant.startswith("entry 16777217 came back as 8388609 ")
+    assert found.invariant.startswith(
+        "entry 16777217 came back as 8388609: split at bit 16 (high half 256, low half 1) but "
+        "the high half was put back at bit 15 "
+    )
     assert "same bit" in found.hint
 
 
@@ -504,7 +544,11 @@ def test_overlapping_halves_added_are_rejected():
     found = failure("03.float_gather", FloatVariant(LOW_BITS=17, PLUS=True))
     # 16777219 has bit 16 clear; 65535 too: the first entry with bit 16 set is 2**31 - 1.
     assert found.case_name.startswith("named case 'the largest int32")
-    assert found.invariant.startswith("entry 2147483647 came back as ")
+    assert found.invariant.startswith("entry 2147483647 came back as -2147418113: the high ")
+    assert (
+        "the high half starts at bit 16 but the low half keeps 17 bits, so bits 16..16 are "
+        in (found.invariant)
+    )
 
 
 def test_halves_of_a_negative_entry_by_c_division_are_rejected():

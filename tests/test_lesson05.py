@@ -496,6 +496,26 @@ def test_a_rank_fn_defined_in_the_notebook_is_sent_to_a_module():
     assert "%%writefile" in found.hint
 
 
+def test_a_rank_fn_from_a_notebook_cell_after_a_kernel_ran_is_sent_to_a_module(monkeypatch):
+    # After a notebook kernel ran under the interpreter, __main__ carries interpreter.py's
+    # __file__ and looks like a script: the ranks started, died on "Can't get attribute
+    # 'rank_fn' on <module '__main__'>" (in stderr only) and the check said "rank 0 died".
+    from triton.runtime import interpreter
+
+    def rank_fn(ctx, batch):
+        return []
+
+    main = sys.modules["__main__"]
+    monkeypatch.setattr(main, "__file__", interpreter.__file__, raising=False)
+    monkeypatch.setattr(rank_fn, "__module__", "__main__")
+    monkeypatch.setattr(rank_fn, "__qualname__", "rank_fn")  # a cell's function: no <locals>
+    found = failure("05.rank_fn", rank_fn)
+    assert found.invariant.startswith("'rank_fn' is defined in a notebook cell")
+    assert "rank functions must live in a module" in found.invariant
+    assert "Can't get attribute 'rank_fn' on <module '__main__'>" in found.invariant
+    assert "%%writefile my_rank_fn.py" in found.hint and "my_rank_fn.rank_fn" in found.hint
+
+
 # ---------------------------------------------------------------------------------------------
 # Figures
 # ---------------------------------------------------------------------------------------------

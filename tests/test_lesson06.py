@@ -169,6 +169,21 @@ def test_non_contiguous_result_is_rejected():
         )
 
 
+def test_an_expansion_right_only_for_a_contiguous_input_is_rejected():
+    # Passed while every case's table was contiguous; an engine's persistent table is sliced.
+    def through_a_view(table, per):
+        flat = table.view(-1)  # no view of a column slice
+        j = torch.arange(per, dtype=table.dtype, device=table.device)
+        return (flat.unsqueeze(-1) * per + j).reshape(table.shape[0], table.shape[1] * per)
+
+    found = failure("06.expand_block_table", through_a_view)
+    assert found.case_name == (
+        "named case 'a strided table: the first columns of a persistent, wider one'"
+    )
+    assert found.invariant.startswith("your code raised RuntimeError: view size is not")
+    assert "flat = table.view(-1)" in found.invariant
+
+
 def test_unexpanded_table_is_rejected():
     found = failure("06.expand_block_table", lambda t, b: t.clone())
     assert "has shape (1, 2), expected (1, 6)" in found.invariant
@@ -294,7 +309,7 @@ def switches_variant(mistake: int):
         idx_mapping,
         out,
         *,
-        block_size,
+        kv_cache_block_size,
         kernel_block_size,
         enabled,
         sharded,
@@ -310,7 +325,7 @@ def switches_variant(mistake: int):
                 if disabled or (row < 0 and mistake != DUMMY_READS):
                     out[t] = slotmap.PAD_SLOT_ID
                     continue
-                kv = kernel_block_size if mistake == CP_ON_KERNEL_BLOCKS else block_size
+                kv = kernel_block_size if mistake == CP_ON_KERNEL_BLOCKS else kv_cache_block_size
                 split = cp if sharded or mistake == CP_ON_UNSHARDED else {}
                 out[t] = slotmap.token_slot(
                     int(positions[t]),

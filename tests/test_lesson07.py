@@ -28,6 +28,7 @@ def solution(tmp_path_factory):
 # 07.reshape_and_cache: one kernel with the known mistakes behind a constexpr switch
 # ---------------------------------------------------------------------------------------------
 RIGHT, NO_PAD_SKIP, TOKEN_AS_SLOT, NO_STORE_MASK, SWAPPED, BLOCK_OFFSET_SWAPPED = range(6)
+SLOT_TIMES_SLOT_STRIDE, OFFSET_TIMES_ROW = 6, 7  # right for contiguous caches only
 
 
 @triton.jit
@@ -59,6 +60,10 @@ def _variant_kernel(
     lanes = tl.arange(0, ROW_TILE)
     mask = lanes < ROW
     target = block * block_stride + offset * slot_stride + lanes
+    if MISTAKE == 6:  # blocks assumed block_size slots apart
+        target = slot * slot_stride + lanes
+    if MISTAKE == 7:  # slots assumed ROW elements apart
+        target = block * block_stride + offset * ROW + lanes
     key = tl.load(key_ptr + token * ROW + lanes, mask=mask, other=0.0)
     value = tl.load(value_ptr + token * ROW + lanes, mask=mask, other=0.0)
     if MISTAKE == 4:
@@ -95,7 +100,8 @@ def test_a_padding_token_that_writes_is_rejected():
 def test_the_token_index_used_as_slot_is_rejected():
     found = failure("07.reshape_and_cache", Variant(TOKEN_AS_SLOT))
     assert found.invariant == (
-        "token 0's key landed in slot 0 (block 0, offset 0) instead of slot 9 (block 2, offset 1)"
+        "token 0's key landed in the key cache's slot 0 (block 0, offset 0) instead of the key "
+        "cache's slot 9 (block 2, offset 1)"
     )
 
 
@@ -115,8 +121,32 @@ def test_key_and_value_swapped_are_rejected():
 
 def test_block_and_offset_swapped_are_rejected():
     found = failure("07.reshape_and_cache", Variant(BLOCK_OFFSET_SWAPPED))
-    assert "token 0's key landed in slot" in found.invariant
-    assert "instead of slot 9 (block 2, offset 1)" in found.invariant
+    assert "token 0's key landed in the key cache's slot" in found.invariant
+    assert "instead of the key cache's slot 9 (block 2, offset 1)" in found.invariant
+
+
+def test_a_write_right_only_for_contiguous_blocks_is_rejected_on_interleaved_caches():
+    # Passed every check while the caches were contiguous: slot * slot_stride is the slot's
+    # row only when blocks are block_size slots apart.
+    found = failure("07.reshape_and_cache", Variant(SLOT_TIMES_SLOT_STRIDE))
+    assert "block stride is not block_size x slot stride" in found.case_name
+    assert found.invariant.startswith(
+        "token 0's key landed in the key cache's slot 5 (block 1, offset 1) instead of the key "
+        "cache's slot 9 (block 2, offset 1): K and V interleaved in one [num_blocks, 2, "
+        "block_size, num_heads, head_dim] tensor, so the cache's block stride is not "
+        "block_size x slot stride (block_stride 32, slot_stride 4)"
+    )
+    assert "slot * slot_stride" in found.invariant
+    assert "block * block_stride + offset * slot_stride" in found.hint
+
+
+def test_a_write_that_counts_slots_in_rows_is_rejected_on_padded_slots():
+    found = failure("07.reshape_and_cache", Variant(OFFSET_TIMES_ROW))
+    assert "slot stride is not ROW" in found.case_name
+    assert "each slot's row padded by 3 elements, so the slot stride is not ROW = 3" in (
+        found.invariant
+    )
+    assert "counted in rows of ROW" in found.invariant
 
 
 def test_an_untouched_stub_is_not_done_yet():
@@ -526,7 +556,7 @@ def ReadVariant(mistake: int) -> KernelVariant:  # noqa: N802 - reads like the c
 def test_paged_read_solution_passes(solution):
     result = run_check(get_exercise("07.paged_read"), solution.paged_read_kernel)
     assert result.passed, result.report()
-    assert result.named == 6 and result.random > 0
+    assert result.named == len(get_exercise("07.paged_read").cases()) and result.random > 0
 
 
 def test_paged_read_variant_harness_is_right():

@@ -3,10 +3,11 @@ accept the solutions; its figures draw the run's numbers; its widget redraws on 
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
-from lesson_helpers import failure, solution_module
+from lesson_helpers import ROOT, failure, solution_module
 
 from slotmap.exercises import get_exercise, lesson08, run_check
 
@@ -85,6 +86,18 @@ def test_forgetting_the_floor_is_rejected():
     )
     assert "decode256/128/direct (graph), measured 1.75 µs" in found.invariant
     assert "too fast" in found.invariant and "has no floor" in found.invariant
+
+
+def test_the_band_reads_the_same_in_the_exercise_and_in_its_failure():
+    # The notebook said "0.95-1.25x the prediction", the failure "0.80-1.05x the measurement".
+    words = lesson08.band_words()
+    assert words == "the measurement must be between 0.95× and 1.25× your prediction"
+    found = failure(
+        "08.predict_time", lambda n, m, g, gbps, floor: 2 * right(n, m, g, gbps, floor)
+    )
+    assert f"({words})" in found.invariant
+    text = (ROOT / "solutions" / "08_performance.ipynb").read_text(encoding="utf-8")
+    assert words in " ".join("".join(json.loads(text)["cells"][5]["source"]).split())
 
 
 def test_adding_the_floor_is_rejected():

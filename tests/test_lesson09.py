@@ -104,7 +104,7 @@ def test_window_not_a_power_of_two_is_rejected():
 # ---------------------------------------------------------------------------------------------
 # The kernel compares MISTAKE with literals: a compiled kernel reads no plain global.
 RIGHT, NO_PADDING, FIRST_BLOCK_SIZE, NO_NEGATIVE_GUARD, ROW_ZERO, ROWS_TOKENS_APART = range(6)
-UNMASKED_WINDOW = 6
+UNMASKED_WINDOW, FLOAT_WINDOW, NO_BASE_RESET = 6, 7, 8
 
 
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs"])
@@ -164,7 +164,8 @@ def _variant_kernel(
         slot_offsets = safe_pos % block_size
         valid = mask & has_slot
         base = tl.min(tl.where(valid, block_indices, 2147483647), axis=0)
-        base = tl.where(base == 2147483647, 0, base)
+        if MISTAKE != 8:  # NO_BASE_RESET
+            base = tl.where(base == 2147483647, 0, base)
         window_indices = base + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE // WINDOW_DIVISOR)
         if MISTAKE == 6:  # UNMASKED_WINDOW
             window = tl.load(row_ptr + window_indices)
@@ -172,7 +173,11 @@ def _variant_kernel(
             window = tl.load(
                 row_ptr + window_indices, mask=window_indices < block_table_stride, other=0
             )
-        block_numbers = tl.gather(window, tl.where(valid, block_indices - base, 0), 0)
+        if MISTAKE == 7:  # FLOAT_WINDOW: exact only below 2^24
+            relative = tl.where(valid, block_indices - base, 0)
+            block_numbers = tl.gather(window.to(tl.float32), relative, 0).to(tl.int32)
+        else:
+            block_numbers = tl.gather(window, tl.where(valid, block_indices - base, 0), 0)
         slot_ids = tl.where(has_slot, block_numbers * block_size + slot_offsets, PAD_ID)
         tl.store(slot_mapping_ptr + offsets, slot_ids, mask=mask)
 
@@ -253,6 +258,31 @@ def test_an_unmasked_window_load_is_caught_by_the_bounds_check():
         found.invariant
     )
     assert found.hint.startswith("Mask every load whose lanes can point outside its tensor")
+
+
+def test_a_float32_window_is_rejected_on_block_numbers_above_2_to_the_24():
+    # Passed every check while the cases numbered their blocks below 2^24.
+    found = failure("09.fused_groups", Variant(FLOAT_WINDOW))
+    assert "block numbers above 2^24" in found.case_name
+    assert "(block numbers above 2^24 occur: a table holds blocks up to 2^31 - 1)" in (
+        found.invariant
+    )
+    assert "a float32 holds integers exactly only up to 2^24" in found.invariant
+    assert "Keep block numbers int32" in found.hint
+
+
+@pytest.mark.skipif(not slotmap.BACKEND.interpreted, reason="loads are checked interpreted")
+def test_a_window_base_left_at_int32_max_is_caught_by_the_bounds_check():
+    # Harmless with the smallest window (1 entry: the sentinel's address is masked), so it
+    # passed; with a wider window INT32_MAX + 1 wraps to -2^31 and the load reads far outside.
+    found = failure("09.fused_groups", Variant(NO_BASE_RESET))
+    assert "launched with a window of 4 entries" in found.case_name
+    assert found.invariant.startswith("lane 1 (and 2 other lanes) of the load at line ")
+    assert found.invariant.endswith(
+        ": request 1's tiles have no lane with a slot (every position is negative), so the "
+        "window's base stayed at the INT32_MAX sentinel and INT32_MAX + 1 wrapped to -2^31"
+    )
+    assert found.hint.startswith("A tile in which no lane has a slot starts its window at 0")
 
 
 def test_fused_check_wants_a_kernel():

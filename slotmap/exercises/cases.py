@@ -31,6 +31,52 @@ GUARD = 64  # poisoned elements on each side of the output: writes there are out
 SLOT_OF_HINT = (
     "slot = block_table_row[position // block_size] * block_size + position % block_size"
 )
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+FLOAT32_EXACT = 2**24  # a float32 holds every integer of at most this size exactly
+
+
+def wrap_int32(value: int) -> int:
+    """``value`` wrapped into int32, as int32 arithmetic wraps."""
+    return (value - INT32_MIN) % 2**32 + INT32_MIN
+
+
+def float32_round(value: int) -> int:
+    """``value`` after a round trip through float32."""
+    return int(torch.tensor(value, dtype=torch.float64).to(torch.float32).item())
+
+
+def max_block_number_of(block_size: int) -> int:
+    """The largest physical block whose every slot fits the int32 slot mapping."""
+    return (INT32_MAX - (block_size - 1)) // block_size
+
+
+def float32_block_mistake(expected: int, got: int, block_size: int) -> str:
+    """Why ``got`` is wrong when the physical block of slot ``expected`` went through float32
+    (a float32 ``tl.gather`` or a cast): words naming the block, else ''."""
+    if expected < 0 or block_size < 1:
+        return ""
+    block, offset = divmod(expected, block_size)
+    rounded = float32_round(block)
+    if block <= FLOAT32_EXACT or rounded == block:
+        return ""
+    # Back in int32 the rounded block wraps (the interpreter) or saturates (a GPU).
+    backs = {wrap_int32(rounded), max(INT32_MIN, min(INT32_MAX, rounded))}
+    slots = {wrap_int32(back * block_size + offset) for back in backs}
+    slots.add(wrap_int32(float32_round(expected)))  # the slot itself through float32
+    if got not in slots:
+        return ""
+    return (
+        f"physical block {block} (block numbers above 2^24 occur: a table holds blocks up to "
+        f"2^31 - 1) came back as {rounded}: a float32 holds integers exactly only up to 2^24 "
+        f"= {FLOAT32_EXACT}"
+    )
+
+
+FLOAT32_BLOCK_HINT = (
+    "Keep block numbers int32 from the block-table load to the store: a float32 window (or "
+    "cast) rounds every block number above 2^24. Gather int32 values, or halves that are each "
+    "exact in float32 (exercise 03.float_gather)."
+)
 
 
 @dataclass
@@ -95,8 +141,20 @@ def explain_slot(
         f"position {position} is in logical block {block} = {position} // {block_size}, "
         f"whose physical block is {row_name}[{block}] = {physical}"
     )
+    swapped = position % block_size
+    if swapped < len(row) and got == row[swapped] * block_size + block:
+        invariant = (
+            f"position {position} landed in slot {got} = {row_name}[{position} % {block_size}] "
+            f"* {block_size} + {position} // {block_size}: // and % are swapped ({where}, at "
+            f"block offset {offset} = {position} % {block_size})"
+        )
+        hint = (
+            "position // block_size is the logical block (it indexes the block table); "
+            "position % block_size is the offset inside the block (it is added)."
+        )
+        return Wrong(invariant, f"slot {expected}", f"slot {got}", hint)
     if got_block != physical:
-        if got_block == block:
+        if got_block == block and got_block not in row:
             invariant = (
                 f"position {position} landed in physical block {got_block}, which is its "
                 f"logical block: the block table was never consulted ({where})"
@@ -108,6 +166,14 @@ def explain_slot(
                 f"{row_name}[{block + 1}]: the logical block index is off by one ({where})"
             )
             hint = "Logical blocks count from 0: position // block_size, with no + 1."
+        elif got_block in row:
+            entry = row.index(got_block)
+            invariant = (
+                f"position {position} landed in physical block {got_block} = "
+                f"{row_name}[{entry}], the entry of logical block {entry}, not of its own "
+                f"({where})"
+            )
+            hint = f"A position's physical block is {row_name}[position // block_size]."
         else:
             invariant = (
                 f"position {position} landed in slot {got}, inside physical block {got_block}, "
@@ -124,16 +190,41 @@ def explain_slot(
 
 
 def _named_slot_mistake(case: SlotCase, token: int, expected: int, got: int) -> Wrong | None:
-    """Which part of the paging formula a wrong slot got wrong (an off-by-one block index, a
-    block table never consulted, a wrong block offset), when the case is plain paging."""
+    """Which part of the paging formula a wrong slot got wrong (another request's row, an
+    off-by-one block index, a block table never consulted, a wrong block offset, an offset
+    outside the block), when the case is plain paging."""
     position, request = case.positions[token], case.request_of(token)
     row, block_size = case.block_table[request], case.block_size
     if case.options or not 0 <= position < len(row) * block_size:
         return None
     if row[position // block_size] * block_size + position % block_size != expected:
         return None
+    block, offset = divmod(position, block_size)
+    physical = row[block]
+    extra = got - physical * block_size
+    for q, other in enumerate(case.block_table):
+        if q != request and block < len(other) and got == other[block] * block_size + offset:
+            return Wrong(
+                f"position {position} of request {request} landed in slot {got} = "
+                f"block_table[{q}][{block}] * {block_size} + {offset}: it read request {q}'s "
+                "row, not its own",
+                f"slot {expected}",
+                f"slot {got}",
+                "Each request reads its own row: block_table_ptr + request * block_table_stride.",
+            )
     named = explain_slot(position, row, block_size, got, f"block_table[{request}]")
-    return None if named.hint == SLOT_OF_HINT else named
+    if named.hint != SLOT_OF_HINT:
+        return named
+    if not 0 <= extra < block_size:
+        return Wrong(
+            f"position {position} landed in slot {got} = block_table[{request}][{block}] * "
+            f"{block_size} + {extra}: an offset of {extra} is outside a block of "
+            f"{block_size} slots (the offset is {position} % {block_size} = {offset})",
+            f"slot {expected}",
+            f"slot {got}",
+            "The block offset is the remainder of position divided by block_size.",
+        )
+    return None
 
 
 def guarded_output(length: int, device: torch.device | str = DEVICE) -> tuple[Tensor, Tensor]:
@@ -225,13 +316,21 @@ def explain_slot_mapping(
             continue
         if slot in owner and expected[owner[slot]] != expected[token]:
             first = owner[slot]
-            return Wrong(
-                f"tokens {first} and {token} collide in slot {slot}",
-                _short(expected, token),
-                _short(got, token),
+            invariant = f"tokens {first} and {token} collide in slot {slot}"
+            hint = (
                 "Two different positions can never share a slot: check the block index and "
-                "the offset inside the block.",
+                "the offset inside the block."
             )
+            for t in (t for t in (first, token) if expected[t] != slot):
+                rounded = float32_block_mistake(expected[t], slot, case.block_size)
+                named = _named_slot_mistake(case, t, expected[t], slot)
+                if rounded:
+                    invariant, hint = f"{invariant}: token {t}'s {rounded}", FLOAT32_BLOCK_HINT
+                    break
+                if named is not None:
+                    invariant, hint = f"{invariant}: {named.invariant}", named.hint
+                    break
+            return Wrong(invariant, _short(expected, token), _short(got, token), hint)
         owner[slot] = token
     for token in range(case.num_tokens):
         if got[token] != expected[token]:
@@ -240,6 +339,14 @@ def explain_slot_mapping(
                 f"{case.positions[token]}) should be in slot {expected[token]}, "
                 f"got {got[token]}"
             )
+            rounded = float32_block_mistake(expected[token], got[token], case.block_size)
+            if rounded:
+                return Wrong(
+                    f"{invariant}: {rounded}",
+                    _short(expected, token),
+                    _short(got, token),
+                    FLOAT32_BLOCK_HINT,
+                )
             named = _named_slot_mistake(case, token, expected[token], got[token])
             return Wrong(
                 invariant + (f": {named.invariant}" if named else ""),
@@ -350,6 +457,32 @@ OUT_OF_BOUNDS_HINT = (
 )
 
 
+COMPILED_KERNEL = (
+    "your kernel was compiled for a GPU, not run by Triton's interpreter: its @triton.jit "
+    "cell ran before `import slotmap.course` chose the interpreter for this machine (it "
+    "sets TRITON_INTERPRET=1, which @triton.jit reads when it decorates), so Triton looked "
+    "for a GPU driver and found none ('0 active drivers')"
+)
+COMPILED_KERNEL_HINT = (
+    "Restart the kernel and run the notebook from the top: the first code cell imports "
+    "slotmap.course before triton; then run your kernel's cell, then the check."
+)
+
+
+def _compiled_for_a_device(kernel: Any) -> bool:
+    """A kernel decorated while Triton's interpreter was off (a ``JITFunction``, which
+    compiles for a device) although this machine runs kernels in the interpreter."""
+    from triton.runtime.jit import JITFunction
+
+    seen = 0
+    while kernel is not None and seen < 4:  # a KernelVariant-like or autotuner wrapper
+        if isinstance(kernel, JITFunction):
+            return True
+        kernel = getattr(kernel, "kernel", None) or getattr(kernel, "fn", None)
+        seen += 1
+    return False
+
+
 def checked_launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
     """``kernel[grid](*args, **kwargs)``, with every unmasked lane of every load checked
     against the tensors passed in: a read outside them raises ``Wrong`` naming the lane, the
@@ -365,6 +498,8 @@ def checked_launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any
     if not BACKEND.interpreted:
         kernel[grid](*args, **kwargs)
         return
+    if _compiled_for_a_device(kernel):
+        raise Wrong(COMPILED_KERNEL, hint=COMPILED_KERNEL_HINT)
     import numpy as np
     from triton.runtime import interpreter
 
@@ -449,10 +584,13 @@ def slot_cases(
     padding: bool = True,
     circular: bool = False,
     max_block_number: int = 63,
+    large_blocks: bool = False,
 ) -> SlotCase:
     """A random valid batch: each request a run of consecutive positions (a prefill chunk or
     a decode step) starting anywhere, distinct physical blocks, optionally a padding tail.
-    ``circular``: ring-buffer requests of one block, with padded (negative) positions."""
+    ``circular``: ring-buffer requests of one block, with padded (negative) positions.
+    ``large_blocks``: some batches draw block numbers from the whole range whose slots fit
+    int32 (most of them above 2^24), as an engine's table can hold."""
     block_size = draw(st.sampled_from(block_sizes))
     lengths = draw(st.lists(st.integers(0, max_length), min_size=1, max_size=max_requests))
     query_start_loc = [0]
@@ -465,7 +603,11 @@ def slot_cases(
         query_start_loc.append(query_start_loc[-1] + length)
         last = first + length - 1
         rows.append(1 if circular else max(1, last // block_size + 1 + draw(st.integers(0, 1))))
-    pool = draw(st.permutations(range(max(max_block_number + 1, sum(rows)))))
+    if large_blocks and draw(st.booleans()):
+        largest = st.integers(0, max_block_number_of(block_size))
+        pool = draw(st.lists(largest, min_size=sum(rows), max_size=sum(rows), unique=True))
+    else:
+        pool = draw(st.permutations(range(max(max_block_number + 1, sum(rows)))))
     table_width = max(rows)
     block_table = []
     used = 0

@@ -18,6 +18,7 @@ from slotmap.exercises.cases import (
     SlotCase,
     explain_slot,
     judge_slot_mapping,
+    max_block_number_of,
     slot_cases,
 )
 from slotmap.exercises.core import Exercise, Wrong, register
@@ -51,6 +52,14 @@ def slot_of_cases() -> list[tuple[str, RowCase]]:
         ("block size 1", RowCase([3, 9, 4, 8], 1, [0, 1, 2])),
         ("block size 3, not a power of two", RowCase([5, 0, 11, 6], 3, list(range(9)))),
         ("a decode step late in a long request", RowCase([4, 1, 8, 3, 6, 2], 16, [83])),
+        (
+            "production's blocks of 128, deep into a long request",
+            RowCase([9 * b % 41 for b in range(40)], 128, [0, 4099, 4999]),
+        ),
+        (
+            "block numbers above 2^24, up to 2^31 - 1 (blocks of 1)",
+            RowCase([2**31 - 1, 16777217, 2**30 + 3, 0], 1, [0, 1, 2]),
+        ),
     ]
 
 
@@ -58,7 +67,11 @@ def slot_of_cases() -> list[tuple[str, RowCase]]:
 def slot_of_random(draw: st.DrawFn) -> RowCase:
     block_size = draw(st.sampled_from((1, 2, 3, 4, 5, 8, 16)))
     entries = draw(st.integers(1, 6))
-    row = draw(st.permutations(range(64)))[:entries]
+    if draw(st.booleans()):
+        row = draw(st.permutations(range(64)))[:entries]
+    else:  # any block whose slots fit int32: most above 2^24
+        largest = st.integers(0, max_block_number_of(block_size))
+        row = draw(st.lists(largest, min_size=entries, max_size=entries, unique=True))
     positions = draw(
         st.lists(st.integers(0, entries * block_size - 1), min_size=1, max_size=8, unique=True)
     )
@@ -125,6 +138,11 @@ def slot_mapping_cases() -> list[tuple[str, SlotCase]]:
             "a positions buffer longer than the batch",
             SlotCase([0, 3, 8], [0, 1, 2, 2, 3, 4, 5, 6, 7, 7, 7], [[7, 2], [5, 9]], 4, 11),
         ),
+        ("no tokens at all: every entry is padding", SlotCase([0, 0], [], [[3]], 4, 5)),
+        (
+            "block numbers above 2^24, up to 2^31 - 1 (blocks of 1)",
+            SlotCase([0, 2, 3], [0, 1, 0], [[2**31 - 1, 16777217], [2**30 + 3, 0]], 1),
+        ),
     ]
 
 
@@ -133,7 +151,7 @@ register(
         id="01.slot_mapping",
         title="a batch's slot mapping",
         cases=slot_mapping_cases,
-        strategy=lambda: slot_cases(max_requests=4, max_length=12),
+        strategy=lambda: slot_cases(max_requests=4, max_length=12, large_blocks=True),
         judge=judge_slot_mapping,
         hint=(
             "For request q, tokens query_start_loc[q] .. query_start_loc[q + 1] - 1 use row q "

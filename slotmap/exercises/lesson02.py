@@ -77,12 +77,22 @@ def named_cases() -> list[tuple[str, KernelCase]]:
             "an empty request and a long padding tail",
             KernelCase(SlotCase([0, 3, 3, 4], [0, 1, 2, 5], [[3, 0], [1, 0], [6, 2]], 3, 21), 8),
         ),
+        (
+            "no tokens at all: the padding program writes every entry",
+            KernelCase(SlotCase([0, 0], [], [[3]], 4, 6), 4),
+        ),
+        (
+            "block numbers above 2^24, up to 2^31 - 1 (blocks of 1)",
+            KernelCase(
+                SlotCase([0, 2, 3], [0, 1, 0], [[2**31 - 1, 16777217], [2**30 + 3, 0]], 1), 4
+            ),
+        ),
     ]
 
 
 @st.composite
 def random_cases(draw: st.DrawFn) -> KernelCase:
-    batch = draw(slot_cases(max_requests=3, max_length=20))
+    batch = draw(slot_cases(max_requests=3, max_length=20, large_blocks=True))
     return KernelCase(batch, draw(st.sampled_from((4, 8, 16))))
 
 

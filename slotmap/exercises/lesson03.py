@@ -29,15 +29,21 @@ from torch import Tensor
 
 from slotmap.backend import BACKEND, DEVICE
 from slotmap.exercises.cases import (
+    FLOAT32_EXACT,
     GUARD,
+    INT32_MAX,
+    INT32_MIN,
     POISON,
     SlotCase,
     checked_launch,
     explain_slot_mapping,
+    float32_round,
     guarded_output,
     judge_slot_mapping,
     launch_learner_kernel,
+    max_block_number_of,
     slot_cases,
+    wrap_int32,
 )
 from slotmap.exercises.core import Exercise, Wrong, plural, register
 from slotmap.kernels.slot_mapping import (
@@ -237,6 +243,23 @@ def _window_kernel_cases() -> list[tuple[str, SlotCase]]:
             "decode steps: one token per request, deep into its row",
             SlotCase([0, 1, 2, 3], [13, 0, 7], [[9, 8, 7, 6], [2, 0, 0, 0], [1, 3, 0, 0]], 4),
         ),
+        # An engine's block table holds any block whose slots fit int32: a window that goes
+        # through float32 rounds the ones above 2^24.
+        (
+            "block numbers above 2^24: blocks of 4 numbered up to 2^29 - 1",
+            SlotCase(
+                [0, 8], list(range(2, 10)), [[max_block_number_of(4), 16777217, 33554435]], 4
+            ),
+        ),
+        (
+            "block numbers above 2^24: blocks of 1 numbered up to 2^31 - 1",
+            SlotCase(
+                [0, 3, 5],
+                [0, 1, 2, 3, 4],
+                [[INT32_MAX, 16777217, 2147483646, 0, 0], [16777219, 5, 7, 9, 268435459]],
+                1,
+            ),
+        ),
         # The window starts at the smallest logical block of the tile's valid lanes, which
         # need not be the first lane's.
         (
@@ -249,7 +272,7 @@ def _window_kernel_cases() -> list[tuple[str, SlotCase]]:
 
 
 def _window_kernel_strategy() -> st.SearchStrategy:
-    return slot_cases(max_length=20)
+    return slot_cases(max_length=20, large_blocks=True)
 
 
 def _gather_error(error: Exception) -> Wrong | None:
@@ -265,19 +288,90 @@ def _gather_error(error: Exception) -> Wrong | None:
     return None
 
 
+def window_entry_mistake(case: SlotCase, expected: list[int], got: list[int]) -> Wrong | None:
+    """The first wrong slot whose physical block is another entry of its request's row, in a
+    window's words: the tile's window was loaded from the wrong block, or the lane gathered
+    the wrong index of it (a plain case, tiles of TILE tokens); None for any other mistake."""
+    size = case.block_size
+    for token in range(case.num_tokens):
+        if got[token] == expected[token]:
+            continue
+        q, p = case.request_of(token), case.positions[token]
+        row, (block, offset) = case.block_table[q], divmod(p, size)
+        got_block, got_offset = divmod(got[token], size)
+        if got_offset != offset or got_block not in row:
+            return None
+        entry = row.index(got_block)
+        start, end = case.query_start_loc[q], case.query_start_loc[q + 1]
+        first = start + (token - start) // TILE * TILE
+        base = min(case.positions[t] // size for t in range(first, min(first + TILE, end)))
+        lead = case.positions[first] // size
+        where = (
+            f"token {token} (request {q}, position {p}) should be in slot {expected[token]}, "
+            f"got {got[token]}: its physical block {got_block} is block_table[{q}][{entry}]"
+        )
+        hint = (
+            "The window starts at the smallest logical block among the tile's VALID lanes: "
+            "tl.min(tl.where(mask, block_indices, INT32_MAX), axis=0)."
+        )
+        if entry == 0 < base and first + TILE > end:
+            return Wrong(
+                f"{where}, as if the window started at logical block 0: the tile's last "
+                f"{plural(first + TILE - end, 'lane')} lie past the request's end and load "
+                f"position 0 (other=0); they must not lower the window's base (block {base}, "
+                "the smallest of the VALID lanes): a masked lane offers INT32_MAX to tl.min",
+                f"slot {expected[token]}",
+                f"slot {got[token]}",
+                hint,
+            )
+        if entry == lead != base:
+            return Wrong(
+                f"{where}, the entry of the tile's first lane's logical block {lead}: the "
+                f"window starts at the first lane's block, but the tile's positions are out "
+                f"of order and its smallest logical block is {base}",
+                f"slot {expected[token]}",
+                f"slot {got[token]}",
+                hint,
+            )
+        return Wrong(
+            f"token {token} (request {q}, position {p}) should be in slot {expected[token]}, "
+            f"got {got[token]}: its physical block {got_block} is block_table[{q}][{entry}], "
+            f"the entry of logical block {entry}, not of its own logical block {block}. Its "
+            f"tile's window starts at logical block {base} (the smallest of the tile's valid "
+            f"lanes), so the lane must gather window[{block} - {base}] = window[{block - base}]; "
+            f"it got the block at window index {entry - base} of that window: the window's base "
+            "(where it is loaded) or the lane's relative index is wrong",
+            f"slot {expected[token]}",
+            f"slot {got[token]}",
+            "window_indices = base + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE) with base the "
+            "smallest logical block of the valid lanes; load the row at window_indices; gather "
+            "each lane's block_indices - base.",
+        )
+    return None
+
+
 def judge_window_kernel(kernel, case: SlotCase) -> None:
     if not hasattr(kernel, "__getitem__"):
         raise Wrong(
             f"expected a @triton.jit kernel, got {type(kernel).__name__}",
             hint="Pass the kernel itself: check('03.window_kernel', window_kernel).",
         )
+    window = window_size(TILE, case.block_size)
+    launcher = partial(
+        launch_learner_kernel, kernel, tile_size=TILE, BLOCK_TABLE_WINDOW_SIZE=window
+    )
     try:
-        window = window_size(TILE, case.block_size)
-        launcher = partial(
-            launch_learner_kernel, kernel, tile_size=TILE, BLOCK_TABLE_WINDOW_SIZE=window
-        )
         judge_slot_mapping(launcher, case)
-    except Wrong:
+    except Wrong as wrong:
+        if wrong.invariant.startswith(("token", "tokens")):  # a wrong slot: the window's?
+            qsl, positions, table = case.tensors()
+            counts = {"num_tokens": case.num_tokens, "max_num_tokens": case.padded_length}
+            expected = slot_mapping_oracle(qsl, positions, table, case.block_size, **counts)
+            _, out = guarded_output(case.padded_length, positions.device)
+            launcher(qsl, positions, table, case.block_size, **counts, out=out)
+            named = window_entry_mistake(case, expected.tolist(), out.tolist())
+            if named is not None:
+                raise named from None
         raise
     except Exception as error:
         wrong = _gather_error(error)
@@ -383,8 +477,6 @@ register(
 # 03.float_gather
 # ---------------------------------------------------------------------------------------------
 LANES = TILE  # lanes of the float-gather kernel
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-FLOAT32_EXACT = 2**24  # a float32 holds every integer of at most this size exactly
 
 
 @dataclass(frozen=True)
@@ -400,30 +492,46 @@ class GatherCase:
         return f"window={self.window}, relative={self.relative} ({lanes} of {LANES})"
 
 
-def _int32(value: int) -> int:
-    return (value - INT32_MIN) % 2**32 + INT32_MIN
-
-
-def _as_float32(value: int) -> int:
-    """``value`` after a round trip through float32."""
-    return int(torch.tensor(value, dtype=torch.float64).to(torch.float32).item())
-
-
 def _inexact_half(entry: int, got: int) -> str:
     """Which half of ``entry`` float32 rounded, if ``got`` is ``entry`` split at some bit with
     one half rounded through float32; else ''."""
     for bit in range(1, 32):
         high, low = entry >> bit, entry & ((1 << bit) - 1)
         for name, half, high_back, low_back in (
-            ("low", low, high << bit, _as_float32(low)),
-            ("high", high, _as_float32(high) << bit, low),
+            ("low", low, high << bit, float32_round(low)),
+            ("high", high, float32_round(high) << bit, low),
         ):
             # Put back with + or with |: a rounded half can carry into the other's bits.
-            put_back = {_int32(high_back + low_back), _int32(high_back | low_back)}
+            put_back = {wrap_int32(high_back + low_back), wrap_int32(high_back | low_back)}
             if abs(half) > FLOAT32_EXACT and got in put_back:
                 return (
                     f": split at bit {bit}, its {name} half is {half}, above 2**24, and a "
                     "float32 holds integers exactly only up to 2**24"
+                )
+    return ""
+
+
+def _halves_mistake(entry: int, got: int) -> str:
+    """Which exact halves of a non-negative ``entry`` were put back wrong to give ``got``:
+    overlapping halves added, or the high half put back at another bit than the split; else
+    ''. The usual split bits are tried first (a value can fit several)."""
+    if entry < 0:
+        return ""
+    usual = [16, 8, 24, 12, 20]
+    for bit in usual + [b for b in range(1, 32) if b not in usual]:
+        high, low = entry >> bit, entry & ((1 << bit) - 1)
+        for kept in range(bit + 1, 32):
+            if got == wrap_int32((high << bit) + (entry & ((1 << kept) - 1))):
+                return (
+                    f": the high half starts at bit {bit} but the low half keeps {kept} bits, "
+                    f"so bits {bit}..{kept - 1} are in both halves and + counts them twice"
+                )
+        for back in range(1, 32):
+            put_back = {wrap_int32((high << back) | low), wrap_int32((high << back) + low)}
+            if back != bit and got in put_back:
+                return (
+                    f": split at bit {bit} (high half {high}, low half {low}) but the high half "
+                    f"was put back at bit {back}"
                 )
     return ""
 
@@ -543,13 +651,13 @@ def _explain_gather(case: GatherCase, buffer: list[int]) -> None:
         entry = case.window[index]
         if value == entry:
             continue
-        rounded = _as_float32(entry)
+        rounded = float32_round(entry)
         # Out of int32's range, the cast back wraps (the interpreter) or saturates (a GPU).
-        if value in (_int32(rounded), max(INT32_MIN, min(INT32_MAX, rounded))):
+        if value in (wrap_int32(rounded), max(INT32_MIN, min(INT32_MAX, rounded))):
             reason = ": a float32 holds integers exactly only up to 2**24"
             hint = "Gather halves that are each exact in float32, and put them back together."
         else:
-            reason = _inexact_half(entry, value)
+            reason = _inexact_half(entry, value) or _halves_mistake(entry, value)
             hint = "Split at one bit and put the halves back at that same bit; both halves "
             hint += "must stay within 2**24 in size."
         if not reason and entry < 0:

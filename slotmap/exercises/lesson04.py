@@ -24,6 +24,7 @@ from slotmap.exercises.cases import (
     explain_slot_mapping,
     guarded_output,
     launch_learner_kernel,
+    max_block_number_of,
     slot_cases,
 )
 from slotmap.exercises.core import Exercise, Wrong, plural, register
@@ -96,6 +97,7 @@ def _ring_slot_cases() -> list[tuple[str, tuple[int, int, int, int]]]:
         ("a padded position that is a multiple of block_size: -8", (-8, 7, 8, -1)),
         ("block 0 is a block like any other", (13, 0, 4, -1)),
         ("a custom pad_id", (-1, 2, 4, -7)),
+        ("a block number above 2^24: 2^28 + 3", (13, 2**28 + 3, 4, -1)),
     ]
 
 
@@ -103,7 +105,7 @@ def _ring_slot_strategy() -> st.SearchStrategy:
     return st.integers(1, 16).flatmap(
         lambda block_size: st.tuples(
             st.integers(-3 * block_size - 2, 5 * block_size),
-            st.integers(0, 100),
+            st.one_of(st.integers(0, 100), st.integers(0, max_block_number_of(block_size))),
             st.just(block_size),
             st.sampled_from([-1, -1, -7]),
         )
@@ -171,11 +173,15 @@ def _circular_kernel_cases() -> list[tuple[str, SlotCase]]:
                 [0, 4, 14], [30, 31, 32, 33, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7], [[2], [9]], 4, 17
             ),
         ),
+        (
+            "rings in blocks above 2^24: 2^31 - 1 (a ring of 1) and 2^24 + 1",
+            _circular([0, 3, 7], [5, -1, 6, 0, 1, 2, 3], [[2**31 - 1], [16777217]], 1),
+        ),
     ]
 
 
 def _circular_kernel_strategy() -> st.SearchStrategy:
-    return slot_cases(circular=True, max_length=20)
+    return slot_cases(circular=True, max_length=20, large_blocks=True)
 
 
 def judge_circular_kernel(kernel, case: SlotCase) -> None:

@@ -20,6 +20,7 @@ not packed.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -101,6 +102,7 @@ def _is_local_cases() -> list[tuple[str, CPConfig]]:
         ("interleave = kv block: whole blocks per rank", CPConfig(2, 4, 4)),
         ("one rank: no context parallelism", CPConfig(1, 1, 4)),
         ("four ranks, interleave 3, kv block 6", CPConfig(4, 3, 6)),
+        ("production sizes: eight ranks, interleave 16, kv block 64", CPConfig(8, 16, 64)),
     ]
 
 
@@ -252,6 +254,10 @@ def _local_cases() -> list[tuple[str, CPConfig]]:
         ("interleave = block size: whole blocks per rank", CPConfig(2, 4, 4, 4)),
         ("hybrid blocks: a kv block of 8 holds 2 blocks of 4", CPConfig(2, 2, 8, 4)),
         ("one rank: the plain formula", CPConfig(1, 1, 4, 4)),
+        (
+            "production sizes: four ranks, interleave 8, a kv block of 64 holds 4 blocks of 16",
+            CPConfig(4, 8, 64, 16),
+        ),
     ]
 
 
@@ -420,7 +426,9 @@ def _cp_kernel_cases() -> list[tuple[str, SlotCase]]:
 
 @st.composite
 def _cp_kernel_strategy(draw: st.DrawFn) -> SlotCase:
-    case = draw(slot_cases(block_sizes=(1, 2, 3, 4), max_requests=2, max_length=20))
+    case = draw(
+        slot_cases(block_sizes=(1, 2, 3, 4), max_requests=2, max_length=20, large_blocks=True)
+    )
     world = draw(st.integers(1, 4))
     # The block size divides the kv block: kv = block_size * blocks_per_kv_block.
     per = draw(st.sampled_from((1, 1, 2)))
@@ -615,11 +623,39 @@ def _rank_slots(value: Any, rank: int, length: int) -> list[int]:
     return list(value)
 
 
+IN_A_MODULE_HINT = (
+    "Keep the %%writefile my_rank_fn.py line at the top of the exercise's cell (it writes the "
+    "function into my_rank_fn.py next to the notebook instead of defining it here), run that "
+    "cell, then check my_rank_fn.rank_fn: a spawned rank imports the function by its "
+    "module's name."
+)
+
+
+def _defined_in_a_notebook(fn: Callable[..., Any]) -> bool:
+    """``fn`` lives in an interactive ``__main__`` (a notebook cell), which a spawned rank
+    cannot import. Triton's interpreter may have lent ``__main__`` its own ``__file__``
+    (``slotmap.distributed`` explains), which makes the notebook look like a script."""
+    if getattr(fn, "__module__", None) != "__main__":
+        return False
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    return not main_file or main_file == getattr(interpreter, "__file__", "")
+
+
 def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
     from slotmap import cp
     from slotmap.backend import BACKEND
     from slotmap.distributed import RankFailed, run_ranks
 
+    if _defined_in_a_notebook(fn):
+        raise Wrong(
+            f"{getattr(fn, '__name__', fn)!r} is defined in a notebook cell: a rank is a new "
+            "process that imports its function by module and name, and it cannot import "
+            "this notebook (each rank would die with \"Can't get attribute "
+            f"'{getattr(fn, '__name__', fn)}' on <module '__main__'>\"); rank functions must "
+            "live in a module",
+            hint=IN_A_MODULE_HINT,
+        )
     world, length = batch.world_size, batch.max_num_tokens or batch.num_tokens
     available = cp.max_ranks()
     if available < world:
@@ -636,8 +672,7 @@ def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
             raise
         raise Wrong(
             f"run_ranks cannot start {getattr(fn, '__name__', fn)!r}: {error}",
-            hint="Write the function into my_rank_fn.py with the %%writefile cell, and pass "
-            "my_rank_fn.rank_fn: a spawned process imports it by its module's name.",
+            hint=IN_A_MODULE_HINT,
         ) from None
     except RankFailed as error:
         if "raise NotImplementedError" in str(error):

@@ -56,15 +56,23 @@ class ExpandCase:
     block_table: list[list[int]]  # the manager's table: physical KV blocks
     blocks_per_kv_block: int
     width: int  # entries per row (a table without rows still has a width)
+    spare_columns: int = 0  # > 0: the table is the first columns of a wider one (strided)
 
     def tensor(self) -> Tensor:
         if not self.block_table:
             return torch.empty(0, self.width, dtype=torch.int32, device=DEVICE)
-        return torch.tensor(self.block_table, dtype=torch.int32, device=DEVICE)
+        rows = [row + [-1] * self.spare_columns for row in self.block_table]
+        return torch.tensor(rows, dtype=torch.int32, device=DEVICE)[:, : self.width]
 
     def __str__(self) -> str:
         table = self.block_table or f"<0 rows of {plural(self.width, 'entry')}>"
-        return f"block_table={table}, blocks_per_kv_block={self.blocks_per_kv_block}"
+        text = f"block_table={table}, blocks_per_kv_block={self.blocks_per_kv_block}"
+        if self.spare_columns:
+            text += (
+                f" (a view of the first {self.width} columns of a table "
+                f"{self.width + self.spare_columns} wide: not contiguous)"
+            )
+        return text
 
 
 def _expand_case(rows: list[list[int]], per: int) -> ExpandCase:
@@ -79,6 +87,10 @@ def _expand_cases() -> list[tuple[str, ExpandCase]]:
         ("KV block 0 holds attention blocks 0 .. B - 1", _expand_case([[0, 2]], 2)),
         ("a table without rows", ExpandCase([], 4, 3)),
         ("large block numbers", _expand_case([[2**28, 5]], 4)),
+        (
+            "a strided table: the first columns of a persistent, wider one",
+            ExpandCase([[3, 1], [0, 5]], 2, 2, spare_columns=3),
+        ),
     ]
 
 
@@ -91,7 +103,7 @@ def _expand_strategy(draw: st.DrawFn) -> ExpandCase:
     table = draw(
         st.lists(st.lists(entries, min_size=width, max_size=width), min_size=rows, max_size=rows)
     )
-    return ExpandCase(table, per, width)
+    return ExpandCase(table, per, width, draw(st.sampled_from((0, 0, 2))))
 
 
 def diagnose_expansion(case: ExpandCase, got: list[list[int]]) -> Wrong | None:
@@ -476,8 +488,8 @@ SWITCHES_HINT = (
     "Pad first from query_start_loc[num_reqs] (the real count), not from num_tokens. A token "
     "gets PAD_ID when its group is disabled or its request is a dummy (idx_mapping -1), "
     "before any row is read; otherwise token_slot on the row idx_mapping[q], with the kernel "
-    "block as block_size, the allocation block as kv_cache_block_size, and the CP arguments "
-    "only if the group is sharded."
+    "block (kernel_block_size) as its block_size, the allocation block as its "
+    "kv_cache_block_size, and the CP arguments only if the group is sharded."
 )
 
 
@@ -489,8 +501,8 @@ class GroupCase:
     positions: list[int]  # the real tokens' positions
     rows: list[int]  # idx_mapping
     table: list[list[int]]  # the group's table; its last row (and all of it if disabled) poison
-    block_size: int  # the allocation block
-    kernel_block_size: int
+    kv_cache_block_size: int  # the allocation block
+    kernel_block_size: int  # the block the table counts (token_slot's block_size)
     enabled: bool
     sharded: bool
     cp_world_size: int = 1
@@ -539,7 +551,7 @@ class GroupCase:
             qsl,
             pos,
             [table],
-            [self.block_size],
+            [self.kv_cache_block_size],
             idx_mapping=rows,
             num_tokens=self.num_tokens,
             max_num_tokens=self.max_num_tokens,
@@ -556,7 +568,8 @@ class GroupCase:
     def __str__(self) -> str:
         return (
             f"query_start_loc={self.query_start_loc()}, positions={self.positions}, "
-            f"idx_mapping={self.rows}, block_table={self.table}, block_size={self.block_size}, "
+            f"idx_mapping={self.rows}, block_table={self.table}, "
+            f"kv_cache_block_size={self.kv_cache_block_size}, "
             f"kernel_block_size={self.kernel_block_size}, enabled={self.enabled}, "
             f"sharded={self.sharded}, cp_world_size={self.cp_world_size}, "
             f"cp_rank={self.cp_rank}, cp_interleave={self.cp_interleave}, "
@@ -573,7 +586,7 @@ def _poison_row(width: int, r: int) -> list[int]:
 def _group_case(
     lengths: list[int],
     firsts: list[int | None],  # None: a dummy request (positions 0, idx_mapping -1)
-    block_size: int,
+    kv_cache_block_size: int,
     kernel_block_size: int,
     *,
     enabled: bool = True,
@@ -589,7 +602,8 @@ def _group_case(
         rows.append(-1 if first is None else next(real_rows))
     world = cp[0] if sharded else 1
     top = max(positions, default=0)
-    width = (top // (block_size * world) + 1) * (block_size // kernel_block_size)
+    kv = kv_cache_block_size
+    width = (top // (kv * world) + 1) * (kv // kernel_block_size)
     used = len(lengths)
     if enabled:
         table = [
@@ -603,7 +617,7 @@ def _group_case(
         positions,
         rows,
         table,
-        block_size,
+        kv_cache_block_size,
         kernel_block_size,
         enabled,
         sharded,
@@ -644,16 +658,16 @@ def _switch_cases() -> list[tuple[str, GroupCase]]:
 
 @st.composite
 def _switch_strategy(draw: st.DrawFn) -> GroupCase:
-    block_size = draw(st.sampled_from((2, 4, 6, 8)))
-    kernel = draw(st.sampled_from([d for d in range(1, block_size + 1) if block_size % d == 0]))
+    kv = draw(st.sampled_from((2, 4, 6, 8)))
+    kernel = draw(st.sampled_from([d for d in range(1, kv + 1) if kv % d == 0]))
     world = draw(st.sampled_from((1, 2, 3)))
-    interleave = draw(st.sampled_from([d for d in (1, 2, 4) if block_size % d == 0]))
+    interleave = draw(st.sampled_from([d for d in (1, 2, 4) if kv % d == 0]))
     lengths = draw(st.lists(st.integers(0, 9), min_size=1, max_size=3))
     firsts = [draw(st.one_of(st.none(), st.integers(0, 20))) for _ in lengths]
     return _group_case(
         lengths,
         firsts,
-        block_size,
+        kv,
         kernel,
         enabled=draw(st.booleans()),
         sharded=draw(st.booleans()),
@@ -700,7 +714,7 @@ def diagnose_switches(case: GroupCase, expected: list[int], got: list[int]) -> W
             why = f"{token} was never written: it still holds {STALE}, an earlier step's slot"
         else:
             row = case.table[case.rows[q]]
-            kernel, kv = case.kernel_block_size, case.block_size
+            kernel, kv = case.kernel_block_size, case.kv_cache_block_size
             all_cp = token_slot(p, row, kernel, kv_cache_block_size=kv, **case.cp())
             on_kernel = token_slot(p, row, kernel, kv_cache_block_size=kernel, **case.cp())
             if not case.sharded and case.cp_world_size > 1 and value == all_cp:
@@ -734,7 +748,7 @@ def judge_switches(candidate: Callable[..., object], case: GroupCase) -> None:
         table,
         rows,
         out,
-        block_size=case.block_size,
+        kv_cache_block_size=case.kv_cache_block_size,
         kernel_block_size=case.kernel_block_size,
         enabled=case.enabled,
         sharded=case.sharded,

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import triton
 from hypothesis import strategies as st
@@ -44,9 +45,17 @@ GUARD_ROWS = 3  # poisoned slot-sized rows before and after each cache: writes t
 # ---------------------------------------------------------------------------------------------
 # 07.reshape_and_cache
 # ---------------------------------------------------------------------------------------------
+# The memory layouts of a cache pair. Production caches are strided: FlashInfer interleaves K
+# and V in one [num_blocks, 2, block_size, ...] tensor, and some caches pad each slot's row.
+SEPARATE, INTERLEAVED, PADDED = "separate", "interleaved", "padded slots"
+LAYOUTS = (SEPARATE, INTERLEAVED, PADDED)
+SLOT_PADDING = 3  # elements after each slot's row in the PADDED layout
+
+
 @dataclass
 class CacheCase:
-    """Tokens to write: token t goes to slot ``slots[t]`` (PAD_ID: nowhere)."""
+    """Tokens to write: token t goes to slot ``slots[t]`` (PAD_ID: nowhere), into caches laid
+    out as ``layout`` says."""
 
     slots: list[int]
     num_blocks: int
@@ -54,6 +63,7 @@ class CacheCase:
     num_heads: int
     head_dim: int
     seed: int = 0
+    layout: str = SEPARATE
 
     @property
     def num_tokens(self) -> int:
@@ -62,6 +72,19 @@ class CacheCase:
     @property
     def row(self) -> int:
         return self.num_heads * self.head_dim
+
+    @property
+    def slot_stride(self) -> int:
+        return self.row + (SLOT_PADDING if self.layout == PADDED else 0)
+
+    @property
+    def block_stride(self) -> int:
+        return (2 if self.layout == INTERLEAVED else 1) * self.block_size * self.slot_stride
+
+    @property
+    def guard(self) -> int:
+        """Poisoned elements before and after each buffer: GUARD_ROWS slots' worth."""
+        return GUARD_ROWS * self.slot_stride
 
     def tensors(self, device: torch.device | str = DEVICE) -> tuple[Tensor, Tensor, Tensor]:
         """(key, value [num_tokens, num_heads, head_dim] float32, slot_mapping int32)."""
@@ -72,21 +95,56 @@ class CacheCase:
         slots = torch.tensor(self.slots, dtype=torch.int32)
         return key.to(device), value.to(device), slots.to(device)
 
+    def layout_words(self) -> str:
+        """The layout, in words, with its strides ('' for two contiguous caches)."""
+        strides = f"block_stride {self.block_stride}, slot_stride {self.slot_stride}"
+        if self.layout == INTERLEAVED:
+            return (
+                "K and V interleaved in one [num_blocks, 2, block_size, num_heads, head_dim] "
+                f"tensor, so the cache's block stride is not block_size x slot stride ({strides})"
+            )
+        if self.layout == PADDED:
+            return (
+                f"each slot's row padded by {SLOT_PADDING} elements, so the slot stride is not "
+                f"ROW = {self.row} ({strides})"
+            )
+        return ""
+
     def __str__(self) -> str:
-        return (
+        text = (
             f"slot_mapping={self.slots}, caches of {plural(self.num_blocks, 'block')} x "
             f"{plural(self.block_size, 'slot')} x {plural(self.num_heads, 'head')} x "
             f"{plural(self.head_dim, 'dim')}"
         )
+        return text + (f", {self.layout_words()}" if self.layout != SEPARATE else "")
 
 
-def guarded_caches(case: CacheCase, device: torch.device | str = DEVICE):
-    """(buffer, cache): ``cache`` [num_blocks, block_size, num_heads, head_dim] is the
-    poisoned middle of a poisoned buffer with GUARD_ROWS slot-sized rows on each side."""
-    slots = case.num_blocks * case.block_size
-    buffer = torch.full(((GUARD_ROWS + slots + GUARD_ROWS) * case.row,), POISON, device=device)
-    middle = buffer[GUARD_ROWS * case.row : (GUARD_ROWS + slots) * case.row]
-    return buffer, middle.view(case.num_blocks, case.block_size, case.num_heads, case.head_dim)
+@dataclass
+class CacheStorage:
+    """Poisoned buffers and the caches, strided views into them: ``bases[name]`` is
+    (buffer index, element of the cache's first slot), for name "key" and "value"."""
+
+    buffers: list[Tensor]
+    bases: dict[str, tuple[int, int]]
+
+    def caches(self, case: CacheCase) -> tuple[Tensor, Tensor]:
+        shape = (case.num_blocks, case.block_size, case.num_heads, case.head_dim)
+        strides = (case.block_stride, case.slot_stride, case.head_dim, 1)
+        return tuple(  # type: ignore[return-value]
+            self.buffers[b].as_strided(shape, strides, start) for b, start in self.bases.values()
+        )
+
+
+def cache_storage(case: CacheCase, device: torch.device | str = DEVICE) -> CacheStorage:
+    """The caches of ``case``'s layout inside poisoned buffers with ``case.guard`` poisoned
+    elements on each side."""
+    span = case.num_blocks * case.block_stride
+    if case.layout == INTERLEAVED:
+        buffer = torch.full((case.guard + span + case.guard,), POISON, device=device)
+        half = case.block_size * case.slot_stride
+        return CacheStorage([buffer], {"key": (0, case.guard), "value": (0, case.guard + half)})
+    buffers = [torch.full((case.guard + span + case.guard,), POISON, device=device) for _ in "kv"]
+    return CacheStorage(buffers, {"key": (0, case.guard), "value": (1, case.guard)})
 
 
 def launch_reshape_and_cache_kernel(
@@ -123,104 +181,156 @@ def launch_reshape_and_cache_kernel(
     )
 
 
-def _where_row(index: int, case: CacheCase) -> str:
-    """A row of the guarded buffer, in words."""
-    slot = index - GUARD_ROWS
-    num_slots = case.num_blocks * case.block_size
-    if slot < 0:
-        return f"slot {slot}, {plural(-slot, 'row')} before the cache's start (out of bounds)"
-    if slot >= num_slots:
-        return f"row {slot}, past the cache's last slot {num_slots - 1} (out of bounds)"
+def _slot_words(slot: int, case: CacheCase) -> str:
     return f"slot {slot} (block {slot // case.block_size}, offset {slot % case.block_size})"
+
+
+def where_in_storage(storage: CacheStorage, case: CacheCase, buffer: int, element: int) -> str:
+    """Element ``element`` of buffer ``buffer``, in words: which cache, slot and element."""
+    span = case.num_blocks * case.block_stride
+    relative = element - case.guard
+    if relative < 0:
+        rows = -(relative // case.slot_stride)
+        return (
+            f"slot {relative // case.slot_stride}, {plural(rows, 'row')} before the cache's "
+            "start (out of bounds)"
+        )
+    if relative >= span:
+        last = case.num_blocks * case.block_size - 1
+        row = relative // case.slot_stride
+        return f"row {row}, past the cache's last slot {last} (out of bounds)"
+    block, inside = divmod(relative, case.block_stride)
+    owner = next(name for name, (b, _) in storage.bases.items() if b == buffer)
+    half = case.block_size * case.slot_stride
+    if case.layout == INTERLEAVED:
+        owner, inside = ("key", inside) if inside < half else ("value", inside - half)
+    offset, column = divmod(inside, case.slot_stride)
+    slot = _slot_words(block * case.block_size + offset, case)
+    if column >= case.row:
+        return f"the padding after the {owner} cache's {slot}"
+    return f"the {owner} cache's {slot}" + (f", from its element {column}" if column else "")
+
+
+def _find_row(storage: CacheStorage, wanted: list[float]) -> tuple[int, int] | None:
+    """Where the row ``wanted`` lies in the buffers, element by element: (buffer, element)."""
+    values = np.asarray(wanted, dtype=np.float32)
+    for index, buffer in enumerate(storage.buffers):
+        flat = buffer.cpu().numpy()
+        for start in np.flatnonzero(flat[: flat.size - values.size + 1] == values[0]):
+            if np.array_equal(flat[start : start + values.size], values):
+                return index, int(start)
+    return None
+
+
+def _layout_mistake(case: CacheCase, name: str, slot: int, element: int, base: int) -> str:
+    """Which stride a write to ``element`` (``base``: the cache's first slot) left out."""
+    block, offset = divmod(slot, case.block_size)
+    if case.layout == INTERLEAVED and element == base + slot * case.slot_stride:
+        return (
+            f": {case.layout_words()}; the {name} went to slot * slot_stride, as if blocks "
+            "were block_size slots apart"
+        )
+    if case.layout == PADDED and element in (
+        base + slot * case.row,
+        base + block * case.block_stride + offset * case.row,
+    ):
+        return f": {case.layout_words()}; the {name}'s slot was counted in rows of ROW"
+    return ""
 
 
 def explain_cache(
     case: CacheCase,
-    name: str,
-    written: Tensor,
-    other: Tensor,
-    got: Tensor,
+    storage: CacheStorage,
+    expected: list[Tensor],
+    key_rows: Tensor,
+    value_rows: Tensor,
     pad_id: int = PAD_SLOT_ID,
 ) -> Wrong | None:
-    """The first invariant that the ``name`` cache's guarded buffer ``got`` breaks, or None.
-
-    written: [num_tokens, row], what each token should write there; other: the same for the
-    other cache (to spot key and value swapped); got: [rows of the guarded buffer, row]."""
-    poison_row = torch.full((case.row,), POISON)
-    rows = [tuple(r) for r in got.tolist()]
-    found: dict[tuple, int] = {}
-    for index, r in enumerate(rows):
-        found.setdefault(r, index)
-    mine = [tuple(r) for r in written.tolist()]
-    theirs = [tuple(r) for r in other.tolist()]
+    """The first invariant that the buffers of ``storage`` break, or None. ``expected``: the
+    buffers as the reference writes them; key_rows, value_rows: [num_tokens, row]."""
+    rows = {"key": key_rows.tolist(), "value": value_rows.tolist()}
     hint_slot = (
         "A slot is physical block floor(slot / B) at offset slot mod B (B = block_size); "
         "the cache's two strides turn that (block, offset) pair into the first element of "
-        "the slot's row."
+        "the slot's row: block * block_stride + offset * slot_stride."
     )
     # A padding token writes nothing.
     for token, slot in enumerate(case.slots):
-        if slot == pad_id and mine[token] in found:
-            return Wrong(
-                f"a padding token (token {token}, slot {slot}) wrote into the cache: its "
-                f"{name} landed in {_where_row(found[mine[token]], case)}",
-                "nothing written for a PAD token",
-                f"{name} of token {token} in the cache",
-                f"A slot of PAD_ID ({pad_id}) means: write nothing (return early, or mask the "
-                "stores). Under context parallelism these are the tokens other ranks store.",
-            )
+        for name in ("key", "value"):
+            found = _find_row(storage, rows[name][token]) if slot == pad_id else None
+            if found is not None:
+                return Wrong(
+                    f"a padding token (token {token}, slot {slot}) wrote into the cache: its "
+                    f"{name} landed in {where_in_storage(storage, case, *found)}",
+                    "nothing written for a PAD token",
+                    f"{name} of token {token} in the cache",
+                    f"A slot of PAD_ID ({pad_id}) means: write nothing (return early, or mask "
+                    "the stores). Under context parallelism these are the tokens other ranks "
+                    "store.",
+                )
     # Every real token's row is in its slot.
     for token, slot in enumerate(case.slots):
         if slot == pad_id:
             continue
-        index = GUARD_ROWS + slot
-        if rows[index] == mine[token]:
+        block, offset = divmod(slot, case.block_size)
+        for name, other in (("key", "value"), ("value", "key")):
+            buffer, base = storage.bases[name]
+            start = base + block * case.block_stride + offset * case.slot_stride
+            there = storage.buffers[buffer][start : start + case.row].cpu()
+            mine = torch.tensor(rows[name][token])
+            if torch.equal(there, mine):
+                continue
+            where = _slot_words(slot, case)
+            if torch.equal(there, torch.tensor(rows[other][token])):
+                return Wrong(
+                    f"token {token}'s {other} was written into the {name} cache ({where}): "
+                    "key and value are swapped",
+                    f"{name} of token {token}",
+                    f"{other} of token {token}",
+                    "key_ptr goes to key_cache_ptr, value_ptr to value_cache_ptr.",
+                )
+            found = _find_row(storage, rows[name][token])
+            if found is not None:
+                landed = where_in_storage(storage, case, *found)
+                layout = ""
+                if found[0] == buffer:
+                    layout = _layout_mistake(case, name, slot, found[1], base)
+                return Wrong(
+                    f"token {token}'s {name} landed in {landed} instead of the {name} cache's "
+                    f"{where}{layout}",
+                    f"slot {slot}",
+                    landed,
+                    hint_slot,
+                )
+            if bool((there == POISON).all()):
+                return Wrong(
+                    f"token {token}'s {name} was never written: {where} still holds the poison",
+                    f"token {token}'s {name}",
+                    "poison (-999.0)",
+                    hint_slot,
+                )
+            wrong = int((there != mine).nonzero()[0, 0])
+            head, dim = divmod(wrong, case.head_dim)
+            return Wrong(
+                f"{where} holds wrong numbers for token {token}'s {name}: element {wrong} (head "
+                f"{head}, dim {dim}) is {float(there[wrong]):.4g}, expected "
+                f"{float(mine[wrong]):.4g}",
+                f"{float(mine[wrong]):.4g}",
+                f"{float(there[wrong]):.4g}",
+                "Copy the token's whole row of num_heads * head_dim elements in order; mask the "
+                "lanes >= ROW on the loads and the stores, and never write past the row.",
+            )
+    # Nothing else changed: no stray writes into other slots, the padding or the guards.
+    for index, (got, want) in enumerate(zip(storage.buffers, expected, strict=True)):
+        changed = torch.nonzero(got.cpu() != want).flatten().tolist()
+        if not changed:
             continue
-        where = f"slot {slot} (block {slot // case.block_size}, offset {slot % case.block_size})"
-        if mine[token] in found:
-            return Wrong(
-                f"token {token}'s {name} landed in {_where_row(found[mine[token]], case)} "
-                f"instead of {where}",
-                f"slot {slot}",
-                _where_row(found[mine[token]], case),
-                hint_slot,
-            )
-        if rows[index] == theirs[token]:
-            other_name = "value" if name == "key" else "key"
-            return Wrong(
-                f"token {token}'s {other_name} was written into the {name} cache ({where}): "
-                "key and value are swapped",
-                f"{name} of token {token}",
-                f"{other_name} of token {token}",
-                "key_ptr goes to key_cache_ptr, value_ptr to value_cache_ptr.",
-            )
-        got_row = torch.tensor(rows[index])
-        if torch.equal(got_row, poison_row):
-            return Wrong(
-                f"token {token}'s {name} was never written: {where} still holds the poison",
-                f"token {token}'s {name}",
-                "poison (-999.0)",
-                hint_slot,
-            )
-        wrong = int((got_row != torch.tensor(mine[token])).nonzero()[0, 0])
-        head, dim = divmod(wrong, case.head_dim)
+        first = changed[0]
+        near = [e for e in changed if e - first < case.slot_stride]
         return Wrong(
-            f"{where} holds wrong numbers for token {token}'s {name}: element {wrong} (head "
-            f"{head}, dim {dim}) is {rows[index][wrong]:.4g}, expected {mine[token][wrong]:.4g}",
-            f"{mine[token][wrong]:.4g}",
-            f"{rows[index][wrong]:.4g}",
-            "Copy the token's whole row of num_heads * head_dim elements in order; mask the "
-            "lanes >= ROW on the loads and the stores, and never write past the row.",
-        )
-    # Nothing else changed: no stray writes into other slots or the guards.
-    targets = {GUARD_ROWS + s for s in case.slots if s != pad_id}
-    for index, r in enumerate(rows):
-        if index in targets or r == tuple(poison_row.tolist()):
-            continue
-        changed = [i for i, v in enumerate(r) if v != POISON]
-        return Wrong(
-            f"{_where_row(index, case)}, which no token writes, was overwritten (elements "
-            f"{changed[0]}..{changed[-1]} of its {case.row}): a store wrote past a token's row",
+            f"{where_in_storage(storage, case, index, first)}, which no token writes, was "
+            f"overwritten ({plural(len(near), 'element')} there): a store wrote past a "
+            "token's row",
             "poison (-999.0) everywhere no token writes",
             f"{plural(len(changed), 'element')} changed",
             f"A token's row has ROW = num_heads * head_dim = {plural(case.row, 'element')} but "
@@ -237,17 +347,22 @@ def judge_reshape_and_cache(kernel: Any, case: CacheCase) -> None:
             hint="Pass the kernel itself: check('07.reshape_and_cache', your_kernel).",
         )
     key, value, slots = case.tensors()
-    key_buffer, key_cache = guarded_caches(case)
-    value_buffer, value_cache = guarded_caches(case)
-    launch_reshape_and_cache_kernel(kernel, key, value, key_cache, value_cache, slots)
-    key_rows, value_rows = key.reshape(-1, case.row).cpu(), value.reshape(-1, case.row).cpu()
-    for name, buffer, written, other in (
-        ("key", key_buffer, key_rows, value_rows),
-        ("value", value_buffer, value_rows, key_rows),
-    ):
-        wrong = explain_cache(case, name, written, other, buffer.view(-1, case.row).cpu())
-        if wrong is not None:
-            raise wrong
+    storage = cache_storage(case)
+    reference = CacheStorage([b.clone().cpu() for b in storage.buffers], storage.bases)
+    for cache, rows in zip(reference.caches(case), (key, value), strict=True):
+        for token, slot in enumerate(case.slots):
+            if slot != PAD_SLOT_ID:
+                cache[slot // case.block_size, slot % case.block_size] = rows[token].cpu()
+    launch_reshape_and_cache_kernel(kernel, key, value, *storage.caches(case), slots)
+    wrong = explain_cache(
+        case,
+        storage,
+        reference.buffers,
+        key.reshape(-1, case.row).cpu(),
+        value.reshape(-1, case.row).cpu(),
+    )
+    if wrong is not None:
+        raise wrong
 
 
 def _cache_cases() -> list[tuple[str, CacheCase]]:
@@ -264,6 +379,16 @@ def _cache_cases() -> list[tuple[str, CacheCase]]:
         ),
         ("3 heads of 2: a row of 6 elements, a tile of 8 lanes", CacheCase([1, 2], 2, 2, 3, 2)),
         ("the cache's last slot", CacheCase([0, 11], 3, 4, 1, 3, seed=4)),
+        (
+            "a cache whose block stride is not block_size x slot stride: K and V interleaved "
+            "in one tensor",
+            CacheCase([9, 2, -1, 4, 11], 3, 4, 2, 2, seed=5, layout=INTERLEAVED),
+        ),
+        (
+            "a cache whose slot stride is not ROW: each slot's row padded",
+            CacheCase([5, 0, 6, -1, 11], 3, 4, 1, 3, seed=6, layout=PADDED),
+        ),
+        ("no tokens at all", CacheCase([], 2, 4, 1, 2, seed=7)),
     ]
 
 
@@ -282,13 +407,15 @@ def cache_cases(draw: st.DrawFn) -> CacheCase:
         draw(st.integers(1, 3)),
         draw(st.sampled_from([1, 2, 3, 4, 8])),
         draw(st.integers(0, 1000)),
+        draw(st.sampled_from(LAYOUTS)),
     )
 
 
 CACHE_HINT = (
     "A PAD_ID slot writes nothing. Any other slot is physical block floor(slot / B) at "
     "offset slot mod B (B = block_size); the token's row of ROW elements goes to that slot's "
-    "row, found through the cache's strides, in both caches."
+    "row, block * block_stride + offset * slot_stride, in both caches: the caches may be "
+    "strided (K and V interleaved in one tensor, padded slots)."
 )
 
 register(
@@ -697,6 +824,7 @@ def _read_cases() -> list[tuple[str, ReadCase]]:
         ("full blocks only", ReadCase([8, 4], 4, seed=3)),
         ("a request of length 0: out 0, lse -inf", ReadCase([0, 5], 2, seed=4)),
         ("3 heads of 3 dims, one position", ReadCase([1, 6], 4, num_heads=3, head_dim=3, seed=5)),
+        ("a long request: 100 positions in blocks of 16", ReadCase([100, 3], 16, seed=6)),
     ]
 
 

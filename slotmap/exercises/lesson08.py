@@ -56,6 +56,11 @@ BAND = (0.95, 1.25)
 RELATIVE = 1e-3  # against the model itself: float arithmetic only
 
 
+def band_words() -> str:
+    """The band in words, as exercise 08's text states it."""
+    return f"the measurement must be between {BAND[0]:.2f}× and {BAND[1]:.2f}× your prediction"
+
+
 # ---------------------------------------------------------------------------------------------
 # The model (the lesson shows it; the exercises ask for it)
 # ---------------------------------------------------------------------------------------------
@@ -289,10 +294,9 @@ def judge_prediction(candidate: Callable[..., float], case: TimeCase) -> None:
         if BAND[0] <= ratio <= BAND[1]:
             return
         speed = f"{ratio:.3g}x too fast" if ratio > 1 else f"{1 / ratio:.3g}x too slow"
-        band = f"{1 / BAND[1]:.2f}x to {1 / BAND[0]:.2f}x the measurement"
         raise Wrong(
             f"predicted {got:.4g} µs for {case.record}, measured {case.measured_us:.4g} µs: "
-            f"{speed} (a prediction within {band} passes)" + (f": {why}" if why else ""),
+            f"{speed} ({band_words()})" + (f": {why}" if why else ""),
             f"{expected:.4g} µs (max(floor, bytes / bandwidth)); measured "
             f"{case.measured_us:.4g} µs",
             f"{got:.4g} µs",

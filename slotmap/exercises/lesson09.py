@@ -22,6 +22,7 @@ guarded, every group writing row 0, rows assumed ``max_num_tokens`` apart.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from slotmap.exercises.cases import (
     SlotCase,
     checked_launch,
     explain_slot_mapping,
+    max_block_number_of,
 )
 from slotmap.exercises.core import Exercise, Skipped, Wrong, register
 from slotmap.exercises.lesson03 import _gather_error, _is_power_of_two, _mid_block_failure
@@ -193,6 +195,7 @@ class GroupsCase:
     block_sizes: list[int]
     circular: list[bool]
     max_num_tokens: int | None = None  # None: no padding tail
+    window: int | None = None  # BLOCK_TABLE_WINDOW_SIZE if not group_window's (any that fits)
 
     @property
     def num_tokens(self) -> int:
@@ -254,6 +257,8 @@ class GroupsCase:
         ]
         if self.max_num_tokens is not None and self.max_num_tokens != self.num_tokens:
             parts.append(f"max_num_tokens={self.max_num_tokens}")
+        if self.window is not None:
+            parts.append(f"BLOCK_TABLE_WINDOW_SIZE={self.window}")
         return ", ".join(parts)
 
 
@@ -280,6 +285,22 @@ def _groups_case(
         tables.append(rows)
     max_num_tokens = starts[-1] + padding if padding else None
     return GroupsCase(starts, positions, tables, list(block_sizes), list(circular), max_num_tokens)
+
+
+def _large_blocks(case: GroupsCase, bases: Sequence[int]) -> GroupsCase:
+    """``case`` with group g's block numbers moved up by ``bases[g]`` (a base past 2^24: block
+    numbers a float32 cannot hold), or down from the group's largest block when the base is
+    -1 (slots up to INT32_MAX)."""
+    for g, (table, base) in enumerate(zip(case.block_tables, bases, strict=True)):
+        top = max_block_number_of(case.block_sizes[g])
+        for row in table:
+            row[:] = [top - b if base == -1 else base + b for b in row]
+    return case
+
+
+def _with_window(case: GroupsCase, window: int) -> GroupsCase:
+    case.window = window
+    return case
 
 
 def _fused_cases() -> list[tuple[str, GroupsCase]]:
@@ -309,6 +330,21 @@ def _fused_cases() -> list[tuple[str, GroupsCase]]:
             "three groups, decode steps deep into their rows",
             _groups_case([1, 1, 1], [13, 0, 30], [4, 2, 16], [False, False, True]),
         ),
+        # Only a launch of circular groups has tiles with no slot; its window need not be
+        # the smallest (1 entry): a base left at INT32_MAX then forms addresses that wrap.
+        (
+            "sliding windows only, a request with no position >= 0, launched with a window of "
+            "4 entries (any window that holds a tile's blocks is valid)",
+            _with_window(_groups_case([3, 2], [0, -3], [4, 8], [True, True], padding=1), 4),
+        ),
+        (
+            "block numbers above 2^24: blocks of 1 numbered up to 2^31 - 1, blocks of 16 and "
+            "a ring of 8 from 2^24 + 1",
+            _large_blocks(
+                _groups_case([5, 3], [0, 9], [1, 16, 8], [False, False, True], padding=1),
+                [-1, 2**24 + 1, 2**27 + 3],
+            ),
+        ),
     ]
 
 
@@ -329,6 +365,9 @@ def _fused_strategy(draw: st.DrawFn) -> GroupsCase:
     firsts = [draw(st.integers(-n - 2 if rings_only else 0, 30)) for n in lengths]
     padding = draw(st.integers(0 if sum(lengths) else 1, 10))
     case = _groups_case(lengths, firsts, sizes, rings, padding)
+    if draw(st.booleans()):  # block numbers an engine's table can hold, most above 2^24
+        tops = [max_block_number_of(size) - 200 for size in sizes]
+        _large_blocks(case, [draw(st.integers(0, top)) for top in tops])
     # Shuffle block numbers within each group: a kernel must not rely on them being in order.
     for table in case.block_tables:
         entries = [b for row in table for b in row]
@@ -406,7 +445,8 @@ def launch_fused_kernel(kernel: Any, case: GroupsCase, tile_size: int = TILE) ->
     constants = dict(
         PAD_ID=PAD_SLOT_ID,
         TILE_BLOCK_SIZE=tile_size,
-        BLOCK_TABLE_WINDOW_SIZE=group_window(tile_size, case.block_sizes, case.circular),
+        BLOCK_TABLE_WINDOW_SIZE=case.window
+        or group_window(tile_size, case.block_sizes, case.circular),
     )
     grid = (groups, case.num_reqs + 1)
     run_kernel(kernel, grid, kernel_args(tensors, case.num_tokens, length, out), constants)
@@ -540,6 +580,31 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
     return None
 
 
+def _sentinel_read(case: GroupsCase, wrong: Wrong) -> Wrong | None:
+    """A read about 2^31 entries before a tensor in a launch with a slot-less tile: the window
+    started at the INT32_MAX sentinel, and INT32_MAX + 1 wrapped to -2^31."""
+    read = re.search(r"reads \w+\[(-\d+)\]", wrong.invariant)
+    slotless = [
+        q
+        for q in range(case.num_reqs)
+        if case.query_start_loc[q] < case.query_start_loc[q + 1]
+        and all(
+            p < 0 for p in case.positions[case.query_start_loc[q] : case.query_start_loc[q + 1]]
+        )
+    ]
+    if read is None or int(read.group(1)) > -(2**20) or not slotless:
+        return None
+    return Wrong(
+        f"{wrong.invariant}: request {slotless[0]}'s tiles have no lane with a slot (every "
+        "position is negative), so the window's base stayed at the INT32_MAX sentinel and "
+        "INT32_MAX + 1 wrapped to -2^31",
+        wrong.expected,
+        wrong.got,
+        "A tile in which no lane has a slot starts its window at 0: replace a base still at "
+        "INT32_MAX by 0 before forming any address from it.",
+    )
+
+
 def judge_fused(kernel: Any, case: GroupsCase) -> None:
     """Launch ``kernel`` on ``case`` and raise ``Wrong`` with the first broken invariant."""
     if not hasattr(kernel, "__getitem__"):
@@ -549,6 +614,8 @@ def judge_fused(kernel: Any, case: GroupsCase) -> None:
         )
     try:
         buffer = launch_fused_kernel(kernel, case)
+    except Wrong as wrong:
+        raise _sentinel_read(case, wrong) or wrong from None
     except Exception as error:
         wrong = _gather_error(error)
         if wrong is None:
