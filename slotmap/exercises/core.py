@@ -231,11 +231,15 @@ def _crash(error: BaseException, hint: str) -> tuple[str, str, str, str]:
                 "your code, run that cell, then this one"
             ),
         )
+    from slotmap.exercises.gradecheck import RemoteError
+
     where = ""
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         if not _is_library_frame(frame.filename):
             where = f" in {frame.name}, line {frame.lineno}: {(frame.line or '').strip()}"
             break
+    if isinstance(error, RemoteError):  # raised in the learner's kernel: its line is there
+        where = error.where
     return f"your code raised {type(error).__name__}: {error}{where}", "", "", hint
 
 
