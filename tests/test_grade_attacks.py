@@ -754,3 +754,63 @@ def test_a_killed_grader_takes_its_kernels_along_and_the_next_run_cleans_up(publ
     assert all(f.exists() for f in folders)  # what a killed run keeps, until the next run
     with Grader(GradeOptions(sandbox_user=False)):
         assert not any(f.exists() for f in folders)
+
+
+# ---------------------------------------------------------------------------------------------
+# Grading output: later checks after a cell timeout, untouched stubs, a table that fits
+# ---------------------------------------------------------------------------------------------
+REGION_SOLUTION = notebook(
+    cell("code", IMPORT, "imports"),
+    cell(
+        "code",
+        "def slot_of(p, row, size):\n    ### BEGIN SOLUTION\n"
+        "    return row[p // size] * size + p % size\n    ### END SOLUTION",
+        "answer",
+    ),
+    cell("code", CHECK, "check-slot-of"),
+)
+
+
+def test_later_checks_run_after_a_timeout_and_an_untouched_stub_is_not_attempted(tmp_path):
+    from slotmap.exercises.build import cut_code
+
+    folder = solutions(tmp_path)
+    write(folder, {"01_r.ipynb": REGION_SOLUTION})
+    stub = cut_code(REGION_SOLUTION["cells"][1]["source"], "")
+    wrong = stub.replace("raise NotImplementedError()", "return p")
+    hang = cell("code", "import time\ntime.sleep(600)", "hang")
+    notebooks = {
+        "a_hang_01_x.ipynb": submission(hang, answer=GOOD),
+        "b_untouched_01_r.ipynb": submission(answer=stub),
+        "c_tried_01_r.ipynb": submission(answer=wrong),
+    }
+    submitted = write(tmp_path / "submissions", notebooks)
+    grades = {
+        g.notebook: g
+        for g in grade_folder(
+            submitted, solutions=folder, options=GradeOptions(timeout=60, jobs=2)
+        )
+    }
+    # The hung cell is interrupted at its limit; the check after it runs on its own.
+    assert grades["a_hang_01_x.ipynb"].results == {"01.slot_of": "PASS"}
+    assert "interrupted" in grades["a_hang_01_x.ipynb"].error
+    assert grades["b_untouched_01_r.ipynb"].results == {"01.slot_of": "not attempted"}
+    assert grades["c_tried_01_r.ipynb"].results == {"01.slot_of": "FAIL"}
+
+
+def test_the_table_fits_the_terminal_and_the_json_keeps_everything():
+    from slotmap.exercises.grade import Grade, grades_json, table
+
+    exercises = [f"0{n // 3 + 1}.exercise_{n}" for n in range(24)]
+    few = [Grade(f"learner_{i}.ipynb", dict.fromkeys(exercises, "PASS")) for i in range(3)]
+    many = [Grade(f"learner_{i}.ipynb", dict.fromkeys(exercises, "FAIL")) for i in range(40)]
+    small = [Grade("a.ipynb", {"01.slot_of": "PASS", "01.slot_mapping": "FAIL"})]
+    for grades, layout in ((small, "notebook"), (few, "exercise"), (many, "notebook")):
+        lines = table(grades, width=100).splitlines()
+        assert max(len(line) for line in lines) <= 100
+        assert lines[0].split()[0] == layout
+    # Three learners: an exercise a row; forty: a line per learner and exercise.
+    assert len(table(few, width=100).splitlines()) == 2 + len(exercises) + 1
+    assert len(table(many, width=100).splitlines()) == 2 + 40 * (len(exercises) + 1)
+    assert len(table(few, width=1000).splitlines()) == 2 + len(few)
+    assert [g["results"] for g in json.loads(grades_json(many))] == [g.results for g in many]
