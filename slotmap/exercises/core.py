@@ -57,6 +57,17 @@ class Skipped(Exception):
         self.reason = reason
 
 
+class RemoteError(Exception):
+    """An exception the candidate raised in another process (``slotmap grade``'s kernel): its
+    type's name, message and the line of the learner's code it came from (``where``)."""
+
+    message = ""
+    where = ""
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def plural(count: int, noun: str, many: str = "") -> str:
     """``count`` and ``noun``, the noun in the plural unless ``count`` is 1: "1 entry",
     "2 entries", "3 cases"; ``many`` gives an irregular plural."""
@@ -231,8 +242,6 @@ def _crash(error: BaseException, hint: str) -> tuple[str, str, str, str]:
                 "your code, run that cell, then this one"
             ),
         )
-    from slotmap.exercises.gradecheck import RemoteError
-
     where = ""
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         if not _is_library_frame(frame.filename):

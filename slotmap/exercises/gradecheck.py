@@ -175,20 +175,11 @@ def _decode(value: Any, arguments: list[Any], depth: int = 0) -> Any:
     return {k: _decode(v, arguments, depth + 1) for k, v in value.items()}
 
 
-class RemoteError(Exception):
-    """An exception the candidate raised in the kernel: its type's name, message and the line
-    of the learner's code it came from (``where``)."""
-
-    message = ""
-    where = ""
-
-    def __str__(self) -> str:
-        return self.message
-
-
 def _remote_error(info: dict[str, Any]) -> BaseException:
     """The judge's exception for one raised in the kernel: of the same builtin (or slotmap)
     class where there is one, so that a judge's ``except ValueError`` still holds."""
+    from slotmap.exercises.core import RemoteError
+
     name = str(info.get("type", "Exception"))
     module = str(info.get("module", ""))
     base: type = Exception
@@ -424,7 +415,7 @@ class Judge:
                 if exercise in taken:  # a second connection for one exercise: a failure
                     for record in self.records:
                         if record["exercise"] == exercise:
-                            record["passed"] = False
+                            record.update(passed=False, twice=True)
                             record.pop("skipped", None)
                     return
                 record: dict[str, Any] = {"exercise": exercise, "passed": False, "cell": cell}
@@ -448,7 +439,7 @@ class Judge:
                 exercise, _proxy(_Channel(conn), hello), max_examples=max_examples
             )
         with self.lock:
-            if "passed" in record and record.get("passed") is False and record in self.records:
+            if not record.get("twice"):
                 record["passed"] = result.passed is True
                 if result.skipped:
                     record["skipped"] = str(result.skipped)
