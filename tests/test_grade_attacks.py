@@ -246,7 +246,16 @@ def faking_notebooks() -> dict[str, dict]:
                 "patch",
             ),
         ),
-        # The routes into the judge when it ran in the kernel: each now meets no judge there.
+        # Controls: the same shape, honest.
+        "honest_good_01_x.ipynb": submission(answer=GOOD),
+        "honest_stub_01_x.ipynb": submission(),
+    }
+
+
+def judge_route_notebooks() -> dict[str, dict]:
+    """name -> a stub submission that takes a route into the judge as it was when the judge
+    ran in the kernel (each gave a PASS then); now no judge runs there."""
+    return {
         "global_open_01_x.ipynb": submission(cell("code", DOCTORED_OPEN, "open")),
         "patched_exec_01_x.ipynb": submission(cell("code", PATCHED_EXEC, "exec")),
         "run_cell_hook_01_x.ipynb": submission(cell("code", FORGE + RUN_CELL_HOOK, "hook")),
@@ -255,15 +264,22 @@ def faking_notebooks() -> dict[str, dict]:
         ),
         "in_history_01_x.ipynb": submission(cell("code", FORGE, "forge"), answer=IN_READING_STUB),
         "faked_skip_01_x.ipynb": submission(answer=SKIPPING_STUB),
-        # Controls: the same shape, honest.
-        "honest_good_01_x.ipynb": submission(answer=GOOD),
-        "honest_stub_01_x.ipynb": submission(),
     }
 
 
 @pytest.fixture(scope="module")
 def faked(tmp_path_factory):
     return grade(tmp_path_factory.mktemp("faking"), faking_notebooks(), jobs=2)
+
+
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory):
+    return grade(tmp_path_factory.mktemp("routes"), judge_route_notebooks(), jobs=2)
+
+
+@pytest.mark.parametrize("name", list(judge_route_notebooks()))
+def test_a_route_into_the_judge_meets_no_judge(routed, name):
+    assert routed[name].results == {"01.slot_of": "FAIL"}, routed[name]
 
 
 def test_honest_notebooks_grade_as_before(faked):
