@@ -593,8 +593,12 @@ def table(grades: list[Grade], width: int | None = None) -> str:
     )
     long = _columns(
         [["notebook", "exercise", "result"]]
-        + [[g.notebook, e, _verdict(r)] for g in grades for e, r in g.results.items()]
-        + [[g.notebook, "passed", _summary(g)] for g in grades]
+        + [
+            row
+            for g in grades
+            for row in [*([g.notebook, e, _verdict(r)] for e, r in g.results.items())]
+            + [[g.notebook, "passed", _summary(g)]]
+        ]
     )
     lines = next((t for t in (wide, tall) if max(len(line) for line in t) <= width), long)
     for grade in grades:
