@@ -515,14 +515,19 @@ def grade(args: argparse.Namespace) -> int:
         else:
             print(f"[{done}/{total}] {one.notebook}: {verdict}", file=sys.stderr, flush=True)
 
-    # A terminated grader stops its notebooks (grade_folder cleans up on the way out).
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # A terminated (or hung-up) grader stops its notebooks (grade_folder cleans up on the way
+    # out); a killed one takes them along by their parent-death signal.
+    previous = {
+        sig: signal.signal(sig, lambda number, _: sys.exit(128 + number))
+        for sig in (signal.SIGTERM, signal.SIGHUP)
+    }
     try:
         grades = grade_folder(
             folder, solutions=Path(args.solutions), options=options, on_grade=finished
         )
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     # Every kernel is dead by now: nothing can change the table or the file after this.
     print(table(grades))
     if args.json:

@@ -481,19 +481,29 @@ def test_a_skip_raised_by_the_learners_code_is_a_crash_not_a_skip():
     assert result.failure.invariant.startswith("your code raised Skipped: no GPU here, honest")
 
 
-def test_a_skip_counts_in_a_grade_only_with_its_reason_signed():
+def test_a_skip_counts_in_a_grade_only_from_the_judge():
     from slotmap.exercises.grade import verify
-    from slotmap.exercises.gradecheck import signature
 
     checks = {3: ["09.fused_groups_time"]}
     skip = {"exercise": "09.fused_groups_time", "passed": False, "cell": 3, "skipped": "no GPU"}
-    signed = dict(skip, signature=signature("s", skip))
-    verdict = verify([{"cell": 3, "records": [signed]}], checks, "s")
+    verdict = verify([{"cell": 3, "judged": [skip]}], checks)
     assert verdict == ({"09.fused_groups_time": "SKIP: no GPU"}, 0)
-    # A failure's signed record with a reason added afterwards is a forgery: not accepted.
-    fail = {key: value for key, value in skip.items() if key != "skipped"}
-    forged = dict(fail, signature=signature("s", fail), skipped="no GPU")
-    assert verify([{"cell": 3, "records": [forged]}], checks, "s") == ({}, 1)
+    # The same record shown by the notebook's kernel is not the judge's: not accepted.
+    assert verify([{"cell": 3, "records": [skip], "judged": []}], checks) == ({}, 1)
+
+
+def test_a_skip_raised_in_the_learners_kernel_is_a_crash_not_a_skip():
+    from slotmap.exercises.gradecheck import _remote_error
+
+    # What the judge makes of a Skipped that the kernel reports, even as slotmap's own class.
+    def remote(*args, **kwargs):
+        raise _remote_error(
+            {"type": "Skipped", "module": "slotmap.exercises.core", "message": "no GPU"}
+        )
+
+    result = run_check(DEMO, remote)
+    assert not result.skipped and result.failure is not None, result.report()
+    assert result.failure.invariant.startswith("your code raised Skipped: no GPU")
 
 
 @pytest.mark.skipif(slotmap.BACKEND.name == "cuda", reason="a GPU times the kernel")

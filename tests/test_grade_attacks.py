@@ -93,6 +93,70 @@ def grade(tmp: Path, notebooks: dict[str, dict], **options: object) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Faked results: every route, graded in one run (two at a time)
 # ---------------------------------------------------------------------------------------------
+# Doctors the checking code as the kernel reads it: every result a pass.
+DOCTORED_OPEN = """
+import builtins, io
+_open = builtins.open
+def open(path, *args, **kwargs):
+    handle = _open(path, *args, **kwargs)
+    if str(path).endswith("gradecheck.py"):
+        return io.StringIO(handle.read().replace("result.passed is True", "True"))
+    return handle
+"""
+PATCHED_EXEC = """
+import builtins
+_exec = builtins.exec
+def exec(source, *args):
+    if isinstance(source, str):
+        source = source.replace("result.passed is True", "True")
+    return _exec(source, *args)
+builtins.exec = exec
+"""
+# Re-signs every check result the kernel displays as a pass, with a secret found in the kernel.
+FORGE = """
+import re, hmac
+_shell = get_ipython()
+_publish = _shell.display_pub.publish
+def forge(text):
+    found = re.search(r"secret='([0-9a-f]+)'", text or "")
+    if not found:
+        return
+    secret = found.group(1)
+    def publish(data, *args, **kwargs):
+        record = dict(data.get("application/vnd.slotmap.check+json") or {})
+        if record:
+            record["passed"] = True
+            message = f"{record['exercise']}\\nTrue\\n{record['cell']}"
+            record["signature"] = hmac.new(secret.encode(), message.encode(), "sha256").hexdigest()
+            data = dict(data, **{"application/vnd.slotmap.check+json": record})
+        return _publish(data, *args, **kwargs)
+    _shell.display_pub.publish = publish
+"""
+RUN_CELL_HOOK = """
+get_ipython().events.register("pre_run_cell", lambda info: forge(info.raw_cell))
+"""
+STACK_WALKING_STUB = """
+import sys
+def slot_of(p, row, size):
+    frame = sys._getframe(1)
+    while frame is not None:
+        forge(repr(frame.f_locals.get("secret")).replace('"', "'").join(["secret=", ""]))
+        frame = frame.f_back
+    raise NotImplementedError()
+"""
+IN_READING_STUB = """
+def slot_of(p, row, size):
+    forge(get_ipython().user_ns["In"][-1])
+    raise NotImplementedError()
+"""
+# A Skipped raised as if by slotmap's own code (its frame names a file of the package).
+SKIPPING_STUB = """
+import slotmap.exercises.core as core
+def slot_of(p, row, size):
+    exec(compile("raise core.Skipped('no machine for this')", core.__file__, "exec"))
+"""
+
+
 def faking_notebooks() -> dict[str, dict]:
     """name -> a stub submission that tries to report a pass without passing."""
     display_pass = "from IPython.display import display\n" + (
@@ -188,9 +252,34 @@ def faking_notebooks() -> dict[str, dict]:
     }
 
 
+def judge_route_notebooks() -> dict[str, dict]:
+    """name -> a stub submission that takes a route into the judge as it was when the judge
+    ran in the kernel (each gave a PASS then); now no judge runs there."""
+    return {
+        "global_open_01_x.ipynb": submission(cell("code", DOCTORED_OPEN, "open")),
+        "patched_exec_01_x.ipynb": submission(cell("code", PATCHED_EXEC, "exec")),
+        "run_cell_hook_01_x.ipynb": submission(cell("code", FORGE + RUN_CELL_HOOK, "hook")),
+        "stack_walk_01_x.ipynb": submission(
+            cell("code", FORGE, "forge"), answer=STACK_WALKING_STUB
+        ),
+        "in_history_01_x.ipynb": submission(cell("code", FORGE, "forge"), answer=IN_READING_STUB),
+        "faked_skip_01_x.ipynb": submission(answer=SKIPPING_STUB),
+    }
+
+
 @pytest.fixture(scope="module")
 def faked(tmp_path_factory):
     return grade(tmp_path_factory.mktemp("faking"), faking_notebooks(), jobs=2)
+
+
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory):
+    return grade(tmp_path_factory.mktemp("routes"), judge_route_notebooks(), jobs=2)
+
+
+@pytest.mark.parametrize("name", list(judge_route_notebooks()))
+def test_a_route_into_the_judge_meets_no_judge(routed, name):
+    assert routed[name].results == {"01.slot_of": "FAIL"}, routed[name]
 
 
 def test_honest_notebooks_grade_as_before(faked):
@@ -286,23 +375,38 @@ import os, time
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
-        time.sleep(3)
+        open({pid!r}, "w").write(str(os.getpid()))
+        while not os.path.exists({go!r}):  # the test says when: after the grading has ended
+            time.sleep(0.05)
         for path in ({report!r}, {marker!r}):
             try:
                 open(path, "w").write("forged by a daemon")
             except OSError:
                 pass
+        open({done!r}, "w").write("tried")
         os._exit(0)
     os._exit(0)
 """
 
 
-def _daemon_attack(tmp_path: Path, sandbox_user: bool) -> tuple[Path, Path]:
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _daemon_attack(tmp_path: Path, sandbox_user: bool) -> tuple[Path, Path, bool]:
     from slotmap.cli import main
 
     drop = _drop(tmp_path)
     report, marker = drop / "grades.json", drop / "marker"
-    daemon = DAEMON.format(report=str(report), marker=str(marker))
+    pid, go, done = drop / "pid", drop / "go", drop / "done"
+    daemon = DAEMON.format(
+        report=str(report), marker=str(marker), pid=str(pid), go=str(go), done=str(done)
+    )
     write(tmp_path / "submissions", {"a_01_x.ipynb": submission(cell("code", daemon, "d"))})
     options = ["--timeout", "120", "--json", str(report), "--solutions", str(solutions(tmp_path))]
     if not sandbox_user:
@@ -311,19 +415,28 @@ def _daemon_attack(tmp_path: Path, sandbox_user: bool) -> tuple[Path, Path]:
         assert main(["grade", str(tmp_path / "submissions"), *options]) == 0
     finally:
         os.environ.pop("SLOTMAP_GRADE_SANDBOX_USER", None)
-    time.sleep(5)  # past the daemon's wake-up: it must be dead by now
-    return report, marker
+    # The daemon started (it wrote its pid) and is dead now that the grading has ended; were it
+    # alive, it would write as soon as it is told to go, and the test waits until it has.
+    survived = _running(int(pid.read_text()))
+    go.write_text("go")
+    if survived:
+        deadline = time.monotonic() + 120
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return report, marker, survived
 
 
 @ROOT_ONLY
 def test_a_daemon_left_behind_cannot_rewrite_the_report(public):
-    report, marker = _daemon_attack(public, sandbox_user=True)
+    report, marker, survived = _daemon_attack(public, sandbox_user=True)
+    assert not survived
     assert json.loads(report.read_text())[0]["results"] == {"01.slot_of": "FAIL"}
     assert not marker.exists()
 
 
 def test_a_daemon_is_killed_without_a_user_of_its_own_too(public):
-    report, marker = _daemon_attack(public, sandbox_user=False)
+    report, marker, survived = _daemon_attack(public, sandbox_user=False)
+    assert not survived
     assert json.loads(report.read_text())[0]["results"] == {"01.slot_of": "FAIL"}
     assert not marker.exists()
 
@@ -539,27 +652,181 @@ def test_a_malformed_notebook_is_an_error_of_its_own(tmp_path):
     assert "not a notebook" in grades["bad_01_x.ipynb"].error
 
 
-def test_only_one_record_signed_for_its_own_cell_and_exercise_counts():
+def test_only_the_judges_one_verdict_for_its_own_cell_counts():
     from slotmap.exercises.grade import verify
-    from slotmap.exercises.gradecheck import signature
-
-    def signed(secret: str, **record: object) -> dict:
-        return dict(record, signature=signature(secret, record))
 
     checks = {3: ["01.slot_of"], 5: ["01.slot_mapping"]}
-    good = signed("s", exercise="01.slot_of", passed=True, cell=3)
-    assert verify([{"cell": 3, "records": [good]}], checks, "s") == ({"01.slot_of": "PASS"}, 0)
-    forged = [
-        signed("guess", exercise="01.slot_of", passed=True, cell=3),  # another secret
-        signed("s", exercise="01.slot_of", passed=True, cell=5),  # another cell's
-        dict(good, passed=True, cell=3, signature="0" * 64),
-        {"exercise": "01.slot_of", "passed": True},  # unsigned
-    ]
-    assert verify([{"cell": 3, "records": forged}], checks, "s") == ({}, 4)
-    # A record moved to another cell does not count there either.
-    assert verify([{"cell": 5, "records": [good]}], checks, "s") == ({}, 1)
-    # Two signed records for one exercise in one cell: something forged one; a fail.
-    failed = signed("s", exercise="01.slot_of", passed=False, cell=3)
-    assert verify([{"cell": 3, "records": [good, failed]}], checks, "s")[0] == {
-        "01.slot_of": "FAIL"
+    good = {"exercise": "01.slot_of", "passed": True, "cell": 3}
+    assert verify([{"cell": 3, "judged": [good]}], checks) == ({"01.slot_of": "PASS"}, 0)
+    # A record the kernel displayed never counts, however it looks; it is counted as ignored.
+    assert verify([{"cell": 3, "records": [good], "judged": []}], checks) == ({}, 1)
+    # A verdict for another cell's exercise, or moved to another cell, does not count there.
+    assert verify([{"cell": 5, "judged": [good]}], checks) == ({}, 0)
+    assert verify([{"cell": 3, "judged": [dict(good, cell=5)]}], checks) == ({}, 0)
+    # Two verdicts for one exercise in one cell (two connections to the judge): a fail.
+    failed = dict(good, passed=False)
+    assert verify([{"cell": 3, "judged": [good, failed]}], checks)[0] == {"01.slot_of": "FAIL"}
+
+
+# ---------------------------------------------------------------------------------------------
+# What grading lets through and leaves behind: credentials, temporary files, a killed grader
+# ---------------------------------------------------------------------------------------------
+CREDENTIALS = {
+    "DATABASE_URL": "postgres://app:hunter2@db/app",
+    "MYSQL_PWD": "hunter2",
+    "GITHUB_PAT": "ghp_0123456789",
+    "HTTPS_PROXY": "http://user:hunter2@proxy:3128",
+    "PIP_INDEX_URL": "https://user:hunter2@pypi.example/simple",
+    "TRITON_CACHE_DIR": "https://user:hunter2@x/",  # an allowed name, a URL with a password
+}
+
+
+def test_a_kernel_gets_only_allowed_environment_variables(monkeypatch):
+    from slotmap.exercises.grade import kernel_environment
+
+    environ = dict(CREDENTIALS, PATH="/usr/bin", LANG="C.UTF-8", SLOTMAP_BACKEND="cpu")
+    environ.update(TRITON_INTERPRET="1", OPENAI_API_KEY="sk-1", SLOTMAP_HUB_PASSWORD="x")
+    assert kernel_environment(environ) == {
+        "PATH": "/usr/bin",
+        "LANG": "C.UTF-8",
+        "SLOTMAP_BACKEND": "cpu",
+        "TRITON_INTERPRET": "1",
     }
+
+
+# The answer is right only when the kernel sees no credential, and it leaves files in every
+# temporary folder a kernel can write to.
+LEAKS = """
+import os, tempfile
+LEAKED = sorted(k for k in {names!r} if k in os.environ)
+for folder in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):
+    try:
+        open(os.path.join(folder, {token!r} + str(os.getpid())), "w").write("left behind")
+    except OSError:
+        pass
+def slot_of(p, row, size):
+    assert not LEAKED, LEAKED
+    return row[p // size] * size + p % size
+"""
+
+
+def _left_behind(token: str) -> list[str]:
+    found = []
+    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+        found += [str(p) for p in Path(folder).glob(f"{token}*")]
+    return found
+
+
+@ROOT_ONLY
+def test_a_kernel_sees_no_credential_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    token = f"slotmap-leak-{os.getpid()}-"
+    answer = LEAKS.format(names=sorted(CREDENTIALS), token=token)
+    try:
+        grades = grade(tmp_path, {"a_01_x.ipynb": submission(answer=answer)})
+        assert grades["a_01_x.ipynb"].results == {"01.slot_of": "PASS"}
+        assert _left_behind(token) == []
+    finally:
+        for path in _left_behind(token):
+            os.unlink(path)
+
+
+def test_a_killed_grader_takes_its_kernels_along_and_the_next_run_cleans_up(public):
+    import signal
+    import subprocess
+    import sys
+
+    from slotmap.exercises.grade import FOLDER_PREFIX, Grader
+
+    drop = _drop(public)
+    pid_file = drop / "kernel"
+    hang = (
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)"
+    )
+    write(public / "submissions", {"a_01_x.ipynb": submission(cell("code", hang, "hang"))})
+    grader = subprocess.Popen(
+        [sys.executable, "-m", "slotmap.cli", "grade", str(public / "submissions")]
+        + ["--solutions", str(solutions(public))],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not pid_file.exists() or not pid_file.read_text():
+            assert grader.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        kernel = int(pid_file.read_text())
+        folders = list(Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}{grader.pid}-*"))
+        assert folders and _running(kernel)
+    finally:
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+    # The kernel's worker dies with the grader (parent-death signal), the kernel with its worker.
+    deadline = time.monotonic() + 60
+    while _running(kernel) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(kernel)
+    assert all(f.exists() for f in folders)  # what a killed run keeps, until the next run
+    with Grader(GradeOptions(sandbox_user=False)):
+        assert not any(f.exists() for f in folders)
+
+
+# ---------------------------------------------------------------------------------------------
+# Grading output: later checks after a cell timeout, untouched stubs, a table that fits
+# ---------------------------------------------------------------------------------------------
+REGION_SOLUTION = notebook(
+    cell("code", IMPORT, "imports"),
+    cell(
+        "code",
+        "def slot_of(p, row, size):\n    ### BEGIN SOLUTION\n"
+        "    return row[p // size] * size + p % size\n    ### END SOLUTION",
+        "answer",
+    ),
+    cell("code", CHECK, "check-slot-of"),
+)
+
+
+def test_later_checks_run_after_a_timeout_and_an_untouched_stub_is_not_attempted(tmp_path):
+    from slotmap.exercises.build import cut_code
+
+    folder = solutions(tmp_path)
+    write(folder, {"01_r.ipynb": REGION_SOLUTION})
+    stub = cut_code(REGION_SOLUTION["cells"][1]["source"], "")
+    wrong = stub.replace("raise NotImplementedError()", "return p")
+    hang = cell("code", "import time\ntime.sleep(600)", "hang")
+    notebooks = {
+        "a_hang_01_x.ipynb": submission(hang, answer=GOOD),
+        "b_untouched_01_r.ipynb": submission(answer=stub),
+        "c_tried_01_r.ipynb": submission(answer=wrong),
+    }
+    submitted = write(tmp_path / "submissions", notebooks)
+    grades = {
+        g.notebook: g
+        for g in grade_folder(
+            submitted, solutions=folder, options=GradeOptions(timeout=60, jobs=2)
+        )
+    }
+    # The hung cell is interrupted at its limit; the check after it runs on its own.
+    assert grades["a_hang_01_x.ipynb"].results == {"01.slot_of": "PASS"}
+    assert "interrupted" in grades["a_hang_01_x.ipynb"].error
+    assert grades["b_untouched_01_r.ipynb"].results == {"01.slot_of": "not attempted"}
+    assert grades["c_tried_01_r.ipynb"].results == {"01.slot_of": "FAIL"}
+
+
+def test_the_table_fits_the_terminal_and_the_json_keeps_everything():
+    from slotmap.exercises.grade import Grade, grades_json, table
+
+    exercises = [f"0{n // 3 + 1}.exercise_{n}" for n in range(24)]
+    few = [Grade(f"learner_{i}.ipynb", dict.fromkeys(exercises, "PASS")) for i in range(3)]
+    many = [Grade(f"learner_{i}.ipynb", dict.fromkeys(exercises, "FAIL")) for i in range(40)]
+    small = [Grade("a.ipynb", {"01.slot_of": "PASS", "01.slot_mapping": "FAIL"})]
+    for grades, layout in ((small, "notebook"), (few, "exercise"), (many, "notebook")):
+        lines = table(grades, width=100).splitlines()
+        assert max(len(line) for line in lines) <= 100
+        assert lines[0].split()[0] == layout
+    # Three learners: an exercise a row; forty: a line per learner and exercise.
+    assert len(table(few, width=100).splitlines()) == 2 + len(exercises) + 1
+    assert len(table(many, width=100).splitlines()) == 2 + 40 * (len(exercises) + 1)
+    assert len(table(few, width=1000).splitlines()) == 2 + len(few)
+    assert [g["results"] for g in json.loads(grades_json(many))] == [g.results for g in many]

@@ -57,6 +57,17 @@ class Skipped(Exception):
         self.reason = reason
 
 
+class RemoteError(Exception):
+    """An exception the candidate raised in another process (``slotmap grade``'s kernel): its
+    type's name, message and the line of the learner's code it came from (``where``)."""
+
+    message = ""
+    where = ""
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def plural(count: int, noun: str, many: str = "") -> str:
     """``count`` and ``noun``, the noun in the plural unless ``count`` is 1: "1 entry",
     "2 entries", "3 cases"; ``many`` gives an irregular plural."""
@@ -236,6 +247,8 @@ def _crash(error: BaseException, hint: str) -> tuple[str, str, str, str]:
         if not _is_library_frame(frame.filename):
             where = f" in {frame.name}, line {frame.lineno}: {(frame.line or '').strip()}"
             break
+    if isinstance(error, RemoteError):  # raised in the learner's kernel: its line is there
+        where = error.where
     return f"your code raised {type(error).__name__}: {error}{where}", "", "", hint
 
 

@@ -10,8 +10,9 @@ A submission is never trusted to report its own results. For each notebook the g
   the checking code from a read-only snapshot, in a private folder, as a user of its own when
   the grader is root (``sandbox``), under a time budget for each cell and for the notebook,
   and a cap on its output,
-* accepts a check result only from a restored check cell's own outputs, signed with a secret
-  that is new for each notebook and is in no cell before it (``gradecheck``).
+* judges each restored check cell in the worker, a process the learner's code does not share:
+  the kernel only runs the candidate on the inputs the judge sends and sends back what came
+  out (``gradecheck``); the verdict is the worker's, and no output of the kernel counts.
 
 The exercises a notebook is expected to contain are those its solution (``solutions/<same
 name>``) checks, so a deleted check cell shows up as "missing" rather than vanishing.
@@ -20,11 +21,9 @@ name>``) checks, so a deleted check cell shows up as "missing" rather than vanis
 from __future__ import annotations
 
 import copy
-import hmac
 import json
 import os
 import re
-import secrets
 import selectors
 import shutil
 import subprocess
@@ -41,20 +40,28 @@ from typing import Any
 from slotmap.exercises import sandbox
 from slotmap.exercises.build import ROOT, SOLUTIONS
 from slotmap.exercises.core import CHECK_MIME
-from slotmap.exercises.gradecheck import signature
 
 CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d\.[\w.-]+)["']""")
 PACKAGE = Path(__file__).resolve().parents[1]  # the slotmap package the kernels check with
-# What a restored check cell runs: the gate, read by path from the snapshot, then its ``run``.
-GATE = (
-    "# slotmap grade: the solution's check cell, with checking code from a read-only snapshot\n"
-    '(lambda g: exec(open({gate!r}, encoding="utf-8").read(), g) or g["run"])'
-    '({{"__name__": "slotmap_grade_gate"}})(\n'
-    "    snapshot={snapshot!r}, secret={secret!r}, cell={cell}, source={source!r},\n"
-    "    namespace=globals(),\n)\n"
+# What a restored check cell runs in the kernel: the thin runner that serves the judge.
+RUNNER = (
+    "# slotmap grade: the solution's check cell; the judge runs in the grader's own process\n"
+    '__import__("slotmap.exercises.gradecheck", fromlist=["serve"]).serve(\n'
+    "    address={address!r}, cell={cell}, source={source!r}, namespace=globals(),\n)\n"
 )
-# Environment variables a kernel does not get: the grader's credentials are not the learner's.
-PRIVATE_ENV = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+# The only environment variables a kernel gets (locale, search paths, the accelerator's and
+# the course's settings), and of those none that looks like a credential.
+KERNEL_ENV = re.compile(
+    r"PATH|LD_LIBRARY_PATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|VIRTUAL_ENV|CONDA_PREFIX"
+    r"|SLOTMAP_(BACKEND|LAUNCH_POLICY|QUIET)|TRITON_[A-Z_]+|TORCH_[A-Z_]+|PYTORCH_[A-Z_]+"
+    r"|CUDA_[A-Z_]+|NVIDIA_[A-Z_]+|ASCEND_[A-Z_]+|NPU_[A-Z_]+|(OMP|MKL|OPENBLAS)_NUM_THREADS"
+)
+PRIVATE_ENV = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PAT$|PWD$", re.IGNORECASE)
+URL_WITH_PASSWORD = re.compile(r"://[^/@\s]*:[^/@\s]*@")
+# The kernel's private temporary folders, inside its notebook's folder.
+PRIVATE_TEMP = ("tmp",)
+FOLDER_PREFIX = "slotmap-grade-"  # then the grader's pid: a dead run's folder is found by it
+MARKER = "SLOTMAP_GRADE_SANDBOX"  # NAME=<grader pid>-<notebook>, in every kernel's environment
 GRACE = 30  # seconds past a notebook's budget before its worker is killed from outside
 
 
@@ -192,10 +199,42 @@ def restore_check_cells(notebook: dict, solution: dict | None) -> dict[int, list
     return restored
 
 
+NOT_ATTEMPTED = "not attempted"
+
+
+def untouched(notebook: dict, solution: dict | None) -> set[str]:
+    """The exercises whose answer the learner has not touched: every cell between the
+    solution's previous check cell and this exercise's that has an answer region is, in the
+    submission (the cell with the same id), still the built exercise's stub."""
+    from slotmap.exercises.build import cut_code
+
+    if solution is None:
+        return set()
+    mine = {c.get("id"): _text(c) for c in notebook.get("cells", []) if isinstance(c, dict)}
+    found: set[str] = set()
+    answers: list[dict] = []
+    stubs: list[tuple[str | None, str]] = []
+    for cell in solution.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        ids, source = _check_ids(cell), _text(cell)
+        if ids:
+            # A check with no answer of its own (a timing of the kernel checked above) goes
+            # with the answer before it.
+            stubs = [(a.get("id"), cut_code(_text(a), "")) for a in answers] or stubs
+            if stubs and all(i in mine and _same_source(mine[i], stub) for i, stub in stubs):
+                found.update(ids)
+            answers = []
+        elif cut_code(source, "") != source:
+            answers.append(cell)
+    return found
+
+
 @dataclass
 class Grade:
     notebook: str
-    # exercise id -> PASS / FAIL / missing, or "SKIP: <why>" (this machine could not check it)
+    # exercise id -> PASS / FAIL / missing / not attempted (the stub as the exercise has it),
+    # or "SKIP: <why>" (this machine could not check it)
     results: dict[str, str] = field(default_factory=dict)
     error: str = ""  # a notebook that could not run at all, or was stopped
     ignored: int = 0  # check results the grader did not accept (not from its check cells)
@@ -238,7 +277,8 @@ class Grader:
                 "slotmap grade: no setpriv (util-linux): kernels run as this user", file=sys.stderr
             )
             self.options.sandbox_user = False
-        self.folder = Path(tempfile.mkdtemp(prefix="slotmap-grade-"))
+        sandbox.clean_stale(Path(tempfile.gettempdir()), FOLDER_PREFIX, MARKER)
+        self.folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
         os.chmod(self.folder, 0o711)  # kernel users reach their own folder, list none
         self.snapshot = sandbox.snapshot_package(self.options.package, self.folder / "pkg")
         self.specs = self.folder / "jupyter"
@@ -289,8 +329,10 @@ class Grader:
         grade = Grade(name)
         solution_nb = json.loads(solution.read_text(encoding="utf-8")) if solution else None
         checks: dict[int, list[str]] = {}
+        stubs: set[str] = set()
         try:
             notebook = json.loads(text)
+            stubs = untouched(notebook, solution_nb)
             for key, default in (("cells", []), ("metadata", {}), ("nbformat", 4)):
                 notebook.setdefault(key, default)
             notebook.setdefault("nbformat_minor", 5)
@@ -305,43 +347,43 @@ class Grader:
         if notebook is not None:
             records, grade.error, grade.ignored = self._run(notebook, checks, slot, number)
         for exercise in expected + [i for i in records if i not in expected]:
-            grade.results[exercise] = records.get(exercise, "missing")
+            result = records.get(exercise, "missing")
+            # A stub fails its check; left as the exercise gave it, it was never attempted.
+            grade.results[exercise] = (
+                NOT_ATTEMPTED if result == "FAIL" and exercise in stubs else result
+            )
         return grade
 
     def _run(
         self, notebook: dict, checks: dict[int, list[str]], slot: int, number: int
     ) -> tuple[dict[str, str], str, int]:
         options, uid = self.options, self._uid(slot)
-        secret = secrets.token_hex(32)
-        gate = self.snapshot / "slotmap" / "exercises" / "gradecheck.py"
-        job_notebook = copy.deepcopy(notebook)
-        for index in checks:
-            cell = job_notebook["cells"][index]
-            cell["source"] = GATE.format(
-                gate=str(gate),
-                snapshot=str(self.snapshot),
-                secret=secret,
-                cell=index,
-                source=_text(cell),
-            )
         home = self.folder / f"nb-{number}"
         home.mkdir()
         (home / "runtime").mkdir()
-        for path in (home / "runtime", home):
+        for name in PRIVATE_TEMP:
+            (home / name).mkdir()
+        for path in (home / "runtime", *(home / n for n in PRIVATE_TEMP), home):
             sandbox.give(path, uid)
-        marker = f"SLOTMAP_GRADE_SANDBOX={os.getpid()}-{number}"
+        address = str(home / "judge.sock")
+        job_notebook = copy.deepcopy(notebook)
+        for index in checks:
+            cell = job_notebook["cells"][index]
+            cell["source"] = RUNNER.format(address=address, cell=index, source=_text(cell))
+        marker = f"{MARKER}={os.getpid()}-{number}"
         env = {k: v for k, v in os.environ.items() if not PRIVATE_ENV.search(k)}
         env.pop("PYTHONPATH", None)
-        kernel_env = dict(
-            env,
+        kernel_env = kernel_environment(os.environ)
+        kernel_env.update(
             PYTHONPATH=str(self.snapshot),
             HOME=str(home),
-            TMPDIR=str(home),
             IPYTHONDIR=str(home / ".ipython"),
             MPLCONFIGDIR=str(home / ".matplotlib"),
             JUPYTER_RUNTIME_DIR=str(home / "runtime"),
             PYTHONDONTWRITEBYTECODE="1",
         )
+        for name in ("TMPDIR", "TEMP", "TMP"):
+            kernel_env[name] = str(home / "tmp")
         key, value = marker.split("=", 1)
         kernel_env[key] = value
         nproc = options.nproc
@@ -349,8 +391,11 @@ class Grader:
             nproc += sandbox.count_tasks(os.getuid())
         job = {
             "notebook": job_notebook,
-            "check_cells": sorted(checks),
+            "checks": {str(i): ids for i, ids in checks.items()},
             "check_mime": CHECK_MIME,
+            "snapshot": str(self.snapshot),
+            "judge": address,
+            "grader": os.getpid(),
             "timeout": options.timeout,
             "notebook_timeout": options.notebook_timeout,
             "max_output": options.max_output,
@@ -358,6 +403,7 @@ class Grader:
             "uid": uid,
             "cwd": str(home),
             "ipc": str(home / "k"),
+            "connection_file": str(home / "runtime" / "kernel.json"),
             "kernel_name": self._kernel_name(slot),
             "env": kernel_env,
         }
@@ -427,7 +473,8 @@ class Grader:
             error = done["error"]
         elif not error:
             error = f"the notebook's worker died ({_exit_reason(worker.returncode)})"
-        results, ignored = verify(lines, checks, secret)
+        results, ignored = verify(lines, checks)
+        sandbox.remove_tree(home)  # its private temporary folders with it
         return results, error, ignored
 
     def _stop(self, worker: subprocess.Popen, uid: int | None, marker: str) -> None:
@@ -440,6 +487,7 @@ class Grader:
         worker.wait()
         if uid is not None:
             sandbox.kill_uid(uid)
+            sandbox.remove_owned(uid)
         sandbox.kill_marked(marker)
 
 
@@ -448,35 +496,42 @@ def _exit_reason(code: int | None) -> str:
 
 
 def verify(
-    messages: list[dict[str, Any]], checks: dict[int, list[str]], secret: str
+    messages: list[dict[str, Any]], checks: dict[int, list[str]]
 ) -> tuple[dict[str, str], int]:
-    """exercise id -> PASS / FAIL from the worker's per-cell records, and how many records were
-    not accepted. A check cell's exercise counts when exactly one record in that cell's outputs
-    carries a valid signature for it (more than one: FAIL)."""
+    """exercise id -> PASS / FAIL / SKIP from the worker's per-cell messages, and how many check
+    results the kernel displayed (none of which counts). Only the worker's judge gives a verdict
+    (``judged``): one per exercise of a check cell; more than one is a FAIL."""
     results: dict[str, str] = {}
     ignored = 0
     for message in messages:
-        cell, records = message.get("cell"), message.get("records") or []
-        accepted: dict[str, list[dict]] = {}
-        for record in records:
-            valid = (
-                isinstance(record, dict)
-                and cell in checks
+        cell = message.get("cell")
+        ignored += len(message.get("records") or [])
+        found: dict[str, list[dict]] = {}
+        for record in message.get("judged") or []:
+            if (
+                cell in checks
                 and record.get("cell") == cell
                 and record.get("exercise") in checks[cell]
-                and isinstance(record.get("signature"), str)
-                and hmac.compare_digest(record["signature"], signature(secret, record))
-            )
-            if valid:
-                accepted.setdefault(record["exercise"], []).append(record)
-            else:
-                ignored += 1
-        for exercise, found in accepted.items():
-            passed = len(found) == 1 and found[0].get("passed") is True
-            skipped = len(found) == 1 and not passed and found[0].get("skipped")
+            ):
+                found.setdefault(record["exercise"], []).append(record)
+        for exercise, records in found.items():
+            passed = len(records) == 1 and records[0].get("passed") is True
+            skipped = len(records) == 1 and not passed and records[0].get("skipped")
             # A skip is neither a pass nor a failure: this machine could not run the check.
             results[exercise] = "PASS" if passed else f"SKIP: {skipped}" if skipped else "FAIL"
     return results, ignored
+
+
+def kernel_environment(environ: dict[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` a graded kernel gets: an allowlist (``KERNEL_ENV``), less
+    any whose name looks like a credential or whose value is a URL with a password."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if KERNEL_ENV.fullmatch(k)
+        and not PRIVATE_ENV.search(k)
+        and not URL_WITH_PASSWORD.search(v)
+    }
 
 
 def grade_notebook(
@@ -500,27 +555,52 @@ def _verdict(result: str) -> str:
     return "SKIP" if result.startswith("SKIP: ") else result
 
 
-def table(grades: list[Grade]) -> str:
-    """A plain-text table: one row per notebook, one column per exercise."""
+def _columns(rows: list[list[str]]) -> list[str]:
+    """Rows as left-aligned columns, a rule under the first."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def _summary(grade: Grade) -> str:
+    cells = [_verdict(r) for r in grade.results.values()]
+    passed, skipped = sum(c == "PASS" for c in cells), sum(c == "SKIP" for c in cells)
+    summary = f"{passed}/{len(cells)}" + (f", {skipped} skipped" if skipped else "")
+    return summary + (" (error)" if grade.error else "")
+
+
+def table(grades: list[Grade], width: int | None = None) -> str:
+    """A plain-text table that fits ``width`` columns (the terminal's by default): a row per
+    notebook and a column per exercise; when that is too wide, a row per exercise and a column
+    per notebook; when that is too, a line per notebook and exercise. Then the notes."""
+    width = width or shutil.get_terminal_size().columns
     exercises: list[str] = []
     for grade in grades:
         exercises += [e for e in grade.results if e not in exercises]
     exercises.sort()
-    header = ["notebook", *exercises, "passed"]
-    rows = []
-    for grade in grades:
-        cells = [_verdict(grade.results.get(e, "")) for e in exercises]
-        passed = sum(c == "PASS" for c in cells)
-        total = sum(c != "" for c in cells)
-        skipped = sum(c == "SKIP" for c in cells)
-        summary = f"{passed}/{total}" + (f", {skipped} skipped" if skipped else "")
-        rows.append([grade.notebook, *cells, summary + (" (error)" if grade.error else "")])
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    wide = _columns(
+        [["notebook", *exercises, "passed"]]
+        + [
+            [g.notebook, *(_verdict(g.results.get(e, "")) for e in exercises), _summary(g)]
+            for g in grades
+        ]
+    )
+    tall = _columns(
+        [["exercise", *(g.notebook for g in grades)]]
+        + [[e, *(_verdict(g.results.get(e, "")) for g in grades)] for e in exercises]
+        + [["passed", *(_summary(g) for g in grades)]]
+    )
+    long = _columns(
+        [["notebook", "exercise", "result"]]
+        + [
+            row
+            for g in grades
+            for row in [*([g.notebook, e, _verdict(r)] for e, r in g.results.items())]
+            + [[g.notebook, "passed", _summary(g)]]
+        ]
+    )
+    lines = next((t for t in (wide, tall) if max(len(line) for line in t) <= width), long)
     for grade in grades:
         for exercise, result in grade.results.items():
             if _verdict(result) == "SKIP":
@@ -529,8 +609,8 @@ def table(grades: list[Grade]) -> str:
             lines.append(f"{grade.notebook}: could not run: {grade.error}")
         if grade.ignored:
             lines.append(
-                f"{grade.notebook}: {grade.ignored} check result(s) not from the "
-                "grader's check cells, ignored"
+                f"{grade.notebook}: {grade.ignored} check result(s) displayed by the "
+                "notebook's own code, ignored"
             )
     return "\n".join(lines)
 

@@ -22,10 +22,12 @@ import time
 from typing import Any
 
 if __package__:
-    from .sandbox import kill_descendants, set_subreaper
+    from .sandbox import die_with_parent, kill_descendants, set_subreaper, undumpable
 else:  # run as a script, beside sandbox.py, without importing slotmap
-    from sandbox import kill_descendants, set_subreaper
+    from sandbox import die_with_parent, kill_descendants, set_subreaper, undumpable
 
+# The reply nbclient records for a cell stopped at its time limit (the kernel interrupted).
+TIMED_OUT = {"ename": "CellTimeoutError", "evalue": "the cell's time limit", "traceback": []}
 POLL_SLICE = 1.0  # seconds: the longest one wait on a kernel channel may miss a message by
 
 
@@ -81,6 +83,10 @@ def client_class():  # noqa: ANN201
     return Client
 
 
+class OverBudget(Exception):
+    """The notebook's whole time budget is spent: no further cell starts."""
+
+
 def _output_size(output: dict[str, Any]) -> int:
     if output.get("output_type") == "stream":
         return len(output.get("text", ""))
@@ -96,7 +102,18 @@ def main() -> int:
     os.set_inheritable(results_fd, False)  # the kernel must not be able to write results
     results = os.fdopen(results_fd, "w", buffering=1)
     job = json.load(sys.stdin)
+    die_with_parent(job["grader"])
     set_subreaper()
+    undumpable()  # a kernel of this user cannot trace the judge or read its memory
+    sys.path.insert(0, job["snapshot"])
+    from slotmap.exercises.gradecheck import Judge
+
+    checks = {int(i): ids for i, ids in job["checks"].items()}
+    judge = Judge(job["judge"], timeout=job["timeout"] + 60)
+    if job.get("uid") is not None:
+        os.chown(job["judge"], job["uid"], -1)
+    os.chmod(job["judge"], 0o600)
+    judge.preload()
     soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
     limit = job["nproc"]
     if hard != resource.RLIM_INFINITY:
@@ -107,8 +124,8 @@ def main() -> int:
     from jupyter_client.manager import AsyncKernelManager
 
     notebook = nbformat.from_dict(job["notebook"])
-    check_cells = {int(i) for i in job["check_cells"]}
     deadline = time.monotonic() + job["notebook_timeout"]
+    timed_out: list[int] = []
     cwd = job["cwd"]
     uid = job.get("uid")
 
@@ -121,27 +138,50 @@ def main() -> int:
 
     def cell_timeout(cell) -> int:  # noqa: ANN001
         # The notebook's budget bounds every cell, so N cells cannot take N x the cell limit.
-        return max(1, min(job["timeout"], int(deadline - time.monotonic()) + 1))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise OverBudget(f"over the notebook's budget of {job['notebook_timeout']} s")
+        return max(1, min(job["timeout"], int(left) + 1))
 
-    def report(cell, cell_index, **_) -> None:  # noqa: ANN001
-        # Every cell's check outputs, so the grader can count the ones it will not accept.
+    def start(cell, cell_index, **_) -> None:  # noqa: ANN001
+        if cell_index in checks:
+            judge.open(cell_index, checks[cell_index])
+
+    def report(cell, cell_index, execute_reply=None, **_) -> None:  # noqa: ANN001
+        content = (execute_reply or {}).get("content", {})
+        if content.get("ename") == TIMED_OUT["ename"]:
+            timed_out.append(cell_index)
+        # Every cell's check outputs, so the grader can count them (none is accepted), and the
+        # judge's verdicts for a check cell.
         records = [
             o["data"][job["check_mime"]]
             for o in cell.get("outputs", [])
             if job["check_mime"] in o.get("data", {})
         ]
-        if cell_index in check_cells or records:
-            results.write(json.dumps({"cell": cell_index, "records": records}) + "\n")
+        judged = judge.close() if cell_index in checks else []
+        if cell_index in checks or records:
+            message = {"cell": cell_index, "records": records, "judged": judged}
+            results.write(json.dumps(message) + "\n")
 
     Client = client_class()
-    km = KernelManager(kernel_name=job["kernel_name"], transport="ipc", ip=job["ipc"])
+    km = KernelManager(
+        kernel_name=job["kernel_name"],
+        transport="ipc",
+        ip=job["ipc"],
+        # In the notebook's private folder (removed afterwards), not a file of its own in /tmp.
+        connection_file=job["connection_file"],
+    )
     client = Client(
         notebook,
         km=km,
         timeout_func=cell_timeout,
         iopub_timeout=30,  # a loaded machine can be late with a cell's last outputs
         allow_errors=True,
+        # A cell over its limit is interrupted and the next cells run, each on its own limit.
+        interrupt_on_timeout=True,
+        error_on_timeout=TIMED_OUT,
         resources={"metadata": {"path": cwd}},
+        on_cell_execute=start,
         on_cell_executed=report,
     )
     client.max_output = job["max_output"]
@@ -150,6 +190,8 @@ def main() -> int:
         # The kernel's own stdout and stderr (not the notebook's): nowhere, not the worker's log.
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         client.execute(env=job["env"], cwd=cwd, **quiet)
+    except OverBudget as exc:
+        error = str(exc)
     except Exception as exc:  # a dead kernel, a timeout, an unreadable notebook
         first = str(exc).strip().splitlines()
         error = f"{type(exc).__name__}: {first[0] if first else ''}"
@@ -159,6 +201,12 @@ def main() -> int:
         kill_descendants(os.getpid())
     if client.flooded:
         error = f"more than {job['max_output']} characters of output: the kernel was stopped"
+    if timed_out and not error:
+        cells = ", ".join(str(i) for i in timed_out)
+        error = (
+            f"cell {cells} ran over the limit of {job['timeout']} s a cell and was "
+            "interrupted; the later cells ran"
+        )
     results.write(json.dumps({"done": True, "error": error}) + "\n")
     results.close()
     return 0

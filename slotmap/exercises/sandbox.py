@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 # Above any real account: a kernel's user id is its own, so "its processes" is exact.
 UID_BASE = 1_000_000_000
@@ -38,13 +40,30 @@ def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def set_subreaper(on: bool = True) -> bool:
-    """Make orphaned descendants of this process its children (Linux); True if it worked."""
+def _prctl(option: int, value: int) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+        return libc.prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def set_subreaper(on: bool = True) -> bool:
+    """Make orphaned descendants of this process its children (Linux); True if it worked."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, int(on))
+
+
+def undumpable() -> bool:
+    """No process of this user may trace this one or read its memory (``/proc/PID/mem``)."""
+    return _prctl(PR_SET_DUMPABLE, 0)
+
+
+def die_with_parent(parent: int) -> None:
+    """SIGKILL this process when ``parent`` (its parent) dies, ``kill -9`` included; exit now
+    if it is already gone."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 # Data beside the package that checks read (lesson 08 grades against the committed timings).
@@ -84,6 +103,7 @@ def sandbox_uid(slot: int) -> int:
 
 def _setpriv(uid: int, read_anything: bool) -> list[str]:
     argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs"]
+    argv += ["--pdeathsig=KILL"]  # the kernel dies with its worker, kill -9 included
     if read_anything:
         caps = "+dac_read_search"
         argv += [
@@ -99,8 +119,8 @@ def _setpriv(uid: int, read_anything: bool) -> list[str]:
 def kernel_argv(uid: int | None, python: str = sys.executable) -> list[str]:
     """The kernel's command: as ``uid`` when given (the grader is root), else as this user."""
     argv = [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    if uid is None:
-        return argv
+    if uid is None:  # the kernel dies with its worker, kill -9 included
+        return ["setpriv", "--pdeathsig=KILL", "--", *argv] if shutil.which("setpriv") else argv
     # The kernel must start its interpreter again (run_ranks, multiprocessing): setpriv's own
     # exec still holds root's capabilities, so only a second exec shows a folder it cannot enter.
     again = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'], check=True)"
@@ -183,16 +203,19 @@ def kill_descendants(pid: int, keep: set[int] | None = None) -> None:
     _kill_until_gone(lambda table: descendants(pid, table, keep))
 
 
-def _marked(marker: str, table: dict[int, tuple[int, int]]) -> list[int]:
+def _marked(marker: str, table: dict[int, tuple[int, int]], prefix: bool = False) -> list[int]:
+    """Processes whose environment holds ``marker`` (``NAME=value``; with ``prefix``, a value
+    that starts with it)."""
     needle = marker.encode()
     found = []
     for pid in table:
         try:
             with open(f"/proc/{pid}/environ", "rb") as environ:
-                if needle in environ.read().split(b"\0"):
-                    found.append(pid)
+                values = environ.read().split(b"\0")
         except OSError:
             continue  # exited, or another user's
+        if any(v.startswith(needle) if prefix else v == needle for v in values):
+            found.append(pid)
     return found
 
 
@@ -200,6 +223,64 @@ def kill_marked(marker: str) -> None:
     """Kill every process whose environment holds ``marker`` (``NAME=value``): what is left of a
     kernel whose worker died, daemons included unless they dropped their environment."""
     _kill_until_gone(lambda table: _marked(marker, table))
+
+
+SHARED_TEMP = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def remove_owned(uid: int, folders: tuple[str, ...] = SHARED_TEMP) -> None:
+    """Delete what user ``uid`` left at the top of the shared temporary folders (a kernel's
+    user owns nothing else, so all of it is that kernel's)."""
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    remove_tree(Path(entry.path))
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale(folder: Path, prefix: str, marker: str) -> list[Path]:
+    """What graders killed with ``kill -9`` left: for each ``folder/<prefix><pid>-*`` whose
+    grader ``pid`` is dead, its kernels' processes (by user id and by ``marker``), the
+    kernel users' files in the shared temporary folders, and the folder. Returns those
+    removed."""
+    removed = []
+    for path in folder.glob(f"{prefix}*"):
+        pid_text = path.name[len(prefix) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)) or not path.is_dir():
+            continue
+        pid = int(pid_text)
+        uids = {UID_BASE + (pid % 4_000_000) * 64 + slot for slot in range(64)}
+        if is_root():
+            _kill_until_gone(
+                lambda table, ids=uids: [p for p, (_, u) in table.items() if u in ids]
+            )
+            for uid in uids:
+                remove_owned(uid)
+        needle = f"{marker}={pid}-"
+        _kill_until_gone(lambda table, n=needle: _marked(n, table, prefix=True))
+        remove_tree(path)
+        removed.append(path)
+    return removed
 
 
 def count_tasks(uid: int) -> int:
