@@ -434,15 +434,14 @@ def answered_before_asked(texts: list[tuple[str, str]]) -> list[str]:
             (i for i in range(index) if texts[i][0] == "markdown" and HEADING.search(texts[i][1])),
             default=0,
         )
-        vocabulary = {
-            p
-            for p in phrases("\n".join(t for _, t in texts[:start]))
-            if not any(map(_is_number, p))
+        vocabulary = {  # cell by cell: a stray backtick in one never pairs with the next
+            p for _, t in texts[:start] for p in phrases(t) if not any(map(_is_number, p))
         }
         facts = key_facts(answer) - phrases(text) - vocabulary
         heading = list(HEADING.finditer(texts[start][1]))
         after_heading = texts[start][1][heading[-1].start() :] if heading else texts[start][1]
-        before = phrases("\n".join([after_heading] + [t for _, t in texts[start + 1 : index]]))
+        above = [after_heading] + [t for _, t in texts[start + 1 : index]]
+        before = set().union(*map(phrases, above))
         if facts & before:
             said = sorted(" ".join(fact) for fact in facts & before)
             found.append(f"cell {index}: {text.splitlines()[0][:60]!r} answered above by {said}")
