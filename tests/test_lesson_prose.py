@@ -626,6 +626,16 @@ def test_each_lesson_header_states_its_run_time_and_its_exercises_time():
     assert all(3 <= each <= 12 for each in minutes_an_exercise().values()), minutes_an_exercise()
 
 
+def test_the_capstone_states_its_run_time_and_its_exercises_time():
+    """The capstone has no lesson: its own header says how long it runs and how long its
+    exercises take, held to the lessons' 3 to 12 minutes an exercise."""
+    capstone = ROOT / "solutions" / "09_capstone.ipynb"
+    header = lesson_cells(capstone)[0][2]
+    run, exercises = HEADER_TIME.search(header), EXERCISE_TIME.search(header)
+    assert run and exercises, "the capstone's header states no time"
+    assert 3 <= int(exercises.group(1)) / len(expected_exercises(capstone)) <= 12
+
+
 def test_the_readme_says_what_the_lessons_say():
     """The README's range of lesson times is the headers' range, and its rank-cell times are
     the ones lessons 05 and 07 give next to those cells."""
