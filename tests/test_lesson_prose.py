@@ -359,6 +359,232 @@ def test_every_figure_and_widget_comes_with_a_prediction(path):
     assert missing == []
 
 
+# A prediction is worth something only if the learner commits before seeing the answer: nothing
+# between the start of the prompt's section and the prompt may state what its <details> answer
+# says. An answer's key facts: its numbers of two or more digits (and negative ones), each number
+# with the word beside it ("rank 1", "slot 46"), its runs of three words that start and end with
+# a word that means something ("next free slot"), and its code spans (`PAD_ID`). A fact the
+# prompt itself states is given, not answered; a phrase of words alone that the lesson used
+# before the section is its vocabulary.
+NUMBER_WORDS = {
+    word: n
+    for n, word in enumerate("zero one two three four five six seven eight nine ten".split())
+}
+STOP_WORDS = set(
+    "a an the of to in on at is are be it its and or by for with as that this which what how "
+    "from each every their there then than not no".split()
+)
+HEADING = re.compile(r"^#{1,3} ", re.MULTILINE)
+
+
+def words(text: str) -> list[list[str]]:
+    """Lower-case words and numbers, clause by clause (a phrase never spans a comma, a colon or
+    a list's number); LaTeX commands and their subscripts, HTML tags and possessives dropped;
+    number words as digits ("Three" is "3")."""
+    text = re.sub(r"<[^>]+>|\\[a-zA-Z]+|_\w|['’]s\b", " ", text.lower())
+    clauses = re.split(r"[,;:!?()\n]|\.(?!\d)", text)
+    found = [re.findall(r"-?\d+(?:\.\d+)?|[a-z][\w-]*", clause) for clause in clauses]
+    return [[str(NUMBER_WORDS.get(w, w)) for w in clause] for clause in found if clause]
+
+
+def _is_number(word: str) -> bool:
+    return re.fullmatch(r"-?\d+(?:\.\d+)?", word) is not None
+
+
+def ngrams(w: list[str], n: int) -> list[tuple[str, ...]]:
+    return [tuple(w[i : i + n]) for i in range(len(w) - n + 1)]
+
+
+def phrases(text: str) -> set[tuple[str, ...]]:
+    """Every word, pair and triple of words of ``text`` inside a clause, and its code spans."""
+    found = {(f"`{span}`",) for span in re.findall(r"`([^`]+)`", text)}
+    for w in words(text):
+        found |= set(ngrams(w, 1)) | set(ngrams(w, 2)) | set(ngrams(w, 3))
+    return found
+
+
+def key_facts(answer: str) -> set[tuple[str, ...]]:
+    facts = {(f"`{span}`",) for span in re.findall(r"`([^`]+)`", answer)}
+    for w in words(answer.replace("Answer", "")):
+        facts |= {(x,) for x in w if _is_number(x) and (len(x.lstrip("-")) > 1 or x[0] == "-")}
+        facts |= {  # a number and its noun; a one-letter name is a formula's, not a finding's
+            (a, b)
+            for a, b in ngrams(w, 2)
+            if _is_number(a) != _is_number(b)
+            and not {a, b} & STOP_WORDS
+            and len(b if _is_number(a) else a) > 1
+        }
+        facts |= {
+            g
+            for g in ngrams(w, 3)
+            if not any(map(_is_number, g)) and g[0] not in STOP_WORDS and g[2] not in STOP_WORDS
+        }
+    return facts
+
+
+def answered_before_asked(texts: list[tuple[str, str]]) -> list[str]:
+    """For a lesson as (kind, text) per cell (a code cell's text may include its outputs):
+    each prompt whose answer's facts appear between its section's heading and the prompt."""
+    found = []
+    for index, (kind, text) in enumerate(texts):
+        if kind != "markdown" or not text.startswith("**Predict:**"):
+            continue
+        answer = next(t for k, t in texts[index:] if t.lstrip().startswith("<details>"))
+        start = max(
+            (i for i in range(index) if texts[i][0] == "markdown" and HEADING.search(texts[i][1])),
+            default=0,
+        )
+        vocabulary = {  # cell by cell: a stray backtick in one never pairs with the next
+            p for _, t in texts[:start] for p in phrases(t) if not any(map(_is_number, p))
+        }
+        facts = key_facts(answer) - phrases(text) - vocabulary
+        heading = list(HEADING.finditer(texts[start][1]))
+        after_heading = texts[start][1][heading[-1].start() :] if heading else texts[start][1]
+        above = [after_heading] + [t for _, t in texts[start + 1 : index]]
+        before = set().union(*map(phrases, above))
+        if facts & before:
+            said = sorted(" ".join(fact) for fact in facts & before)
+            found.append(f"cell {index}: {text.splitlines()[0][:60]!r} answered above by {said}")
+    return found
+
+
+def test_the_answer_finder_sees_an_answer_given_above_its_prompt():
+    """The rule below checks something: a figure's description that states the answer, the
+    output's numbers, or the same finding in other words' order is seen; a section that only
+    sets the scene is not."""
+    prompt = "**Predict:** Which slot does position 13 take in a ring of 8?"
+    answer = "<details><summary>Answer</summary>\n\nSlot 29; it overwrote position 5.\n</details>"
+    for above, leaked in [
+        ("## The ring\nOne request decoding position 13, a ring of 8 slots.", False),
+        ("## The ring\nPosition 13 lands in slot 29.", True),
+        ("## The ring\nIt overwrote position 5, which left the window.", True),
+        ("## The ring\nIts slot is $3 \\cdot 8 + 13 \\bmod 8 = 29$.", True),
+    ]:
+        cells = [
+            ("markdown", above),
+            ("markdown", prompt),
+            ("code", "draw()"),
+            ("markdown", answer),
+        ]
+        assert bool(answered_before_asked(cells)) == leaked, above
+    # Words the lesson used before the section are its vocabulary; numbers never are.
+    earlier = [("markdown", "# 04\nA ring holds the whole sliding window, slot 29.")]
+    cells = [("markdown", "## The ring\nThe whole sliding window: slot 29."), ("markdown", prompt)]
+    answer_words = "<details>\n\nThe whole sliding window, slot 29.\n</details>"
+    assert answered_before_asked([*earlier, *cells, ("markdown", answer_words)]) == [
+        "cell 2: '**Predict:** Which slot does position 13 take in a ring of 8' answered "
+        "above by ['29', 'slot 29']"
+    ]
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_no_prediction_is_answered_before_it_is_asked(path):
+    texts = [(kind, source) for _, kind, source in lesson_cells(path)]
+    assert answered_before_asked(texts) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Things the lessons say: the import, the targets, which lesson taught what, vLLM's versions
+# ---------------------------------------------------------------------------------------------
+def markdown_sentences(path: Path) -> list[tuple[int, str]]:
+    return [
+        (index, sentence)
+        for index, kind, source in lesson_cells(path)
+        if kind == "markdown"
+        for sentence in SENTENCE.split(squeeze(source))
+    ]
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_the_course_import_is_what_chooses_the_backend(path):
+    """Since 0.2.0 ``import slotmap`` has no side effects: a sentence that ties the backend's
+    choice (or the order of imports before a kernel) to an import names ``slotmap.course``."""
+    claims = re.compile(r"\b(?:choose|chooses|chosen|choice|picks?)\b|\bbefore decorat")
+    wrong = [
+        f"cell {index}: {sentence}"
+        for index, sentence in markdown_sentences(path)
+        if re.search(r"\bimport", sentence, re.IGNORECASE)
+        and claims.search(sentence)
+        and "slotmap.course" not in sentence
+    ]
+    assert wrong == []
+
+
+TARGET = re.compile(
+    r"(\d+(?:\.\d+)?)\s*µs target"
+    r"|targets?\b.{0,60}?\b(?:is|of|at|to)\s+(\d+(?:\.\d+)?)\s*µs"
+)
+
+
+def stated_targets() -> list[tuple[str, int, float]]:
+    """(lesson, cell, µs) for each time a lesson states as a target."""
+    return [
+        (path.name[:2], index, float(match.group(1) or match.group(2)))
+        for path in LESSONS
+        for index, sentence in markdown_sentences(path)
+        for match in TARGET.finditer(sentence)
+    ]
+
+
+def test_every_target_a_lesson_states_is_the_benchmarks_own():
+    """The targets are defined once, in ``slotmap.bench`` (docs/performance.md says why): a
+    lesson that states one states that value, and lesson 08 states decode256's."""
+    from slotmap.bench import LATENCY_TARGETS
+
+    said = stated_targets()
+    assert [s for s in said if s[2] not in LATENCY_TARGETS.values()] == []
+    assert ("08", LATENCY_TARGETS["decode256"]) in {(lesson, us) for lesson, _, us in said}
+
+
+def test_the_target_finder_finds_targets():
+    for sentence, value in [
+        ("the 1.5 µs target lies below the chain", 1.5),
+        ("The project's targets (`docs/performance.md`) set decode256 at 1.5 µs", 1.5),
+        ("1.75 µs on decode256, against a target of 1.68 µs", 1.68),
+    ]:
+        (match,) = TARGET.finditer(sentence)
+        assert float(match.group(1) or match.group(2)) == value
+    assert list(TARGET.finditer("the kernel reaches 1.75 µs on decode256")) == []
+
+
+def first_lessons() -> dict[str, str]:
+    """Each code span of the lessons (`token_slot`) -> the first lesson that shows it."""
+    first: dict[str, str] = {}
+    for path in LESSONS:
+        for _, _, source in lesson_cells(path):
+            for name in re.findall(r"`(?:slotmap\.)?(\w+)`|slotmap\.(\w+)\(", source):
+                first.setdefault(name[0] or name[1], path.name[:2])
+    return first
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_a_lesson_names_the_lesson_it_builds_on(path):
+    """ "lesson NN's `name`" credits the lesson that introduced `name`; and a lesson that points
+    elsewhere names the lesson ("lesson 05"), never "a later lesson"."""
+    first, wrong = first_lessons(), []
+    for index, sentence in markdown_sentences(path):
+        for lesson, name in re.findall(r"lesson (\d\d)'s `(?:slotmap\.)?(\w+)`", sentence):
+            if first.get(name, lesson) != lesson:
+                wrong.append(f"cell {index}: lesson {lesson}'s `{name}` (lesson {first[name]})")
+        if re.search(r"\b(?:a later|an earlier|another) lesson\b", sentence):
+            wrong.append(f"cell {index}: {sentence}")
+    assert wrong == []
+
+
+def test_lesson_06_says_which_vllm_passes_kernel_block_sizes():
+    """vLLM up to 0.31 passes ``kernel_block_sizes`` (its tables count kernel blocks inside the
+    allocation blocks); 0.32 to 0.34 dropped it (tables count allocation blocks, slotmap's
+    ``kernel_block_sizes=None``): the lesson says so, and no lesson or doc claims production
+    has "the same five" switches."""
+    (lesson,) = [p for p in LESSONS if p.name.startswith("06")]
+    text = squeeze(" ".join(s for _, kind, s in lesson_cells(lesson) if kind == "markdown"))
+    assert re.search(r"vLLM up to 0\.31 passes it", text)
+    assert re.search(r"vLLM 0\.32 to 0\.34 dropped it", text)
+    assert "`kernel_block_sizes=None`" in text
+    docs = [*LESSONS, *(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
+    assert [d.name for d in docs if "same five" in squeeze(d.read_text(encoding="utf-8"))] == []
+
+
 # ---------------------------------------------------------------------------------------------
 # Time, said once and the same everywhere
 # ---------------------------------------------------------------------------------------------
@@ -398,6 +624,16 @@ def test_each_lesson_header_states_its_run_time_and_its_exercises_time():
         assert (minutes is not None) == (lesson in exercised), f"lesson {lesson}: {minutes}"
     # An estimate (nobody was timed doing them): 3 to 12 minutes an exercise.
     assert all(3 <= each <= 12 for each in minutes_an_exercise().values()), minutes_an_exercise()
+
+
+def test_the_capstone_states_its_run_time_and_its_exercises_time():
+    """The capstone has no lesson: its own header says how long it runs and how long its
+    exercises take, held to the lessons' 3 to 12 minutes an exercise."""
+    capstone = ROOT / "solutions" / "09_capstone.ipynb"
+    header = lesson_cells(capstone)[0][2]
+    run, exercises = HEADER_TIME.search(header), EXERCISE_TIME.search(header)
+    assert run and exercises, "the capstone's header states no time"
+    assert 3 <= int(exercises.group(1)) / len(expected_exercises(capstone)) <= 12
 
 
 def test_the_readme_says_what_the_lessons_say():

@@ -17,14 +17,15 @@ import slotmap
 pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
+from test_lesson_prose import answered_before_asked  # noqa: E402
+
 from slotmap.exercises.core import CHECK_MIME  # noqa: E402
 from slotmap.exercises.grade import check_records, execute_notebook, expected_exercises  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # Seconds a cell may take. A whole notebook takes at most about 17 s (lesson 08's live bench
-# on a GPU, compilation included). Now and then nbclient waits out the whole limit after a
-# finished cell and then goes on (seen twice in one H200 run, with ipykernel 6.31): a short
-# limit bounds what that stall costs.
+# on a GPU, compilation included); a cell that a missed wake-up stalls (docs/headless-stall.md)
+# waits out the whole limit, so a short limit bounds what a regression costs.
 CELL_TIMEOUT = 60
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -53,6 +54,14 @@ def errors(notebook) -> list[str]:
     ]
 
 
+def with_outputs(cell) -> str:  # noqa: ANN001
+    """A cell's source, then the text its outputs show (streams and plain-text data)."""
+    shown = [cell.source]
+    for output in cell.get("outputs", []):
+        shown.append(output.get("text") or output.get("data", {}).get("text/plain", ""))
+    return "\n".join(shown)
+
+
 def test_the_course_has_its_lessons_and_exercises():
     assert LESSONS and LESSONS[0].name.startswith("00_")
     lesson_numbers = {p.name[:2] for p in LESSONS}
@@ -79,10 +88,51 @@ def frozen_figures(notebook) -> list[int]:
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
+def run_plainly(path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Execute ``path`` with nbclient's own ``NotebookClient``, as ``jupyter nbconvert
+    --execute`` does (no sliced waits), on a kernel without ``TRITON_INTERPRET``. Returns the
+    notebook and the type of every message the client sent on the kernel's shell channel."""
+    import nbclient
+    import nbformat
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    notebook = nbformat.read(path, as_version=4)
+    sent: list[str] = []
+
+    def record_shell_messages(**_):  # on_cell_execute: the client and its channels exist
+        channel = client.kc.shell_channel
+        if not hasattr(channel, "recorded"):
+            send = channel.send
+
+            def recording(message):  # noqa: ANN001, ANN202
+                sent.append(message["header"]["msg_type"])
+                return send(message)
+
+            channel.send, channel.recorded = recording, True
+
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=CELL_TIMEOUT,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(path.parent)}},
+        on_cell_execute=record_shell_messages,
+    )
+    client.execute()
+    return notebook, sent
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=ids(LESSONS))
 def test_lesson_runs_top_to_bottom(path, monkeypatch):
-    notebook = run_as_a_learner(path, monkeypatch)
+    """With plain nbclient, as ``jupyter nbconvert --execute`` runs it. The client sends the
+    kernel nothing but the cells while they run: nbclient echoes output that a widget's Output
+    captured back on the shell socket it is waiting on, and that send can swallow the wake-up of
+    the cell's reply, stalling a finished cell for the whole timeout (docs/headless-stall.md)."""
+    notebook, sent = run_plainly(path, monkeypatch)
+    assert set(sent) <= {"execute_request"}, sorted(set(sent))
     assert errors(notebook) == []
+    # What a cell prints before a prediction does not answer it either.
+    assert answered_before_asked([(c.cell_type, with_outputs(c)) for c in notebook.cells]) == []
     assert frozen_figures(notebook) == []
     failed = [e for e, passed in check_records(notebook).items() if not passed]
     assert failed == [], f"checks failed in the lesson: {failed}"

@@ -39,6 +39,8 @@ class GroupKindsRun:
     num_tokens: int  # the host's padded count
     max_num_tokens: int
     options: dict  # the launcher's keyword arguments, less cp_rank
+    tables: list  # per group: its block table (None for the disabled group)
+    block_sizes: list[int]  # per group: its allocation block
     slots: list[list[list[int]]]  # [rank][group][token]: what the kernel wrote
     expected: list[list[list[int]]]  # the same from slotmap.slot_mappings_oracle
 
@@ -104,6 +106,8 @@ def run_group_kinds(
         num_tokens,
         max_num_tokens,
         options,
+        tables,
+        sizes,
         slots,
         expected,
     )

@@ -3,9 +3,11 @@ run at every change."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +28,6 @@ def live_figure(
     the browser's part)."""
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import Image, display
 
     output = widgets.Output()
     # Controls wrap onto a second row rather than squeezing their sliders.
@@ -36,23 +37,69 @@ def live_figure(
 
     def redraw(_change: Any = None) -> None:
         start = time.perf_counter()
-        with output:
-            output.clear_output(wait=True)
-            box.figure = draw(**{name: control.value for name, control in controls.items()})
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+                figure = draw(**{name: control.value for name, control in controls.items()})
+        except Exception as error:
+            if _kernel() is None:
+                raise  # outside a notebook, the caller sees it
+            shown = [_error_output(error)]  # in one, the widget shows it, as a cell would
+        else:
+            box.figure = figure
             # One PNG render: the inline backend's plt.show() would crop to a tight bounding
             # box, which draws the figure twice (the course's figures fill their canvas).
             png = io.BytesIO()
-            box.figure.savefig(png, format="png")
-            display(Image(png.getvalue()))
-        # Closed, so that the inline backend does not show it a second time, frozen, under the
-        # widget when the cell ends (the Figure object stays usable: tests inspect it).
-        plt.close(box.figure)
+            figure.savefig(png, format="png")
+            # Closed, so that the inline backend does not show it a second time, frozen, under
+            # the widget when the cell ends (the Figure object stays usable: tests inspect it).
+            plt.close(figure)
+            shown = [_png_output(png.getvalue(), figure)]
+        if printed.getvalue():
+            shown.insert(
+                0, {"output_type": "stream", "name": "stdout", "text": printed.getvalue()}
+            )
+        # The Output's state, set in one assignment, rather than `with output: display(...)`:
+        # output captured that way is echoed back by nbclient on the kernel's shell socket while
+        # it waits there for the cell's reply, and the send can swallow the reply's wake-up
+        # (docs/headless-stall.md): plain nbconvert and nbclient then stall a finished cell.
+        output.outputs = tuple(shown)
         box.seconds.append(time.perf_counter() - start)
 
     for control in controls.values():
         control.observe(redraw, names="value")
     redraw()
     return box
+
+
+def _kernel() -> Any:
+    """The running IPython kernel's shell, or None outside one."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+def _png_output(png: bytes, figure: Any) -> dict:
+    """A display_data output of the PNG, as ``display(Image(png))`` would publish it."""
+    width, height = (round(v) for v in figure.get_size_inches() * figure.dpi)
+    data = {
+        "image/png": base64.b64encode(png).decode("ascii"),
+        "text/plain": f"<Figure size {width}x{height}>",
+    }
+    return {"output_type": "display_data", "data": data, "metadata": {}}
+
+
+def _error_output(error: BaseException) -> dict:
+    """An error output of ``error`` with its traceback, as a cell that raised it shows."""
+    lines = traceback.format_exception(type(error), error, error.__traceback__)
+    return {
+        "output_type": "error",
+        "ename": type(error).__name__,
+        "evalue": str(error),
+        "traceback": [line.rstrip("\n") for line in lines],
+    }
 
 
 def columns(*groups: list) -> HBox:
