@@ -231,7 +231,7 @@ def test_a_window_loaded_a_block_late_is_named_as_the_window():
     assert "the window's base (where it is loaded) or the lane's relative index is wrong" in (
         found.invariant
     )
-    assert "window_indices = base + tl.arange" in found.hint
+    assert "which logical block does the window's first entry hold" in found.hint
 
 
 def test_gather_outside_the_window_is_reported_in_words():

@@ -343,9 +343,9 @@ def window_entry_mistake(case: SlotCase, expected: list[int], got: list[int]) ->
             "(where it is loaded) or the lane's relative index is wrong",
             f"slot {expected[token]}",
             f"slot {got[token]}",
-            "window_indices = base + tl.arange(0, BLOCK_TABLE_WINDOW_SIZE) with base the "
-            "smallest logical block of the valid lanes; load the row at window_indices; gather "
-            "each lane's block_indices - base.",
+            "Ask two questions of your kernel: which logical block does the window's first "
+            "entry hold (lesson 03's min-reduction says), and how far from that entry is each "
+            "lane's own block?",
         )
     return None
 

@@ -250,9 +250,9 @@ def explain_cache(
     buffers as the reference writes them; key_rows, value_rows: [num_tokens, row]."""
     rows = {"key": key_rows.tolist(), "value": value_rows.tolist()}
     hint_slot = (
-        "A slot is physical block floor(slot / B) at offset slot mod B (B = block_size); "
-        "the cache's two strides turn that (block, offset) pair into the first element of "
-        "the slot's row: block * block_stride + offset * slot_stride."
+        "A slot names a physical block and an offset in it, as lesson 01's formula builds "
+        "it; the cache's own strides, one for blocks and one for slots, say where that "
+        "block and offset start: never count them in block_size or ROW."
     )
     # A padding token writes nothing.
     for token, slot in enumerate(case.slots):
@@ -412,10 +412,10 @@ def cache_cases(draw: st.DrawFn) -> CacheCase:
 
 
 CACHE_HINT = (
-    "A PAD_ID slot writes nothing. Any other slot is physical block floor(slot / B) at "
-    "offset slot mod B (B = block_size); the token's row of ROW elements goes to that slot's "
-    "row, block * block_stride + offset * slot_stride, in both caches: the caches may be "
-    "strided (K and V interleaved in one tensor, padded slots)."
+    "A PAD_ID slot writes nothing. Any other slot names a physical block and an offset in it, "
+    "as lesson 01's formula builds it; find where that block and offset start in each cache "
+    "from the cache's own strides, never from block_size and ROW: the caches may be strided "
+    "(K and V interleaved in one tensor, padded slots)."
 )
 
 register(
