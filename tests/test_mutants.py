@@ -104,7 +104,7 @@ MUTANTS = {
         "kernels/slot_mapping.py",
         "        _fill_pad(\n"
         "            slot_mapping_ptr,\n"
-        "            num_tokens + part * TILE_BLOCK_SIZE,\n"
+        "            last + part * TILE_BLOCK_SIZE,\n"
         "            max_num_tokens,\n"
         "            parallel_tiles,\n"
         "            PAD_ID,\n"
@@ -227,6 +227,18 @@ MUTANTS = {
         "        row_ok = (row_idx >= 0) & (row_idx < num_rows)",
         "        row_ok = row_idx < num_rows",
         (f"{PARITY}::test_dummy_request_gets_pad_and_reads_no_row[fused-token-grid]",),
+    ),
+    # (q) The token grid reads a lane's idx_mapping entry only where its block lies inside the
+    # row: a dummy request's stale position past the row then reads "row 0" and gets a slot
+    # in physical block 0 (vLLM writes -1).
+    "token-grid-dummy-past-its-row-reads-row-0": Mutant(
+        "kernels/token_grid.py",
+        "row_idx = tl.load(idx_mapping_ptr + req_idx, mask=req_idx < num_reqs, other=0)",
+        "row_idx = tl.load(idx_mapping_ptr + req_idx, mask=in_batch, other=0)",
+        (
+            "tests/test_hand_cases.py::test_dummy_request_with_a_stale_position_past_its_row"
+            "[fused-token-grid-int32-unvalidated]",
+        ),
     ),
 }
 

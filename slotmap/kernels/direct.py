@@ -62,9 +62,21 @@ def _compute_slot_mapping_direct_kernel(
     req_idx = tl.program_id(0)
     part = tl.program_id(1)  # program (q, p) handles tiles p, p + P, p + 2P, ... of request q
     if req_idx == tl.num_programs(0) - 1:
+        # As the window kernel's: from the last request's end (num_tokens on valid input),
+        # and unvalidated, the tokens before the first request's start too.
+        last = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0), num_tokens)
+        first = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr), 0), num_tokens)
         _fill_pad(
             slot_mapping_ptr,
-            num_tokens + part * TILE_BLOCK_SIZE,
+            part * TILE_BLOCK_SIZE,
+            first,
+            parallel_tiles,
+            PAD_ID,
+            TILE_BLOCK_SIZE,
+        )
+        _fill_pad(
+            slot_mapping_ptr,
+            last + part * TILE_BLOCK_SIZE,
             max_num_tokens,
             parallel_tiles,
             PAD_ID,
@@ -72,8 +84,9 @@ def _compute_slot_mapping_direct_kernel(
         )
         return
 
-    start_idx = tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0)
-    end_idx = tl.minimum(tl.load(query_start_loc_ptr + req_idx + 1), num_tokens)
+    # Both inside [0, num_tokens] whatever int32 query_start_loc holds (unvalidated).
+    start_idx = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0), num_tokens)
+    end_idx = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx + 1), 0), num_tokens)
     block_table_row_ptr = block_table_ptr + req_idx * block_table_stride
     for tile_start in range(
         start_idx + part * TILE_BLOCK_SIZE, end_idx, parallel_tiles * TILE_BLOCK_SIZE

@@ -142,7 +142,7 @@ def _compute_slot_mappings_kernel(
     num_reqs,  # int: requests (a runtime argument: tl.num_programs is slow on Ascend)
     query_start_loc_ptr,  # [num_reqs + 1], int32
     positions_ptr,  # [>= num_tokens], int64
-    idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    idx_mapping_ptr,  # [num_reqs], int32/int64: batch index -> table row (if HAS_IDX_MAPPING)
     num_rows,  # int: rows of the smallest enabled group's table (idx_mapping's must be below)
     group_meta_ptr,  # [num_groups, len(META_COLUMNS)], int64: group_metadata
     slot_mappings_ptr,  # [num_groups, max_num_tokens], int32
@@ -165,6 +165,17 @@ def _compute_slot_mappings_kernel(
     slot_mapping_ptr = slot_mappings_ptr + group_idx * slot_mappings_stride
 
     if req_idx == num_reqs:
+        # Unvalidated input only: the tokens before the first request's start, which no
+        # request holds (valid input has none), so that every entry is written.
+        first = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr), 0), num_tokens)
+        _fill_pad(
+            slot_mapping_ptr,
+            part * TILE_BLOCK_SIZE,
+            first,
+            parallel_tiles,
+            PAD_ID,
+            TILE_BLOCK_SIZE,
+        )
         # Padding programs share the tail, from the real token count, tile by tile.
         _fill_pad(
             slot_mapping_ptr,
@@ -189,8 +200,10 @@ def _compute_slot_mappings_kernel(
         row_idx = tl.load(idx_mapping_ptr + req_idx)
     else:
         row_idx = req_idx
-    start_idx = tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0)
-    end_idx = tl.minimum(tl.load(query_start_loc_ptr + req_idx + 1), num_tokens)
+    # Both inside [0, num_tokens] whatever int32 query_start_loc holds (unvalidated): the
+    # tiles then address only the batch's tokens.
+    start_idx = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0), num_tokens)
+    end_idx = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx + 1), 0), num_tokens)
     # A disabled group, a dummy request (-1) or an unvalidated row outside the tables: PAD_ID
     # for the request's tokens, and no block-table address is formed.
     if (is_enabled == 0) | (row_idx < 0) | (row_idx >= num_rows):
@@ -203,7 +216,8 @@ def _compute_slot_mappings_kernel(
             TILE_BLOCK_SIZE,
         )
         return
-    block_table_row_ptr = block_table_ptr + row_idx * block_table_stride
+    # Inside [0, num_rows) now: int32 whatever idx_mapping's width (int64 from vLLM >= 0.32).
+    block_table_row_ptr = block_table_ptr + row_idx.to(tl.int32) * block_table_stride
 
     for tile_start in range(
         start_idx + part * TILE_BLOCK_SIZE, end_idx, parallel_tiles * TILE_BLOCK_SIZE
@@ -250,7 +264,7 @@ def _compute_slot_mappings_tokens_kernel(
     num_reqs,  # int: requests
     query_start_loc_ptr,  # [num_reqs + 1], int32
     positions_ptr,  # [>= num_tokens], int64
-    idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    idx_mapping_ptr,  # [num_reqs], int32/int64: batch index -> table row (if HAS_IDX_MAPPING)
     num_rows,  # int: rows of the smallest enabled group's table (idx_mapping's must be below)
     group_meta_ptr,  # [num_groups, len(META_COLUMNS)], int64: group_metadata
     slot_mappings_ptr,  # [num_groups, max_num_tokens], int32

@@ -66,9 +66,22 @@ def _compute_slot_mapping_kernel(
 
     # The last program only pads [num_tokens, max_num_tokens) with PAD_ID.
     if req_idx == tl.num_programs(0) - 1:
+        # From the last request's end: num_tokens on valid input. Unvalidated, the tokens no
+        # request holds are padded too, after the last request's end and before the first
+        # request's start, so that every entry is written whatever query_start_loc holds.
+        last = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0), num_tokens)
+        first = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr), 0), num_tokens)
         _fill_pad(
             slot_mapping_ptr,
-            num_tokens + part * TILE_BLOCK_SIZE,
+            part * TILE_BLOCK_SIZE,
+            first,
+            parallel_tiles,
+            PAD_ID,
+            TILE_BLOCK_SIZE,
+        )
+        _fill_pad(
+            slot_mapping_ptr,
+            last + part * TILE_BLOCK_SIZE,
             max_num_tokens,
             parallel_tiles,
             PAD_ID,
@@ -78,9 +91,10 @@ def _compute_slot_mapping_kernel(
 
     start_idx = tl.load(query_start_loc_ptr + req_idx)
     end_idx = tl.load(query_start_loc_ptr + req_idx + 1)
-    # Inside [0, num_tokens) even with unvalidated input: never write outside the output.
-    start_idx = tl.maximum(start_idx, 0)
-    end_idx = tl.minimum(end_idx, num_tokens)
+    # Both inside [0, num_tokens] even with unvalidated input (any int32): the tiles below
+    # then address only the batch's tokens, never outside the positions or the output.
+    start_idx = tl.minimum(tl.maximum(start_idx, 0), num_tokens)
+    end_idx = tl.minimum(tl.maximum(end_idx, 0), num_tokens)
     block_table_row_ptr = block_table_ptr + req_idx * block_table_stride
 
     # One tile of TILE_BLOCK_SIZE tokens at a time; lanes past the request's end are masked.
