@@ -102,10 +102,13 @@ MUTANTS = {
     # (d) A forgotten padding program: it returns without filling [num_tokens, max_num_tokens).
     "padding-program-forgets-to-fill": Mutant(
         "kernels/slot_mapping.py",
-        "        _fill_pad(\n"
+        "        _pad_outside_requests(\n"
         "            slot_mapping_ptr,\n"
-        "            last + part * TILE_BLOCK_SIZE,\n"
+        "            query_start_loc_ptr,\n"
+        "            req_idx,\n"
+        "            num_tokens,\n"
         "            max_num_tokens,\n"
+        "            part,\n"
         "            parallel_tiles,\n"
         "            PAD_ID,\n"
         "            TILE_BLOCK_SIZE,\n"
@@ -201,9 +204,9 @@ MUTANTS = {
     # (o) Padding from the host's (padded) count: the gap after the real tokens keeps an
     # earlier chunk's slots.
     "fused-pads-from-the-host-count": Mutant(
-        "kernels/fused_groups.py",
-        "_real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK_SIZE,",
-        "num_tokens + part * TILE_BLOCK_SIZE,",
+        "kernels/slot_mapping.py",
+        "tail = _real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK",
+        "tail = num_tokens + part * TILE_BLOCK",
         (f"{PARITY}::test_padding_starts_at_the_real_token_count[False-fused-window]",),
     ),
     # (o') The same on the token grid, whose lanes past the real count must get PAD_ID.

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from slotmap.kernels.common import _block_and_offset, _fill_pad
+from slotmap.kernels.common import _block_and_offset
 from slotmap.kernels.launch import (
     LaunchKnobs,
     Plan,
@@ -26,7 +26,7 @@ from slotmap.kernels.launch import (
     launch_shape,
     remember_plan,
 )
-from slotmap.kernels.slot_mapping import slot_mapping_args
+from slotmap.kernels.slot_mapping import _pad_outside_requests, slot_mapping_args
 from slotmap.kernels.token_grid import (
     _fill_token_grid_pad,
     _token_grid_entries,
@@ -62,22 +62,13 @@ def _compute_slot_mapping_direct_kernel(
     req_idx = tl.program_id(0)
     part = tl.program_id(1)  # program (q, p) handles tiles p, p + P, p + 2P, ... of request q
     if req_idx == tl.num_programs(0) - 1:
-        # As the window kernel's: from the last request's end (num_tokens on valid input),
-        # and unvalidated, the tokens before the first request's start too.
-        last = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0), num_tokens)
-        first = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr), 0), num_tokens)
-        _fill_pad(
+        _pad_outside_requests(
             slot_mapping_ptr,
-            part * TILE_BLOCK_SIZE,
-            first,
-            parallel_tiles,
-            PAD_ID,
-            TILE_BLOCK_SIZE,
-        )
-        _fill_pad(
-            slot_mapping_ptr,
-            last + part * TILE_BLOCK_SIZE,
+            query_start_loc_ptr,
+            req_idx,
+            num_tokens,
             max_num_tokens,
+            part,
             parallel_tiles,
             PAD_ID,
             TILE_BLOCK_SIZE,

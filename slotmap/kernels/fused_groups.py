@@ -39,6 +39,7 @@ from slotmap.kernels.launch import (
     remember_plan,
     warps_option,
 )
+from slotmap.kernels.slot_mapping import _pad_outside_requests, _real_token_count
 from slotmap.kernels.token_grid import (
     _fill_token_grid_pad,
     _token_grid_entries,
@@ -126,13 +127,6 @@ def _group_block_and_offset(
     return block_indices, slot_offsets, has_slot
 
 
-@triton.jit
-def _real_token_count(query_start_loc_ptr, num_reqs, num_tokens):
-    # query_start_loc[num_reqs], within [0, num_tokens]: a padded host count must not leave
-    # the gap after the real tokens holding an earlier step's slots.
-    return tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + num_reqs), 0), num_tokens)
-
-
 @triton.jit(
     do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs", "num_rows", "parallel_tiles"]
 )
@@ -165,22 +159,14 @@ def _compute_slot_mappings_kernel(
     slot_mapping_ptr = slot_mappings_ptr + group_idx * slot_mappings_stride
 
     if req_idx == num_reqs:
-        # Unvalidated input only: the tokens before the first request's start, which no
-        # request holds (valid input has none), so that every entry is written.
-        first = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr), 0), num_tokens)
-        _fill_pad(
-            slot_mapping_ptr,
-            part * TILE_BLOCK_SIZE,
-            first,
-            parallel_tiles,
-            PAD_ID,
-            TILE_BLOCK_SIZE,
-        )
         # Padding programs share the tail, from the real token count, tile by tile.
-        _fill_pad(
+        _pad_outside_requests(
             slot_mapping_ptr,
-            _real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK_SIZE,
+            query_start_loc_ptr,
+            num_reqs,
+            num_tokens,
             max_num_tokens,
+            part,
             parallel_tiles,
             PAD_ID,
             TILE_BLOCK_SIZE,

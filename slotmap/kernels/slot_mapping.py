@@ -31,6 +31,37 @@ from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, SlotLayout, window_size
 from slotmap.validate import check_slot_mapping_inputs, resolve_counts
 
 
+@triton.jit
+def _real_token_count(query_start_loc_ptr, num_reqs, num_tokens):
+    # query_start_loc[num_reqs], within [0, num_tokens]: a padded host count must not leave
+    # the gap after the real tokens holding an earlier step's slots.
+    return tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + num_reqs), 0), num_tokens)
+
+
+@triton.jit
+def _pad_outside_requests(
+    slot_mapping_ptr,  # output row
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    num_reqs,  # int: requests in the batch
+    num_tokens,  # int: tokens in the batch (or a padded count: the multi-group kernels)
+    max_num_tokens,  # int: length of the output row
+    part,  # int: this padding program's index among the parallel ones
+    parallel_tiles,  # int: padding programs
+    PAD_ID: tl.constexpr,
+    TILE_BLOCK_SIZE: tl.constexpr,
+):
+    # The padding programs' work: PAD_ID from the last request's end to max_num_tokens. That
+    # end, query_start_loc[num_reqs] within [0, num_tokens], is num_tokens on valid input and
+    # the real count under a padded one (whose gap must not keep an earlier step's slots).
+    # Unvalidated input only: also the tokens before the first request's start, which no
+    # request holds, so that every entry is written whatever query_start_loc holds.
+    first = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr), 0), num_tokens)
+    tail = _real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK_SIZE
+    _fill_pad(slot_mapping_ptr, tail, max_num_tokens, parallel_tiles, PAD_ID, TILE_BLOCK_SIZE)
+    head = part * TILE_BLOCK_SIZE
+    _fill_pad(slot_mapping_ptr, head, first, parallel_tiles, PAD_ID, TILE_BLOCK_SIZE)
+
+
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "parallel_tiles"])
 def _compute_slot_mapping_kernel(
     num_tokens,  # int: real tokens in the batch (= query_start_loc[num_reqs])
@@ -66,23 +97,13 @@ def _compute_slot_mapping_kernel(
 
     # The last program only pads [num_tokens, max_num_tokens) with PAD_ID.
     if req_idx == tl.num_programs(0) - 1:
-        # From the last request's end: num_tokens on valid input. Unvalidated, the tokens no
-        # request holds are padded too, after the last request's end and before the first
-        # request's start, so that every entry is written whatever query_start_loc holds.
-        last = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0), num_tokens)
-        first = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr), 0), num_tokens)
-        _fill_pad(
+        _pad_outside_requests(
             slot_mapping_ptr,
-            part * TILE_BLOCK_SIZE,
-            first,
-            parallel_tiles,
-            PAD_ID,
-            TILE_BLOCK_SIZE,
-        )
-        _fill_pad(
-            slot_mapping_ptr,
-            last + part * TILE_BLOCK_SIZE,
+            query_start_loc_ptr,
+            req_idx,
+            num_tokens,
             max_num_tokens,
+            part,
             parallel_tiles,
             PAD_ID,
             TILE_BLOCK_SIZE,
