@@ -24,6 +24,7 @@ Triton's CPU interpreter at lesson sizes and compile unchanged for a GPU or an N
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 import triton
@@ -31,7 +32,7 @@ import triton.language as tl
 from torch import Tensor
 
 from slotmap.layout import PAD_SLOT_ID
-from slotmap.validate import _fail, as_int, check_tensor
+from slotmap.validate import _fail, as_int, check_no_overlap, check_tensor
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -99,6 +100,11 @@ def check_reshape_and_cache_inputs(
                 f"{_dtype_name(key_cache.dtype)}: cast one of them"
             )
     check_tensor("slot_mapping", slot_mapping, INDEX_DTYPES, 1, device, "key is")
+    reads = {"key": key, "value": value, "slot_mapping": slot_mapping}
+    for cache_name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
+        for name, tensor in reads.items():
+            check_no_overlap(cache_name, cache, name, tensor)
+    check_no_overlap("key_cache", key_cache, "value_cache", value_cache)
     num_tokens = key.shape[0]
     if slot_mapping.numel() < num_tokens:
         _fail(f"slot_mapping has {slot_mapping.numel()} entries for {num_tokens} tokens")
@@ -362,7 +368,15 @@ def _paged_decode_attention_kernel(
 
 
 def _default_scale(head_dim: int, scale: float | None) -> float:
-    return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+    """The scale as a float: 1/sqrt(head_dim) when None; else a finite real number (a NaN or
+    an infinity would turn every output into NaN without a word)."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale}")
+    return float(scale)
 
 
 def paged_decode_attention(
@@ -390,6 +404,7 @@ def paged_decode_attention(
         query, key_cache, value_cache, block_table, seq_lens, full=validate
     )
     num_reqs, num_heads, head_dim = query.shape
+    scale = _default_scale(head_dim, scale)  # named even when there is nothing to attend
     block_size = key_cache.shape[1]
     out = torch.empty(num_reqs, num_heads, head_dim, dtype=torch.float32, device=query.device)
     lse = torch.empty(num_reqs, num_heads, dtype=torch.float32, device=query.device)
@@ -405,7 +420,7 @@ def paged_decode_attention(
         block_table,
         block_table.shape[1],
         seq_lens,
-        _default_scale(head_dim, scale),
+        scale,
         block_size,
         key_cache.shape[0],
         key_cache.stride(0),

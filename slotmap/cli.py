@@ -300,9 +300,23 @@ def doctor(_: argparse.Namespace) -> int:
     return 0 if passed and widgets_ok else 1
 
 
-# Jupyter options that set the token: an empty one turns authentication off too.
-TOKEN_OPTIONS = ("--IdentityProvider.token=", "--ServerApp.token=", "--NotebookApp.token=")
 NO_AUTH_FLAG = "--unsafe-no-auth"
+EMPTY_VALUES = ("", "''", '""')
+
+
+def sets_empty_token(jupyter_args: list[str]) -> bool:
+    """Whether pass-through Jupyter options set an empty token, which turns authentication
+    off: any ``--<Class>.token`` (IdentityProvider, PasswordIdentityProvider, ServerApp,
+    NotebookApp, ...) or ``--token``, as ``--X.token=`` or ``--X.token ''``."""
+    for i, option in enumerate(jupyter_args):
+        name, equals, value = option.partition("=")
+        if not name.startswith("--") or name[2:].rsplit(".", 1)[-1].lower() != "token":
+            continue
+        if not equals:  # the value is the next argument
+            value = jupyter_args[i + 1] if i + 1 < len(jupyter_args) else ""
+        if value.strip() in EMPTY_VALUES:
+            return True
+    return False
 
 
 def lab_problem(args: argparse.Namespace) -> str | None:
@@ -313,10 +327,7 @@ def lab_problem(args: argparse.Namespace) -> str | None:
             f"no course here: neither {Path.cwd()} nor a folder above it, nor {root}, holds "
             f"{COURSE_MARKER}; run slotmap lab in the slotmap checkout"
         )
-    empty = args.token == "" or any(
-        option.startswith(TOKEN_OPTIONS) and option.split("=", 1)[1] in ("", "''", '""')
-        for option in args.jupyter_args
-    )
+    empty = args.token == "" or sets_empty_token(args.jupyter_args)
     if empty and not args.unsafe_no_auth:
         return (
             "an empty token turns authentication off: anyone who can reach the port can run "

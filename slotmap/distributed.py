@@ -12,8 +12,15 @@ process cannot see a notebook's globals. Results travel back through ``torch.sav
 come back on the CPU whatever device they were computed on.
 
 Bounded and clean: every run has a deadline, the first rank that fails stops the others, and
-no process outlives ``run_ranks``, also on Ctrl+C: each rank leads its own session, and the
-whole session (the rank and anything it started) is terminated, then killed, on every exit.
+no process outlives ``run_ranks``, also on Ctrl+C. Each rank leads its own session, which is
+terminated, then killed, on every exit; and since a process can leave its session (a new
+session, a new process group, a double fork), what a rank started is also held by a mechanism
+it cannot leave (``_Jail``): a cgroup v2 of the run's own where one can be made (Linux, a
+writable cgroup2 hierarchy: root, or a delegated subtree), killed whole with ``cgroup.kill``;
+and everywhere on Linux each rank is a child subreaper, so an orphan of a double fork becomes
+the rank's child, and every descendant is killed before the rank is. Without a cgroup, what a
+rank started survives only if the rank itself is killed from outside before ``run_ranks``
+reaches it.
 A collective times out before the deadline, so a rank that never joins one is named as the
 one stuck while the others' timeouts are reported as the knock-on effect they are.
 """
@@ -21,6 +28,7 @@ one stuck while the others' timeouts are reported as the knock-on effect they ar
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import io
 import math
@@ -34,6 +42,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -104,7 +113,150 @@ def _loads(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
-def _rank_main(
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _set_subreaper() -> bool:
+    """Make this process a child subreaper (Linux): orphans of its descendants (a double
+    fork) become its children instead of init's. True if it worked."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    """``pid``'s child processes, from /proc (Linux; none elsewhere or once it is gone)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                found += [
+                    int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+                ]
+    return found
+
+
+def kill_descendants(pid: int, rounds: int = 200) -> None:
+    """SIGKILL every process under ``pid`` until none is left (a fork refills the tree while it
+    is killed). ``pid`` must be a subreaper for the orphans of killed processes to stay in the
+    tree. Children of this process are reaped."""
+    for _ in range(rounds):
+        todo, found = _children(pid), []
+        while todo:
+            child = todo.pop()
+            found.append(child)
+            todo += _children(child)
+        if not found:
+            return
+        for child in found:
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGKILL)
+        for child in found:
+            with contextlib.suppress(OSError):
+                os.waitpid(child, os.WNOHANG)  # our own children only; others raise
+        time.sleep(0.01)
+
+
+class _Jail:
+    """A cgroup v2 for one run's processes, where this process may make one: membership passes
+    to every descendant and no process can leave it by itself (setsid, setpgid and double
+    forks do not), and ``cgroup.kill`` ends them all at once. ``path`` is None where no cgroup
+    can be made (no cgroup2 hierarchy, or not writable): then the ranks' subreapers hold."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        base = _own_cgroup()
+        if base is None:
+            return
+        with contextlib.suppress(OSError):
+            for stale in base.glob("slotmap-ranks-*"):  # of a run whose process was killed
+                if not Path(f"/proc/{stale.name.split('-')[2]}").exists():
+                    with contextlib.suppress(OSError):
+                        stale.rmdir()  # refused while it holds processes
+        for attempt in range(100):
+            path = base / f"slotmap-ranks-{os.getpid()}-{attempt}"
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            except OSError:
+                return
+            self.path = path
+            return
+
+    def kill(self) -> None:
+        """Kill every process in the cgroup, wait until it is empty, and remove it."""
+        if self.path is None:
+            return
+        try:
+            (self.path / "cgroup.kill").write_text("1")
+        except OSError:  # a kernel before 5.14: kill the members one by one, frozen
+            with contextlib.suppress(OSError):
+                (self.path / "cgroup.freeze").write_text("1")
+            for _ in range(200):
+                members = _members(self.path)
+                if not members:
+                    break
+                for pid in members:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.01)
+        deadline = time.monotonic() + 10.0
+        while _members(self.path) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
+        self.path = None
+
+
+def _members(path: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in (path / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+def _own_cgroup() -> Path | None:
+    """This process's cgroup v2 directory (Linux with a cgroup2 mount), or None."""
+    try:
+        entry = next(
+            line[3:]
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if line.startswith("0::")
+        )
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            fields, _, tail = line.partition(" - ")
+            if tail.split()[:1] == ["cgroup2"]:
+                root, mount = fields.split()[3:5]
+                relative = os.path.relpath(entry, root) if entry.startswith(root) else None
+                if relative is not None and not relative.startswith(".."):
+                    return Path(mount) / relative
+    except (OSError, StopIteration, IndexError):
+        pass
+    return None
+
+
+def _enter_jail(cgroup: str | None) -> None:
+    """A rank's first act: into the run's cgroup (when there is one), and a subreaper."""
+    if cgroup is not None:
+        with contextlib.suppress(OSError):
+            Path(cgroup, "cgroup.procs").write_text("0")  # "0": the writing process
+    _set_subreaper()
+
+
+def _rank_main(cgroup: str | None, *job: Any) -> None:
+    """Body of each spawned process: into the run's jail, then ``_rank_body(*job)``, then kill
+    what ``fn`` left running (a subreaper: orphans of a double fork are the rank's)."""
+    _enter_jail(cgroup)
+    try:
+        _rank_body(*job)
+    finally:
+        kill_descendants(os.getpid())
+
+
+def _rank_body(
     rank: int,
     world_size: int,
     port: int,
@@ -113,7 +265,7 @@ def _rank_main(
     args: tuple,
     results: Any,
 ) -> None:
-    """Body of each spawned process: join the group, run ``fn``, report, leave the group.
+    """Join the group, run ``fn``, report, leave the group.
 
     The report goes out before the group is torn down: tearing it down closes this rank's
     connections, and the other ranks' collectives then fail with errors of their own that
@@ -243,12 +395,17 @@ def _signal_session(process: Any, signum: int) -> None:
             process.terminate()
 
 
-def _stop(processes: list) -> None:
+def _stop(processes: list, jail: _Jail) -> None:
     """Terminate every rank and what it started, then kill what is left, also when a second
-    Ctrl+C cuts the wait short. The session is killed after the rank is dead: a rank stopped
-    before it led its session could not add to it any more, so nothing it started escapes."""
+    Ctrl+C cuts the wait short. What a rank started dies first, while the rank (a subreaper)
+    still collects the orphans; the session is killed after the rank is dead: a rank stopped
+    before it led its session could not add to it any more; and last the run's cgroup, which
+    holds whatever left both."""
     started = [process for process in processes if process.pid is not None]
     try:
+        for process in started:
+            if process.is_alive():
+                kill_descendants(process.pid)
         for process in started:
             _signal_session(process, signal.SIGTERM)
         deadline = time.monotonic() + 5.0
@@ -259,6 +416,7 @@ def _stop(processes: list) -> None:
             _signal_session(process, signal.SIGKILL)
         for process in started:
             process.join(5.0)
+        jail.kill()
 
 
 def run_ranks(
@@ -307,6 +465,8 @@ def run_ranks(
     results = context.Queue()
     port = free_port()
     processes = []
+    jail = _Jail()
+    cgroup = None if jail.path is None else str(jail.path)
     # The ranks use the caller's backend and do not each announce it.
     environment = {ENV_VAR: BACKEND.name, QUIET_VAR: "1", **MULTICAST_OFF}
     try:
@@ -314,7 +474,7 @@ def run_ranks(
             for rank in range(world_size):
                 process = context.Process(
                     target=_rank_main,
-                    args=(rank, world_size, port, collective_timeout_s, fn, args, results),
+                    args=(cgroup, rank, world_size, port, collective_timeout_s, fn, args, results),
                     name=f"slotmap-rank-{rank}",
                     daemon=True,
                 )
@@ -367,5 +527,5 @@ def run_ranks(
             process.join(max(0.1, deadline - time.monotonic()))
         return [values[rank] for rank in range(world_size)]
     finally:
-        _stop(processes)
+        _stop(processes, jail)
         results.close()

@@ -66,6 +66,16 @@ def expand_block_table(
     """
     if blocks_per_kv_block < 1:
         raise ValueError(f"blocks_per_kv_block must be >= 1, got {blocks_per_kv_block}")
+    if not isinstance(block_table, torch.Tensor):
+        raise ValueError(f"block_table must be a torch.Tensor, got {type(block_table).__name__}")
+    if block_table.is_meta:
+        # A meta tensor has a shape but no entries: nothing to expand or to check.
+        raise ValueError("block_table is a meta tensor: it holds no block numbers to expand")
+    if block_table.dtype not in (torch.int32, torch.int64) or block_table.dim() != 2:
+        raise ValueError(
+            f"block_table must be a 2-D int32 or int64 tensor, got {block_table.dtype} of "
+            f"shape {tuple(block_table.shape)}"
+        )
     if validate and block_table.numel():
         # k * B + B - 1 must fit the table's dtype: a wrapped-around number would be a small,
         # valid-looking block of some other request, which no later check can catch.

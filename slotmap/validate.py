@@ -26,6 +26,7 @@ from slotmap.layout import (
 )
 
 OUT_DTYPES = (torch.int32, torch.int64)
+IDX_MAPPING_DTYPES = (torch.int32, torch.int64)
 
 
 def _fail(message: str) -> None:
@@ -111,13 +112,36 @@ def check_query_start_loc(query_start_loc: Tensor) -> None:
         )
 
 
-def check_out(out: Tensor | None, shape: tuple[int, ...], device: torch.device) -> None:
-    """A caller's persistent output buffer must hold the whole output."""
+def check_out(
+    out: Tensor | None,
+    shape: tuple[int, ...],
+    device: torch.device,
+    inputs: dict[str, Tensor | None] | None = None,
+) -> None:
+    """A caller's persistent output buffer must hold the whole output, and share no memory
+    with the ``inputs`` the kernel reads (name -> tensor)."""
     if out is None:
         return
     check_tensor("out", out, OUT_DTYPES, len(shape), device)
     if tuple(out.shape) != shape:
         _fail(f"out has shape {tuple(out.shape)}, expected {shape}")
+    for name, tensor in (inputs or {}).items():
+        check_no_overlap("out", out, name, tensor)
+
+
+def check_no_overlap(name: str, written: Tensor, other_name: str, other: Tensor | None) -> None:
+    """A tensor a kernel writes shares no byte with one it reads: the kernel would read its
+    own output (positions overwritten by slots halfway through). Both are contiguous here,
+    so each is one byte range; attribute reads only, no device sync."""
+    if other is None or other.device != written.device or written.is_meta:
+        return  # a meta tensor has no memory to share
+    if not written.numel() or not other.numel():
+        return
+    start, other_start = written.data_ptr(), other.data_ptr()
+    end = start + written.numel() * written.element_size()
+    other_end = other_start + other.numel() * other.element_size()
+    if start < other_end and other_start < end:
+        _fail(f"{name} shares memory with {other_name}: pass a separate output tensor")
 
 
 def check_tokens(
@@ -276,7 +300,8 @@ def check_slot_mapping_inputs(
         _fail(f"{num_reqs} requests but the block table has only {block_table.shape[0]} rows")
     if block_table.shape[1] < 1:
         _fail("the block table has rows of 0 entries")
-    check_out(out, (max_num_tokens,), positions.device)
+    inputs = {"positions": positions, "query_start_loc": query_start_loc}
+    check_out(out, (max_num_tokens,), positions.device, inputs | {"block_table": block_table})
     if full:
         check_tokens(
             layout,
@@ -353,7 +378,8 @@ def check_slot_mappings_inputs(
     min_rows = min((table.shape[0] for _, _, table in read), default=None)
     rows = None
     if idx_mapping is not None:
-        check_tensor("idx_mapping", idx_mapping, (torch.int32,), 1, positions.device)
+        # vLLM <= 0.31 passes int32, vLLM >= 0.32 int64: both are a drop-in's input.
+        check_tensor("idx_mapping", idx_mapping, IDX_MAPPING_DTYPES, 1, positions.device)
         if idx_mapping.numel() < num_reqs:
             _fail(f"idx_mapping has {idx_mapping.numel()} entries for {num_reqs} requests")
         if num_reqs and min_rows == 0:
@@ -376,7 +402,13 @@ def check_slot_mappings_inputs(
                 )
     elif min_rows is not None and num_reqs > min_rows:
         _fail(f"{num_reqs} requests but a block table has only {min_rows} rows")
-    check_out(out, (len(block_tables), max_num_tokens), positions.device)
+    inputs = {
+        "positions": positions,
+        "query_start_loc": query_start_loc,
+        "idx_mapping": idx_mapping,
+    }
+    inputs |= {f"block_tables[{g}]": table for g, _, table in read}
+    check_out(out, (len(block_tables), max_num_tokens), positions.device, inputs)
     if full:
         actual = int(query_start_loc[-1])  # num_tokens may be a padded count
         for g, layout, table in read:
@@ -419,6 +451,13 @@ def check_replay_inputs(
             f"{len(prefix_cacheable)} prefix_cacheable flags for {slot_mappings.shape[0]} "
             "slot-mapping rows"
         )
+    reads = {
+        "query_start_loc": query_start_loc,
+        "positions": positions,
+        "replay_start": replay_start,
+    }
+    for name, tensor in reads.items():
+        check_no_overlap("slot_mappings", slot_mappings, name, tensor)
     if slot_mappings.shape[1] < num_tokens:
         _fail(f"slot_mappings holds {slot_mappings.shape[1]} tokens, fewer than {num_tokens}")
     if window < 0:

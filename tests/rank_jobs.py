@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,6 +42,43 @@ def start_a_child(ctx: RankContext, folder: str) -> int:
     Path(folder, f"{ctx.rank}.tmp").write_text(str(child.pid))
     Path(folder, f"{ctx.rank}.tmp").rename(Path(folder, str(ctx.rank)))  # whole or absent
     return child.pid
+
+
+ESCAPES = ("new-session", "new-process-group", "double-fork")
+# The grandchild holds none of the middle process's pipes: the rank reads its pid to the end.
+DOUBLE_FORK = (
+    "import subprocess; "
+    "child = subprocess.Popen(['sleep', '600'], start_new_session=True, "
+    "stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+    "print(child.pid)"
+)
+
+
+def start_escapes(ctx: RankContext, folder: str, then: str = "return") -> int:
+    """Start three processes that leave this rank's session, one by each route: a new
+    session, a new process group, a double fork (its parent exits at once, so it is an
+    orphan in a session of its own). Their pids go to ``folder/<rank>-<route>``. ``then``:
+    "return", "raise" (rank 1 raises, rank 0 sleeps until stopped) or "die" (rank 1 is
+    killed by SIGKILL, as the OOM killer would)."""
+    started = {
+        "new-session": subprocess.Popen(["sleep", "600"], start_new_session=True).pid,
+        "new-process-group": subprocess.Popen(["sleep", "600"], process_group=0).pid,
+        "double-fork": int(
+            subprocess.run(
+                [sys.executable, "-c", DOUBLE_FORK], capture_output=True, text=True, check=True
+            ).stdout
+        ),
+    }
+    for route, pid in started.items():
+        Path(folder, f"{ctx.rank}-{route}.tmp").write_text(str(pid))
+        Path(folder, f"{ctx.rank}-{route}.tmp").rename(Path(folder, f"{ctx.rank}-{route}"))
+    if then != "return" and ctx.rank == 1:
+        if then == "die":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError("rank 1 fails after starting its escapes")
+    if then != "return":
+        time.sleep(600)
+    return ctx.rank
 
 
 def child_then_sleep_forever(ctx: RankContext, folder: str) -> int:

@@ -101,7 +101,24 @@ class Bad:
     impls: tuple[str, ...] = field(default=ALL)
 
 
+def out_aliasing(what: str) -> tuple[tuple, dict]:
+    """The valid batch, its ``out`` sharing memory with the positions or the block table."""
+    args, options = batch()
+    if what == "positions":
+        return args, {"out": args[1]}  # int64 [10]: an output of the right shape and dtype
+    buffer = torch.zeros(10, dtype=torch.int32, device=DEVICE)
+    buffer[:8] = args[2].flatten()
+    return (*args[:2], buffer[:8].view(2, 4), args[3]), {"out": buffer}
+
+
 BAD: dict[str, Bad] = {
+    # out
+    "out-aliases-positions": Bad(
+        lambda: out_aliasing("positions"), r"out shares memory with positions"
+    ),
+    "out-aliases-the-block-table": Bad(
+        lambda: out_aliasing("table"), r"out shares memory with block_table"
+    ),
     # query_start_loc
     "qsl-not-monotone": Bad(
         lambda: batch(qsl=[0, 6, 4]),
@@ -308,7 +325,27 @@ MULTI_GROUP = {
     "fused-requests": lambda *a, **k: slotmap.compute_slot_mappings(*a, token_parallel=False, **k),
     "fused-tokens": lambda *a, **k: slotmap.compute_slot_mappings(*a, token_parallel=True, **k),
 }
+
+
+def groups_out_aliasing(what: str) -> tuple[tuple, dict]:
+    """The two groups, ``out`` sharing memory with the positions or with idx_mapping."""
+    args, options = groups()
+    if what == "positions":
+        out = torch.zeros(20, dtype=torch.int64, device=DEVICE)
+        out[:10] = args[1]
+        return (args[0], out[:10], *args[2:]), {"out": out.view(2, 10)}
+    out = torch.zeros(20, dtype=torch.int32, device=DEVICE)
+    out[18:] = tensor([1, 0], torch.int32)
+    return args, {"out": out.view(2, 10), "idx_mapping": out[18:]}
+
+
 BAD_MULTI: dict[str, Bad] = {
+    "out-aliases-positions": Bad(
+        lambda: groups_out_aliasing("positions"), r"out shares memory with positions"
+    ),
+    "out-aliases-idx-mapping": Bad(
+        lambda: groups_out_aliasing("idx_mapping"), r"out shares memory with idx_mapping"
+    ),
     "idx-mapping-out-of-range": Bad(
         lambda: groups(idx_mapping=tensor([0, 5], torch.int32)),
         r"request 1: idx_mapping\[1\] = 5 is not a row of every block table",
@@ -355,8 +392,9 @@ BAD_MULTI: dict[str, Bad] = {
         lambda: groups(idx_mapping=tensor([0], torch.int32)),
         r"idx_mapping has 1 entries for 2 requests",
     ),
-    "idx-mapping-int64": Bad(
-        lambda: groups(idx_mapping=tensor([0, 1], torch.int64)), r"idx_mapping must be int32"
+    "idx-mapping-int16": Bad(
+        lambda: groups(idx_mapping=tensor([0, 1], torch.int16)),
+        r"idx_mapping must be int32 or int64, got int16",
     ),
     "idx-mapping-on-other-device": Bad(
         lambda: groups(idx_mapping=tensor([0, 1], torch.int32).to(OTHER_DEVICE)),
@@ -434,6 +472,7 @@ def test_bad_multi_group_input_is_named(bad_name: str, impl_name: str) -> None:
 ONE_AWAY_AND_VALID = {
     # Each is one change away from a bad case above, and valid (docs/semantics.md §4, §5).
     "dummy-request": dict(idx_mapping=tensor([0, -1], torch.int32)),
+    "idx-mapping-int64": dict(idx_mapping=tensor([1, -1], torch.int64)),  # vLLM >= 0.32
     "disabled-group-without-table": dict(slot_mapping_enabled=[True, False]),
     "unsharded-group-interleave-not-dividing": dict(
         cp_world_size=2, cp_interleave=4, dcp_sharded=[True, False]

@@ -225,3 +225,78 @@ def test_ranks_start_when_tritons_interpreter_lent_main_its_file(monkeypatch):
     results = run_ranks(rank_jobs.sum_of_ranks, 2, 1, timeout_s=120)
     assert [r["sum"] for r in results] == [1, 1]
     assert main.__file__ == interpreter.__file__  # put back for the caller
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes that leave the rank's session: a cgroup of the run's own where one can be made,
+# and the ranks' subreapers everywhere.
+# ---------------------------------------------------------------------------------------------
+def cgroup_available() -> bool:
+    from slotmap import distributed
+
+    jail = distributed._Jail()
+    available = jail.path is not None
+    jail.kill()  # removes it
+    return available
+
+
+def escape_survivors(folder: Path, world: int) -> list[str]:
+    """The escapes the ranks started (``rank_jobs.start_escapes``) still alive after the run."""
+    started = {path.name: int(path.read_text()) for path in folder.iterdir() if "-" in path.name}
+    expected = {f"{rank}-{route}" for rank in range(world) for route in rank_jobs.ESCAPES}
+    assert expected <= set(started), sorted(started)
+    deadline = time.monotonic() + 10  # a SIGKILL on its way lands
+    while any(alive(pid) for pid in started.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return sorted(name for name, pid in started.items() if alive(pid))
+
+
+@pytest.fixture
+def escapes(tmp_path):
+    """Like ``children``, for the escapes: none of their 600 s sleeps outlives a failed test."""
+    yield tmp_path
+    for path in tmp_path.iterdir():
+        if "-" in path.name and path.name[0].isdigit() and alive(int(path.read_text())):
+            os.kill(int(path.read_text()), signal.SIGKILL)
+
+
+JAILS = [
+    pytest.param(
+        "cgroup",
+        marks=pytest.mark.skipif(not cgroup_available(), reason="no writable cgroup2 here"),
+    ),
+    "subreaper",
+]
+
+
+@pytest.mark.parametrize("jail", JAILS)
+@pytest.mark.parametrize("then", ["return", "raise"])
+def test_no_escape_from_the_session_outlives_the_run(escapes, monkeypatch, jail, then):
+    from slotmap import distributed
+
+    if jail == "subreaper":  # as where no cgroup can be made: the subreapers alone
+        monkeypatch.setattr(distributed, "_own_cgroup", lambda: None)
+    if then == "return":
+        assert run_ranks(rank_jobs.start_escapes, 2, str(escapes), timeout_s=90) == [0, 1]
+    else:
+        with pytest.raises(RankFailed, match="rank 1 fails after starting its escapes"):
+            run_ranks(rank_jobs.start_escapes, 2, str(escapes), "raise", timeout_s=90)
+    assert escape_survivors(escapes, 2) == []
+
+
+@pytest.mark.skipif(not cgroup_available(), reason="no writable cgroup2 here")
+def test_the_cgroup_holds_what_a_killed_rank_started(escapes):
+    # A rank killed from outside cannot kill what it started, and its orphans leave its tree
+    # (a subreaper's hold ends with it): only the cgroup still holds them.
+    with pytest.raises(RankFailed, match="rank 1 died with exit code -9"):
+        run_ranks(rank_jobs.start_escapes, 2, str(escapes), "die", timeout_s=90)
+    assert escape_survivors(escapes, 2) == []
+
+
+def test_the_run_leaves_no_cgroup_behind():
+    from slotmap import distributed
+
+    base = distributed._own_cgroup()
+    run_ranks(rank_jobs.sum_of_ranks, 2, 1, timeout_s=90)
+    if base is not None and base.is_dir():
+        assert not list(base.glob(f"slotmap-ranks-{os.getpid()}-*"))

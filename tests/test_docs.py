@@ -181,6 +181,16 @@ def test_the_multi_group_example_of_the_semantics_page() -> None:
         assert launch(*args, **options).cpu().tolist() == rows
 
 
+def test_the_dummy_request_example_of_the_semantics_page() -> None:
+    text = semantics_text()
+    assert "positions `[1, 100]`, `idx_mapping` `[0, -1]`, table `[[7, 8], [9, 10]]`" in text
+    assert "`[29, -1]`, as vLLM's own kernel gives" in text
+    args = (t([0, 1, 2], I32), t([1, 100], I64), [t([[7, 8], [9, 10]], I32)], [4])
+    for dtype in (I32, I64):
+        for launch in (slotmap.slot_mappings_oracle, slotmap.compute_slot_mappings):
+            assert launch(*args, idx_mapping=t([0, -1], dtype)).cpu().tolist() == [[29, -1]]
+
+
 def test_the_replay_example_of_the_semantics_page() -> None:
     assert "`replay_start` `[1, 0]`, `window` 2" in semantics_text()
     qsl, positions = t(PLAIN["query_start_loc"], I32), t(PLAIN["positions"], I64)

@@ -103,10 +103,15 @@ def parity_cases(draw: st.DrawFn, max_groups: int = 3) -> ParityCase:
     per_request = make_positions(
         rng, lengths, firsts, draw(st.sampled_from(("contiguous", "tile-shuffled")))
     )
-    # A dummy request (CUDA-graph padding) repeats position 0: it has no slot to collide on.
-    per_request = [[0] * len(p) if d else p for p, d in zip(per_request, dummy, strict=True)]
+    top = max((p for r, d in zip(per_request, dummy, strict=True) if not d for p in r), default=0)
+    # A dummy request (CUDA-graph padding) holds stale positions: repeated 0s, or positions
+    # far past every table row. It has no slot to collide on and reads no row.
+    stale = draw(st.sampled_from((0, top + 1, 2**20, 2**31 - 3)))
+    per_request = [
+        [stale + (i % 3 if stale else 0) for i in range(len(p))] if d else p
+        for p, d in zip(per_request, dummy, strict=True)
+    ]
     flat = [p for request in per_request for p in request]
-    top = max(flat, default=0)
 
     tables: list[torch.Tensor | None] = []
     extra_rows = draw(st.integers(0, 2))
@@ -145,7 +150,8 @@ def parity_cases(draw: st.DrawFn, max_groups: int = 3) -> ParityCase:
         rows = len(lengths) + extra_rows
         chosen = rng.sample(range(rows), len(lengths))
         options["idx_mapping"] = tensor(
-            [-1 if d else r for r, d in zip(chosen, dummy, strict=True)], torch.int32
+            [-1 if d else r for r, d in zip(chosen, dummy, strict=True)],
+            draw(st.sampled_from((torch.int32, torch.int64))),  # vLLM >= 0.32: int64
         )
     padded = draw(st.sampled_from((0, 1, 7)))
     if padded:
@@ -406,3 +412,55 @@ def test_the_hot_path_serves_a_batch_with_a_disabled_group_without_table(monkeyp
     out.fill_(STALE)
     slotmap.compute_slot_mappings(*case.args(), **options)
     assert_slots_equal(out, HYBRID_RANK_1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The two table conventions: vLLM <= 0.31 counts kernel blocks (``kernel_block_sizes`` given),
+# vLLM 0.32-0.34 allocation blocks (``kernel_block_sizes`` None). One cache, the same slots.
+# ---------------------------------------------------------------------------------------------
+@given(case=parity_cases(), seed=st.integers(0, 2**16))
+def test_the_two_table_conventions_give_the_same_slots(case: ParityCase, seed: int) -> None:
+    rng = random.Random(seed)
+    kernel = case.options["kernel_block_sizes"]
+    in_allocation_blocks, in_kernel_blocks = [], []
+    for table, size, kb in zip(case.block_tables, case.block_sizes, kernel, strict=True):
+        if table is None or table.dtype != torch.int32 or table.shape[1] == 0:
+            in_allocation_blocks.append(table)
+            in_kernel_blocks.append(table)
+            continue
+        per = size // kb
+        width = -(-table.shape[1] // per)
+        entries = [rng.randint(0, 5000) for _ in range(width * table.shape[0])]
+        allocation = tensor(entries, torch.int32).view(table.shape[0], width)
+        in_allocation_blocks.append(allocation)
+        in_kernel_blocks.append(slotmap.expand_block_table(allocation, per))
+    options = {k: v for k, v in case.options.items() if k != "kernel_block_sizes"}
+    args = (case.query_start_loc, case.positions)
+    shape = case.out_shape
+    new = call_guarded(
+        slotmap.slot_mappings_oracle,
+        *args,
+        in_allocation_blocks,
+        case.block_sizes,
+        out_shape=shape,
+        **options,
+    )
+    old = call_guarded(
+        slotmap.slot_mappings_oracle,
+        *args,
+        in_kernel_blocks,
+        case.block_sizes,
+        out_shape=shape,
+        kernel_block_sizes=kernel,
+        **options,
+    )
+    assert_slots_equal(new, old, "allocation-block tables vs kernel-block tables")
+    fused = call_guarded(
+        slotmap.compute_slot_mappings,
+        *args,
+        in_allocation_blocks,
+        case.block_sizes,
+        out_shape=shape,
+        **options,
+    )
+    assert_slots_equal(fused, new, "the fused kernel on allocation-block tables")

@@ -15,6 +15,7 @@ import torch
 from conftest import (
     SINGLE_GROUP_IMPLEMENTATIONS,
     Case,
+    Guarded,
     assert_slots_equal,
     implementation,
     qsl_of,
@@ -266,3 +267,47 @@ def test_token_slot_by_hand() -> None:
     # Position 5 is in virtual block 1 at offset 1 -> rank 1, local 0 -> block 1, offset 0.
     assert slotmap.token_slot(5, [3, 8], 2, cp_world_size=2, cp_rank=1) == 8 * 2
     assert slotmap.token_slot(5, [3, 8], 2, cp_world_size=2, cp_rank=0) == PAD
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-group: a dummy request (idx_mapping -1) whose stale position lies past its table row.
+# ---------------------------------------------------------------------------------------------
+MULTI_GROUP_GRIDS: dict[str, dict] = {
+    "oracle": {},
+    "torch": {},
+    "fused": {},
+    "fused-window": {"token_parallel": False, "lane_loads": False},
+    "fused-window-float": {"token_parallel": False, "lane_loads": False, "gather_as_float": True},
+    "fused-lanes": {"token_parallel": False, "lane_loads": True},
+    "fused-parallel-tiles": {"parallel_tiles": 2, "tile_size": 16},
+    "fused-lanes-parallel-tiles": {"parallel_tiles": 2, "tile_size": 16, "lane_loads": True},
+    "fused-token-grid": {"token_parallel": True},
+    "fused-token-grid-tile16": {"token_parallel": True, "tile_size": 16},
+}
+
+
+def _multi_group(name: str) -> Callable[..., torch.Tensor]:
+    if name == "oracle":
+        return slotmap.slot_mappings_oracle
+    if name == "torch":
+        return slotmap.slot_mappings_torch
+    return lambda *a, **k: slotmap.compute_slot_mappings(*a, **k, **MULTI_GROUP_GRIDS[name])
+
+
+@pytest.mark.parametrize("validate", [True, False], ids=["validated", "unvalidated"])
+@pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+@pytest.mark.parametrize("impl_name", list(MULTI_GROUP_GRIDS))
+def test_dummy_request_with_a_stale_position_past_its_row(
+    impl_name: str, idx_dtype: torch.dtype, validate: bool
+) -> None:
+    # vLLM's model-runner-v2 kernel gives [29, -1]: request 0 (row 0, position 1) is in block
+    # 7; request 1 is a dummy whose stale position 100 needs block 25 of a 2-entry row.
+    qsl = tensor([0, 1, 2], torch.int32)
+    positions = tensor([1, 100], torch.int64)
+    tables = [tensor([[7, 8], [9, 10]], torch.int32)]
+    options: dict = dict(idx_mapping=tensor([0, -1], idx_dtype), validate=validate)
+    if not validate:
+        options["num_tokens"] = 2
+    guarded = Guarded((1, 2))
+    _multi_group(impl_name)(qsl, positions, tables, [4], out=guarded.out, **options)
+    assert_slots_equal(guarded.check(), [[29, PAD]], impl_name)

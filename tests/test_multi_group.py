@@ -222,3 +222,68 @@ def test_long_padding_tail_shared_by_parallel_programs(parallel_tiles: int) -> N
     )
     actual = case.run(slotmap.compute_slot_mappings, tile_size=16, parallel_tiles=parallel_tiles)
     assert_slots_equal(actual, torch.tensor([[20, 21, 22] + [PAD] * 4997]))
+
+
+@st.composite
+def cases_with_stale_dummies(draw: st.DrawFn) -> MultiCase:
+    """A valid case whose requests read rows through idx_mapping (int32 or int64), some of them
+    dummies (-1) whose tokens hold stale positions: 0, inside the row, or far past it."""
+    case = draw(multi_group_cases(chunk=16), label="case")
+    num_reqs = case.query_start_loc.numel() - 1
+    rows = min(t.shape[0] for t in case.block_tables)
+    chosen = draw(st.permutations(range(rows)))[:num_reqs]
+    dummy = draw(st.lists(st.booleans(), min_size=num_reqs, max_size=num_reqs))
+    dtype = draw(st.sampled_from((torch.int32, torch.int64)))
+    idx = [-1 if d else r for r, d in zip(chosen, dummy, strict=True)]
+    widest = max(
+        t.shape[1] * bs for t, bs in zip(case.block_tables, case.block_sizes, strict=True)
+    )
+    stale = st.one_of(st.just(0), st.integers(0, widest), st.integers(widest, 2**31 - 1))
+    positions = case.positions.clone().cpu()
+    starts = case.query_start_loc.tolist()
+    for q in (q for q in range(num_reqs) if dummy[q]):
+        for t in range(starts[q], starts[q + 1]):
+            positions[t] = draw(stale)
+    options = dict(case.options, idx_mapping=tensor(idx, dtype))
+    return MultiCase(
+        case.query_start_loc,
+        positions.to(case.positions.device),
+        case.block_tables,
+        case.block_sizes,
+        options,
+    )
+
+
+@given(
+    case=cases_with_stale_dummies(),
+    grid=st.sampled_from(
+        (
+            {"token_parallel": True},
+            {"token_parallel": False, "lane_loads": False},
+            {"token_parallel": False, "lane_loads": True},
+            {"parallel_tiles": 2},
+        )
+    ),
+    validate=st.booleans(),
+)
+def test_dummy_requests_with_stale_positions_get_pad_on_every_grid(
+    case: MultiCase, grid: dict, validate: bool
+) -> None:
+    # A dummy request owns no blocks: PAD in every group wherever its positions point.
+    expected = case.run(slotmap.slot_mappings_oracle)
+    num_reqs = case.query_start_loc.numel() - 1
+    starts = case.query_start_loc.tolist()
+    dummies = [q for q in range(num_reqs) if int(case.options["idx_mapping"][q]) < 0]
+    for q in dummies:
+        pad = case.options.get("pad_id", PAD)
+        assert torch.all(expected[:, starts[q] : starts[q + 1]].cpu() == pad)
+    options = dict(case.options) if validate else dict(case.options, num_tokens=case.num_tokens)
+    actual = call_guarded(
+        slotmap.compute_slot_mappings,
+        *case.args(),
+        out_shape=case.out_shape,
+        validate=validate,
+        **grid,
+        **options,
+    )
+    assert_slots_equal(actual, expected)

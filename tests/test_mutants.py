@@ -102,10 +102,13 @@ MUTANTS = {
     # (d) A forgotten padding program: it returns without filling [num_tokens, max_num_tokens).
     "padding-program-forgets-to-fill": Mutant(
         "kernels/slot_mapping.py",
-        "        _fill_pad(\n"
+        "        _pad_outside_requests(\n"
         "            slot_mapping_ptr,\n"
-        "            num_tokens + part * TILE_BLOCK_SIZE,\n"
+        "            query_start_loc_ptr,\n"
+        "            req_idx,\n"
+        "            num_tokens,\n"
         "            max_num_tokens,\n"
+        "            part,\n"
         "            parallel_tiles,\n"
         "            PAD_ID,\n"
         "            TILE_BLOCK_SIZE,\n"
@@ -201,9 +204,9 @@ MUTANTS = {
     # (o) Padding from the host's (padded) count: the gap after the real tokens keeps an
     # earlier chunk's slots.
     "fused-pads-from-the-host-count": Mutant(
-        "kernels/fused_groups.py",
-        "_real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK_SIZE,",
-        "num_tokens + part * TILE_BLOCK_SIZE,",
+        "kernels/slot_mapping.py",
+        "tail = _real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK",
+        "tail = num_tokens + part * TILE_BLOCK",
         (f"{PARITY}::test_padding_starts_at_the_real_token_count[False-fused-window]",),
     ),
     # (o') The same on the token grid, whose lanes past the real count must get PAD_ID.
@@ -227,6 +230,18 @@ MUTANTS = {
         "        row_ok = (row_idx >= 0) & (row_idx < num_rows)",
         "        row_ok = row_idx < num_rows",
         (f"{PARITY}::test_dummy_request_gets_pad_and_reads_no_row[fused-token-grid]",),
+    ),
+    # (q) The token grid reads a lane's idx_mapping entry only where its block lies inside the
+    # row: a dummy request's stale position past the row then reads "row 0" and gets a slot
+    # in physical block 0 (vLLM writes -1).
+    "token-grid-dummy-past-its-row-reads-row-0": Mutant(
+        "kernels/token_grid.py",
+        "row_idx = tl.load(idx_mapping_ptr + req_idx, mask=req_idx < num_reqs, other=0)",
+        "row_idx = tl.load(idx_mapping_ptr + req_idx, mask=in_batch, other=0)",
+        (
+            "tests/test_hand_cases.py::test_dummy_request_with_a_stale_position_past_its_row"
+            "[fused-token-grid-int32-unvalidated]",
+        ),
     ),
 }
 

@@ -451,3 +451,61 @@ def test_an_unchecked_layout_is_a_whole_layout() -> None:
     assert layout.constants()["BLOCKS_PER_KV_BLOCK"] == 3
     with pytest.raises(ValueError, match="cp_interleave"):
         SlotLayout(2, 6, 2, 1, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Named with validate=True: a scale that is not a finite number, a meta tensor to expand.
+# ---------------------------------------------------------------------------------------------
+def _paged_inputs(num_reqs: int = 2) -> tuple:
+    # Two requests of 3 positions, block 2, one head of 4: valid except for what a test changes.
+    query = torch.randn(num_reqs, 1, 4, device=DEVICE)
+    cache = torch.randn(4, 2, 1, 4, device=DEVICE)
+    table = tensor([[0, 1], [2, 3]][:num_reqs], torch.int32).reshape(num_reqs, 2)
+    lens = tensor([3, 3][:num_reqs], torch.int32)
+    return query, cache, cache.clone(), table, lens
+
+
+@pytest.mark.parametrize("num_reqs", [2, 0], ids=["two-requests", "no-request"])
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -float("inf")], ids=str)
+@pytest.mark.parametrize(
+    "paged",
+    [slotmap.attention.paged_decode_attention, slotmap.attention.paged_decode_attention_torch],
+    ids=lambda f: f.__name__,
+)
+def test_a_scale_that_is_not_a_finite_number_is_named(paged, scale: float, num_reqs: int) -> None:
+    with pytest.raises(ValueError, match=rf"scale must be a finite number, got {scale}"):
+        paged(*_paged_inputs(num_reqs), scale=scale)
+
+
+@pytest.mark.parametrize("scale", ["0.5", True, torch.tensor(0.5)], ids=repr)
+def test_a_scale_that_is_not_a_real_number_is_named(scale: Any) -> None:
+    with pytest.raises(TypeError, match="scale must be a real number"):
+        slotmap.attention.paged_decode_attention(*_paged_inputs(), scale=scale)
+
+
+def test_a_finite_scale_of_any_real_type_is_taken() -> None:
+    import numpy as np
+
+    inputs, paged = _paged_inputs(), slotmap.attention.paged_decode_attention
+    for scale, as_float in ((np.float32(0.5), 0.5), (np.float64(0.5), 0.5), (1, 1.0)):
+        out, _ = paged(*inputs, scale=scale)
+        torch.testing.assert_close(out, paged(*inputs, scale=as_float)[0])
+
+
+def test_a_meta_tensor_to_expand_is_named() -> None:
+    meta = torch.zeros(2, 3, dtype=torch.int32, device="meta")
+    with pytest.raises(ValueError, match="block_table is a meta tensor"):
+        slotmap.expand_block_table(meta, 2)
+    with pytest.raises(ValueError, match="block_table is a meta tensor"):
+        slotmap.expand_block_table(meta, 2, validate=False)
+
+
+@pytest.mark.parametrize(
+    "table",
+    [[[1, 2]], torch.zeros(3, dtype=torch.int32), torch.zeros(2, 2, dtype=torch.float32)],
+    ids=["a-list", "1-d", "float"],
+)
+def test_a_table_expand_cannot_read_is_named(table: Any) -> None:
+    table = table.to(DEVICE) if isinstance(table, torch.Tensor) else table
+    with pytest.raises(ValueError, match="block_table must be a"):
+        slotmap.expand_block_table(table, 2)

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from slotmap.kernels.common import _block_and_offset, _fill_pad
+from slotmap.kernels.common import _block_and_offset
 from slotmap.kernels.launch import (
     LaunchKnobs,
     Plan,
@@ -27,7 +27,7 @@ from slotmap.kernels.launch import (
     launch_shape,
     remember_plan,
 )
-from slotmap.kernels.slot_mapping import slot_mapping_args
+from slotmap.kernels.slot_mapping import _pad_outside_requests, slot_mapping_args
 from slotmap.kernels.token_grid import (
     _fill_token_grid_pad,
     _token_grid_entries,
@@ -63,18 +63,22 @@ def _compute_slot_mapping_direct_kernel(
     req_idx = tl.program_id(0)
     part = tl.program_id(1)  # program (q, p) handles tiles p, p + P, p + 2P, ... of request q
     if req_idx == tl.num_programs(0) - 1:
-        _fill_pad(
+        _pad_outside_requests(
             slot_mapping_ptr,
-            num_tokens + part * TILE_BLOCK_SIZE,
+            query_start_loc_ptr,
+            req_idx,
+            num_tokens,
             max_num_tokens,
+            part,
             parallel_tiles,
             PAD_ID,
             TILE_BLOCK_SIZE,
         )
         return
 
-    start_idx = tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0)
-    end_idx = tl.minimum(tl.load(query_start_loc_ptr + req_idx + 1), num_tokens)
+    # Both inside [0, num_tokens] whatever int32 query_start_loc holds (unvalidated).
+    start_idx = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0), num_tokens)
+    end_idx = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx + 1), 0), num_tokens)
     block_table_row_ptr = block_table_ptr + req_idx * block_table_stride
     for tile_start in range(
         start_idx + part * TILE_BLOCK_SIZE, end_idx, parallel_tiles * TILE_BLOCK_SIZE

@@ -40,6 +40,7 @@ from slotmap.kernels.launch import (
     remember_plan,
     warps_option,
 )
+from slotmap.kernels.slot_mapping import _pad_outside_requests, _real_token_count
 from slotmap.kernels.token_grid import (
     _fill_token_grid_pad,
     _token_grid_entries,
@@ -127,13 +128,6 @@ def _group_block_and_offset(
     return block_indices, slot_offsets, has_slot
 
 
-@triton.jit
-def _real_token_count(query_start_loc_ptr, num_reqs, num_tokens):
-    # query_start_loc[num_reqs], within [0, num_tokens]: a padded host count must not leave
-    # the gap after the real tokens holding an earlier step's slots.
-    return tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + num_reqs), 0), num_tokens)
-
-
 @triton.jit(
     do_not_specialize=["num_tokens", "max_num_tokens", "num_reqs", "num_rows", "parallel_tiles"]
 )
@@ -143,7 +137,7 @@ def _compute_slot_mappings_kernel(
     num_reqs,  # int: requests (a runtime argument: tl.num_programs is slow on Ascend)
     query_start_loc_ptr,  # [num_reqs + 1], int32
     positions_ptr,  # [>= num_tokens], int64
-    idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    idx_mapping_ptr,  # [num_reqs], int32/int64: batch index -> table row (if HAS_IDX_MAPPING)
     num_rows,  # int: rows of the smallest enabled group's table (idx_mapping's must be below)
     group_meta_ptr,  # [num_groups, len(META_COLUMNS)], int64: group_metadata
     slot_mappings_ptr,  # [num_groups, max_num_tokens], int32
@@ -167,10 +161,13 @@ def _compute_slot_mappings_kernel(
 
     if req_idx == num_reqs:
         # Padding programs share the tail, from the real token count, tile by tile.
-        _fill_pad(
+        _pad_outside_requests(
             slot_mapping_ptr,
-            _real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK_SIZE,
+            query_start_loc_ptr,
+            num_reqs,
+            num_tokens,
             max_num_tokens,
+            part,
             parallel_tiles,
             PAD_ID,
             TILE_BLOCK_SIZE,
@@ -190,8 +187,10 @@ def _compute_slot_mappings_kernel(
         row_idx = tl.load(idx_mapping_ptr + req_idx)
     else:
         row_idx = req_idx
-    start_idx = tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0)
-    end_idx = tl.minimum(tl.load(query_start_loc_ptr + req_idx + 1), num_tokens)
+    # Both inside [0, num_tokens] whatever int32 query_start_loc holds (unvalidated): the
+    # tiles then address only the batch's tokens.
+    start_idx = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0), num_tokens)
+    end_idx = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx + 1), 0), num_tokens)
     # A disabled group, a dummy request (-1) or an unvalidated row outside the tables: PAD_ID
     # for the request's tokens, and no block-table address is formed.
     if (is_enabled == 0) | (row_idx < 0) | (row_idx >= num_rows):
@@ -204,7 +203,8 @@ def _compute_slot_mappings_kernel(
             TILE_BLOCK_SIZE,
         )
         return
-    block_table_row_ptr = block_table_ptr + row_idx * block_table_stride
+    # Inside [0, num_rows) now: int32 whatever idx_mapping's width (int64 from vLLM >= 0.32).
+    block_table_row_ptr = block_table_ptr + row_idx.to(tl.int32) * block_table_stride
 
     for tile_start in range(
         start_idx + part * TILE_BLOCK_SIZE, end_idx, parallel_tiles * TILE_BLOCK_SIZE
@@ -251,7 +251,7 @@ def _compute_slot_mappings_tokens_kernel(
     num_reqs,  # int: requests
     query_start_loc_ptr,  # [num_reqs + 1], int32
     positions_ptr,  # [>= num_tokens], int64
-    idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    idx_mapping_ptr,  # [num_reqs], int32/int64: batch index -> table row (if HAS_IDX_MAPPING)
     num_rows,  # int: rows of the smallest enabled group's table (idx_mapping's must be below)
     group_meta_ptr,  # [num_groups, len(META_COLUMNS)], int64: group_metadata
     slot_mappings_ptr,  # [num_groups, max_num_tokens], int32

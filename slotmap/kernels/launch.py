@@ -390,7 +390,7 @@ def _structure_ok(
     )
     if idx_mapping is not None:
         ok = ok and (
-            idx_mapping.dtype is torch.int32
+            (idx_mapping.dtype is torch.int32 or idx_mapping.dtype is torch.int64)
             and idx_mapping.get_device() == index
             and idx_mapping.is_contiguous()
             and len(idx_mapping.shape) == 1

@@ -47,8 +47,9 @@ def _pad_replayed_slots_kernel(
         return
     replay_end = replay_start + window
     slot_mapping_ptr = slot_mappings_ptr + group_idx * slot_mappings_stride
-    start_idx = tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0)
-    end_idx = tl.minimum(tl.load(query_start_loc_ptr + req_idx + 1), num_tokens)
+    # Both inside [0, num_tokens] whatever int32 query_start_loc holds (unvalidated).
+    start_idx = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx), 0), num_tokens)
+    end_idx = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + req_idx + 1), 0), num_tokens)
     for tile_start in range(start_idx, end_idx, TILE_BLOCK_SIZE):
         offsets = tile_start + tl.arange(0, TILE_BLOCK_SIZE)
         mask = offsets < end_idx

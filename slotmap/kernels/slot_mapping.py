@@ -32,6 +32,37 @@ from slotmap.layout import PAD_SLOT_ID, PRODUCTION_TILE, SlotLayout, window_size
 from slotmap.validate import check_slot_mapping_inputs, resolve_counts
 
 
+@triton.jit
+def _real_token_count(query_start_loc_ptr, num_reqs, num_tokens):
+    # query_start_loc[num_reqs], within [0, num_tokens]: a padded host count must not leave
+    # the gap after the real tokens holding an earlier step's slots.
+    return tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + num_reqs), 0), num_tokens)
+
+
+@triton.jit
+def _pad_outside_requests(
+    slot_mapping_ptr,  # output row
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    num_reqs,  # int: requests in the batch
+    num_tokens,  # int: tokens in the batch (or a padded count: the multi-group kernels)
+    max_num_tokens,  # int: length of the output row
+    part,  # int: this padding program's index among the parallel ones
+    parallel_tiles,  # int: padding programs
+    PAD_ID: tl.constexpr,
+    TILE_BLOCK_SIZE: tl.constexpr,
+):
+    # The padding programs' work: PAD_ID from the last request's end to max_num_tokens. That
+    # end, query_start_loc[num_reqs] within [0, num_tokens], is num_tokens on valid input and
+    # the real count under a padded one (whose gap must not keep an earlier step's slots).
+    # Unvalidated input only: also the tokens before the first request's start, which no
+    # request holds, so that every entry is written whatever query_start_loc holds.
+    first = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr), 0), num_tokens)
+    tail = _real_token_count(query_start_loc_ptr, num_reqs, num_tokens) + part * TILE_BLOCK_SIZE
+    _fill_pad(slot_mapping_ptr, tail, max_num_tokens, parallel_tiles, PAD_ID, TILE_BLOCK_SIZE)
+    head = part * TILE_BLOCK_SIZE
+    _fill_pad(slot_mapping_ptr, head, first, parallel_tiles, PAD_ID, TILE_BLOCK_SIZE)
+
+
 @triton.jit(do_not_specialize=["num_tokens", "max_num_tokens", "parallel_tiles"])
 def _compute_slot_mapping_kernel(
     num_tokens,  # int: real tokens in the batch (= query_start_loc[num_reqs])
@@ -67,10 +98,13 @@ def _compute_slot_mapping_kernel(
 
     # The last program only pads [num_tokens, max_num_tokens) with PAD_ID.
     if req_idx == tl.num_programs(0) - 1:
-        _fill_pad(
+        _pad_outside_requests(
             slot_mapping_ptr,
-            num_tokens + part * TILE_BLOCK_SIZE,
+            query_start_loc_ptr,
+            req_idx,
+            num_tokens,
             max_num_tokens,
+            part,
             parallel_tiles,
             PAD_ID,
             TILE_BLOCK_SIZE,
@@ -79,9 +113,10 @@ def _compute_slot_mapping_kernel(
 
     start_idx = tl.load(query_start_loc_ptr + req_idx)
     end_idx = tl.load(query_start_loc_ptr + req_idx + 1)
-    # Inside [0, num_tokens) even with unvalidated input: never write outside the output.
-    start_idx = tl.maximum(start_idx, 0)
-    end_idx = tl.minimum(end_idx, num_tokens)
+    # Both inside [0, num_tokens] even with unvalidated input (any int32): the tiles below
+    # then address only the batch's tokens, never outside the positions or the output.
+    start_idx = tl.minimum(tl.maximum(start_idx, 0), num_tokens)
+    end_idx = tl.minimum(tl.maximum(end_idx, 0), num_tokens)
     block_table_row_ptr = block_table_ptr + req_idx * block_table_stride
 
     # One tile of TILE_BLOCK_SIZE tokens at a time; lanes past the request's end are masked.

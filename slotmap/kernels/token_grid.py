@@ -207,7 +207,7 @@ def _token_grid_settle(
 def _load_row_entries(
     block_table_ptr,  # this group's block table, int32
     block_table_stride,  # int: entries per row
-    idx_mapping_ptr,  # [num_reqs], int32: batch index -> block-table row (if HAS_IDX_MAPPING)
+    idx_mapping_ptr,  # [num_reqs], int32/int64: batch index -> table row (if HAS_IDX_MAPPING)
     num_rows,  # int: rows of the block table (idx_mapping's entries must be below it)
     req_idx,  # [TILE] int32: each lane's request
     num_reqs,  # int: requests in the batch
@@ -221,9 +221,11 @@ def _load_row_entries(
     # unvalidated idx_mapping row is outside [0, num_rows): their tokens get PAD_ID.
     in_batch = in_row & (req_idx < num_reqs)
     if HAS_IDX_MAPPING:
-        row_idx = tl.load(idx_mapping_ptr + req_idx, mask=in_batch, other=0)
+        # Every lane of a request reads its row number, its block inside the row or not: a
+        # dummy request's token gets PAD_ID whatever its stale position.
+        row_idx = tl.load(idx_mapping_ptr + req_idx, mask=req_idx < num_reqs, other=0)
         row_ok = (row_idx >= 0) & (row_idx < num_rows)
-        row_idx = tl.where(row_ok, row_idx, 0)  # a dummy request's -1 forms no address
+        row_idx = tl.where(row_ok, row_idx, 0).to(tl.int32)  # -1 forms no address
     else:
         row_idx = req_idx
         row_ok = req_idx == req_idx
