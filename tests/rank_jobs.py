@@ -62,7 +62,8 @@ def start_escapes(ctx: RankContext, folder: str, then: str = "return") -> int:
     killed by SIGKILL, as the OOM killer would)."""
     started = {
         "new-session": subprocess.Popen(["sleep", "600"], start_new_session=True).pid,
-        "new-process-group": subprocess.Popen(["sleep", "600"], process_group=0).pid,
+        # preexec_fn, not process_group=0: that one needs Python 3.11.
+        "new-process-group": subprocess.Popen(["sleep", "600"], preexec_fn=os.setpgrp).pid,
         "double-fork": int(
             subprocess.run(
                 [sys.executable, "-c", DOUBLE_FORK], capture_output=True, text=True, check=True

@@ -198,13 +198,14 @@ def run_table(run):
     return [r + [0] * (width - len(r)) for r in table]
 
 
-def test_one_program_fewer_leaves_the_last_request_unwritten():
+def test_one_program_fewer_loses_the_last_request():
     import matplotlib.pyplot as plt
 
     from slotmap.viz.tiles import draw_tiles
 
     fig = draw_tiles((5, 11, 3), 4, 4, 6, programs=3)
-    assert len(by_gid(fig, "unwritten")) == 3  # request 2's tokens
+    assert len(by_gid(fig, "lost")) == 3  # request 2's tokens: padded, never computed
+    assert not by_gid(fig, "unwritten")  # every entry is written, whatever the grid
     assert len(by_gid(fig, "out-pad")) == 6  # the padding program still padded
     plt.close(fig)
 
@@ -214,9 +215,9 @@ def test_tiles_widget_redraws_on_change():
 
     box = tiles_widget((5, 11, 3), tile_size=4, padding=6)
     first = box.figure
-    assert not by_gid(first, "unwritten")
+    assert not by_gid(first, "lost")
     box.controls["short"].value = True  # launch one program fewer
     assert box.figure is not first
-    assert len(by_gid(box.figure, "unwritten")) == 3
+    assert len(by_gid(box.figure, "lost")) == 3
     box.controls["tile_size"].value = 8  # tiles of 8 lanes
     assert len(by_gid(box.figure, "tile")) == 1 + 2 + 1  # requests 0 and 1, then padding

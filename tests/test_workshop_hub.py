@@ -335,6 +335,9 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
                 assert name in table_text
             assert learner_status == 403
 
+        if hub.system_users:
+            _doctored_files_take_nothing_down(hub, view, instructor, tmp_path)
+
         # A hub restart (SIGTERM, as systemctl restart sends) keeps the learner's server: the
         # same processes, answering through the new hub with the same token.
         before = set(hub.processes_of(LEARNERS[0]))
@@ -371,3 +374,51 @@ def test_preflight_gets_a_real_test_learner_through_the_hub():
 
     assert preflight.trial_learner() == ""
     assert not [a.pw_name for a in pwd.getpwall() if a.pw_name.startswith("preflight")]
+
+
+def _doctored_files_take_nothing_down(
+    hub: drive.LocalHub, view: str, instructor: str, tmp_path: Path
+) -> None:
+    """What a hostile learner can do to their own files: LEARNERS[1] replaces a notebook by a
+    link to LEARNERS[0]'s and its progress file by a FIFO, LEARNERS[2] writes a record whose
+    time is Infinity. The room's table still answers, naming both as unreadable, and the
+    collection copies neither the link nor anything it points to, into root-only folders."""
+    import requests
+
+    from slotmap.workshop import collect
+    from slotmap.workshop.accounts import REGISTRY_FILE, Registry
+
+    honest, cheat, breaker = LEARNERS
+    work = {name: hub.home(name) / "slotmap-course" / "my_work" for name in LEARNERS}
+    notebook = sorted(work[honest].glob("*.ipynb"))[0].name
+    uid = pwd.getpwnam(cheat).pw_uid
+    (work[cheat] / notebook).unlink(missing_ok=True)
+    (work[cheat] / notebook).symlink_to(work[honest] / notebook)
+    os.lchown(work[cheat] / notebook, uid, uid)
+    progress = work[cheat] / ".slotmap-progress.jsonl"
+    progress.unlink()
+    os.mkfifo(progress)
+    os.chown(progress, uid, uid)
+    with open(work[breaker] / ".slotmap-progress.jsonl", "a") as records:
+        records.write('{"exercise": "01.slot_of", "state": "pass", "time": Infinity}\n')
+
+    response = requests.get(
+        view + "api/progress", headers={"Authorization": f"token {instructor}"}, timeout=30
+    )
+    assert response.status_code == 200, response.text
+    rows = {row["learner"]: row for row in response.json()["learners"]}
+    assert rows[cheat]["unreadable"] == "its progress file is not a regular file"
+    assert rows[breaker]["unreadable"] == "1 record skipped"
+    assert rows[honest]["unreadable"] == ""
+    assert rows[honest]["cells"]["01.slot_of"]["state"] == "pass"
+
+    into = tmp_path / "collected"
+    report = collect.collect(into, Registry(hub.state / REGISTRY_FILE).created())
+    skipped = {(item["learner"], item["file"]): item["why"] for item in report.skipped}
+    assert "a symbolic link" in skipped[(cheat, notebook)], skipped
+    assert notebook in report.copied[honest] and notebook not in report.copied.get(cheat, {})
+    _private(into, 0o700)
+    for name, files in report.copied.items():
+        _private(into / name, 0o700)
+        for file in files:
+            _private(into / name / file, 0o600)

@@ -581,9 +581,10 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
 
 
 def _sentinel_read(case: GroupsCase, wrong: Wrong) -> Wrong | None:
-    """A read about 2^31 entries before a tensor in a launch with a slot-less tile: the window
+    """A read about 2^31 entries away from a tensor in a launch with a slot-less tile: the window
     started at the INT32_MAX sentinel, and INT32_MAX + 1 wrapped to -2^31."""
-    read = re.search(r"reads \w+\[(-\d+)\]", wrong.invariant)
+    # The bounds check names the tensor nearest the address, which may lie either side of it.
+    read = re.search(r"reads \w+\[(-?\d+)\]", wrong.invariant)
     slotless = [
         q
         for q in range(case.num_reqs)
@@ -592,7 +593,7 @@ def _sentinel_read(case: GroupsCase, wrong: Wrong) -> Wrong | None:
             p < 0 for p in case.positions[case.query_start_loc[q] : case.query_start_loc[q + 1]]
         )
     ]
-    if read is None or int(read.group(1)) > -(2**20) or not slotless:
+    if read is None or abs(int(read.group(1))) < 2**20 or not slotless:
         return None
     return Wrong(
         f"{wrong.invariant}: request {slotless[0]}'s tiles have no lane with a slot (every "

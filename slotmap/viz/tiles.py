@@ -86,8 +86,8 @@ def run_tiles(
 
     Request q holds positions 0 .. lengths[q] - 1 (a prefill). ``programs`` (default
     ``num_reqs + 1``, production's grid) can launch fewer programs: the kernel takes the last
-    one as the padding program whatever the grid, so the requests left without a program are
-    never written.
+    one as the padding program whatever the grid, and it pads from where the requests it
+    knows end, so the tokens of the requests left without a program come out as PAD_ID.
     """
     import slotmap
     from slotmap.kernels.slot_mapping import _compute_slot_mapping_kernel, window_kernel_constants
@@ -203,6 +203,7 @@ def draw_run(run: TileRun) -> Figure:
         names = ", ".join(str(q) for q in missing)
         at = (run.max_num_tokens / 2, 1.3 + run.programs + 0.4)
         note = f"no program ran for request {names}: the last program always pads"
+        note += f" (from query_start_loc[{padding_program}])"
         ax.text(*at, note, **draw.CENTRE, fontsize=style.FONT_SIZE, color=style.HIGHLIGHT)
     _paint_output(ax, cell, run, rows - 0.6)
     handles = [
@@ -211,8 +212,9 @@ def draw_run(run: TileRun) -> Figure:
         draw.key(style.PAD, "PAD_ID (-1)"),
         draw.key("white", "past the output's end", style.PAD, hatch="..."),
         draw.key("white", "? never written", style.HIGHLIGHT),
+        draw.key(style.PAD, "a token no program computed", style.HIGHLIGHT),
     ]
-    draw.legend(ax, handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5)
+    draw.legend(ax, handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3)
     ax.set_title(
         f"grid ({run.programs},): {run.num_reqs} requests, TILE_BLOCK_SIZE={tile}, "
         f"num_tokens={run.num_tokens}, max_num_tokens={run.max_num_tokens}",
@@ -262,6 +264,8 @@ def _paint_output(ax, cell, run: TileRun, y: float) -> None:
             cell(x, y, "white", "?", "unwritten", text_colour=red, edge=red)
         elif x >= run.num_tokens:
             cell(x, y, style.PAD, value, "out-pad")
+        elif run.request_of(x) >= run.programs - 1:  # its request had no program
+            cell(x, y, style.PAD, value, "lost", edge=red)
         else:
             cell(x, y, style.request_colour(run.request_of(x)), value, "out", text_colour="white")
 
