@@ -207,16 +207,10 @@ def test_lesson_07_runs_its_ranks_from_the_lab_kernel_and_follows_its_sliders(le
 
 
 def _exercise_answers() -> dict[int, str]:
-    """Cell index -> the cell as a learner fills it: the stub's cell with the solution's code
-    (the solution cell with the same id, without its BEGIN/END SOLUTION lines)."""
-    exercise = json.loads((ROOT / "exercises" / "01_paged_kv_cache.ipynb").read_text())
-    solution = json.loads((ROOT / "solutions" / "01_paged_kv_cache.ipynb").read_text())
-    solved = {cell["id"]: "".join(cell["source"]) for cell in solution["cells"]}
-    answers = {}
-    for index, cell in enumerate(exercise["cells"]):
-        if cell["cell_type"] == "code" and "# YOUR CODE HERE" in "".join(cell["source"]):
-            lines = solved[cell["id"]].splitlines()
-            answers[index] = "\n".join(line for line in lines if "### " not in line)
+    """Cell index -> the cell as a learner fills it (the workshop driver's ``solved_cells``)."""
+    from slotmap.workshop.drive import solved_cells
+
+    answers = solved_cells(ROOT)
     assert len(answers) == 2
     return answers
 
