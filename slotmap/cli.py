@@ -615,9 +615,10 @@ def main(argv: list[str] | None = None) -> int:
     workshop_parser = sub.add_parser("workshop", help="the course on JupyterHub (workshop/)")
     workshop_parser.add_argument(
         "action",
-        choices=("dashboard", "learner-server", "preflight", "collect", "confirm"),
+        choices=("dashboard", "learner-server", "proxy", "preflight", "collect", "confirm"),
         help="dashboard: the instructor's live view (a hub service); learner-server: what the "
-        "hub starts per learner; preflight: check this machine before the room arrives; "
+        "hub starts per learner; proxy: the hub's proxy run apart (slotmap-proxy.service); "
+        "preflight: check this machine before the room arrives; "
         "collect: copy the learners' notebooks (as root); "
         "confirm: check the room's passes against slotmap grade's",
     )

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from slotmap.workshop import proxy
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -559,10 +561,61 @@ def test_the_systemd_unit_keeps_learners_across_a_restart():
     assert int(service["TimeoutStopSec"]) <= 30
     assert service["Restart"] in ("on-failure", "always")
     assert service["StateDirectory"] == "slotmap-hub" and service["StateDirectoryMode"] == "0700"
-    assert service["Environment"] == "SLOTMAP_HUB_STATE=/var/lib/slotmap-hub"
+    environment = service["Environment"].split()
+    assert environment == ["SLOTMAP_HUB_STATE=/var/lib/slotmap-hub", "SLOTMAP_HUB_PROXY=external"]
     assert service["WorkingDirectory"] == "/var/lib/slotmap-hub"
     assert service["EnvironmentFile"] == "/etc/slotmap-hub.env"
     assert parser["Install"]["WantedBy"] == "multi-user.target"
+    # The proxy is the other unit's: a hub restart leaves the learners' routes answering.
+    assert "slotmap-proxy.service" in parser["Unit"]["Wants"].split()
+    assert "slotmap-proxy.service" in parser["Unit"]["After"].split()
+    assert proxy.external(dict(e.split("=", 1) for e in environment))
+
+    proxy_unit = configparser.ConfigParser(interpolation=None, strict=False)
+    proxy_unit.optionxform = str
+    proxy_unit.read(ROOT / "workshop" / "slotmap-proxy.service")
+    service = proxy_unit["Service"]
+    assert service["ExecStart"].split() == [
+        "/opt/slotmap/.venv/bin/slotmap",
+        "workshop",
+        "proxy",
+    ]
+    assert service["EnvironmentFile"] == "/etc/slotmap-hub.env"  # the token the hub has
+    assert service["DynamicUser"] == "yes"  # never root
+    assert service["Restart"] in ("on-failure", "always")
+    assert proxy_unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_the_proxy_apart_listens_where_the_hub_expects_it(monkeypatch, tmp_path, capsys):
+    ports = proxy.Ports.from_environment(
+        {
+            "SLOTMAP_HUB_PORT": "9000",
+            "SLOTMAP_HUB_API_PORT": "9081",
+            "SLOTMAP_HUB_PROXY_API_PORT": "9001",
+        }
+    )
+    command = proxy.proxy_command(ports, "chp")
+    assert command[command.index("--port") + 1] == "9000"
+    assert command[command.index("--api-ip") + 1] == "127.0.0.1"
+    assert command[command.index("--api-port") + 1] == "9001"
+    assert command[command.index("--error-target") + 1] == "http://127.0.0.1:9081/hub/error"
+    # No token, or a short one: refused before anything starts.
+    for token in ("", "short"):
+        assert proxy.run_proxy({"CONFIGPROXY_AUTH_TOKEN": token}) == 2
+        assert "CONFIGPROXY_AUTH_TOKEN" in capsys.readouterr().err
+
+
+def test_the_hub_leaves_an_external_proxy_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLOTMAP_HUB_PROXY", "external")
+    monkeypatch.setenv("SLOTMAP_HUB_PROXY_API_PORT", "9001")
+    (tmp_path / "a").mkdir()
+    config = _load_hub_config(tmp_path / "a", monkeypatch)
+    assert config.ConfigurableHTTPProxy.should_start is False
+    assert config.ConfigurableHTTPProxy.api_url == "http://127.0.0.1:9001"
+    monkeypatch.delenv("SLOTMAP_HUB_PROXY")
+    (tmp_path / "b").mkdir()
+    config = _load_hub_config(tmp_path / "b", monkeypatch)
+    assert "should_start" not in config.ConfigurableHTTPProxy
 
 
 def _load_hub_config(tmp_path, monkeypatch) -> object:

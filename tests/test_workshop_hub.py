@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from browser_lab import CHROMIUM_ARGS, NotebookPage, chromium_path
 
-from slotmap.workshop import LAB_NOTIFICATIONS, drive
+from slotmap.workshop import LAB_NOTIFICATIONS, drive, proxy
 
 ROOT = Path(__file__).resolve().parents[1]
 UNDER_CI = bool(os.environ.get("CI"))
@@ -236,13 +236,14 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
         import requests
     except ImportError:
         _missing("jupyterhub is not installed (pip install -e '.[workshop]'; make test does)")
-    if drive.proxy_command() is None:
+    if proxy.proxy_executable() is None:
         _missing("configurable-http-proxy is not installed (make hub; make test does)")
     browser = chromium_path() is not None
     if not browser and UNDER_CI:
         _missing("Debian's chromium is not installed")
 
-    hub = drive.LocalHub(tmp_path, PASSWORD, ADMIN_PASSWORD)
+    # The proxy runs apart, as slotmap-proxy.service runs it in a room.
+    hub = drive.LocalHub(tmp_path, PASSWORD, ADMIN_PASSWORD, external_proxy=True)
     outsider = hub.system_users
     if outsider:
         subprocess.run(["useradd", "--no-create-home", OUTSIDER], check=True)
@@ -339,17 +340,24 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
             _doctored_files_take_nothing_down(hub, view, instructor, tmp_path)
 
         # A hub restart (SIGTERM, as systemctl restart sends) keeps the learner's server: the
-        # same processes, answering through the new hub with the same token.
+        # same processes, answering through the proxy while the hub is down, and through the
+        # new hub after, with the same token.
         before = set(hub.processes_of(LEARNERS[0]))
         assert before
-        hub.restart()
+
+        def learner_status() -> int:
+            return requests.get(
+                f"{hub.url}/user/{LEARNERS[0]}/api/status",
+                headers={"Authorization": f"token {learner_token}"},
+                timeout=60,
+            ).status_code
+
+        assert learner_status() == 200  # a learner at work just before the restart
+        down: dict[str, int] = {}
+        hub.restart(while_down=lambda: down.update(learner=learner_status()))
+        assert down == {"learner": 200}, "the learner's server was unreachable during the restart"
         assert before <= set(hub.processes_of(LEARNERS[0]))
-        status = requests.get(
-            f"{hub.url}/user/{LEARNERS[0]}/api/status",
-            headers={"Authorization": f"token {learner_token}"},
-            timeout=60,
-        )
-        assert status.status_code == 200, status.text
+        assert learner_status() == 200
     finally:
         hub.stop()
         hub.remove_learners()
@@ -368,7 +376,7 @@ def test_preflight_gets_a_real_test_learner_through_the_hub():
         import jupyterhub  # noqa: F401
     except ImportError:
         _missing("jupyterhub is not installed (pip install -e '.[workshop]'; make test does)")
-    if drive.proxy_command() is None:
+    if proxy.proxy_executable() is None:
         _missing("configurable-http-proxy is not installed (make hub; make test does)")
     from slotmap.workshop import preflight
 

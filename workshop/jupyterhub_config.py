@@ -23,6 +23,8 @@
 # - Ports: $SLOTMAP_HUB_PORT (8000, the one learners open), and on loopback the hub's API
 #   ($SLOTMAP_HUB_API_PORT, 8081), the proxy's API ($SLOTMAP_HUB_PROXY_API_PORT, 8001) and the
 #   dashboard ($SLOTMAP_HUB_DASHBOARD_PORT, 8002).
+# - The proxy: started by the hub, or with $SLOTMAP_HUB_PROXY=external run apart by
+#   `slotmap workshop proxy` (slotmap-proxy.service), so that it outlives a hub restart.
 # - State: $SLOTMAP_HUB_STATE (/var/lib/slotmap-hub), root's only (0700, files 0600): the
 #   database, the cookie secret, the proxy's pid and the accounts the hub created.
 import os
@@ -32,7 +34,7 @@ from pathlib import Path
 from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
 from jupyterhub.handlers.login import LoginHandler
 
-from slotmap.workshop import accounts, state_folder
+from slotmap.workshop import accounts, proxy, state_folder
 
 c = get_config()  # noqa: F821 - JupyterHub's config loader defines it
 
@@ -61,21 +63,18 @@ for _admin in ADMINS:
         sys.exit(f"SLOTMAP_HUB_ADMINS: {_problem}")
 
 
-def _port(variable: str, default: int) -> int:
-    return int(os.environ.get(variable) or default)
-
-
-c.JupyterHub.bind_url = (
-    f"http://{os.environ.get('SLOTMAP_HUB_IP', '')}:{_port('SLOTMAP_HUB_PORT', 8000)}"
-)
+PORTS = proxy.Ports.from_environment()
+c.JupyterHub.bind_url = f"http://{PORTS.ip}:{PORTS.public}"
 c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = _port("SLOTMAP_HUB_API_PORT", 8081)
-c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{_port('SLOTMAP_HUB_PROXY_API_PORT', 8001)}"
-# `make hub` installs the proxy into the environment (npm, local prefix); else it is on PATH.
-_proxy = (
-    Path(PYTHON).parents[1] / "hub-proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
-)
-c.ConfigurableHTTPProxy.command = [str(_proxy) if _proxy.exists() else "configurable-http-proxy"]
+c.JupyterHub.hub_port = PORTS.hub_api
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PORTS.proxy_api}"
+if proxy.external():
+    # slotmap-proxy.service runs the proxy (`slotmap workshop proxy`): it outlives a hub
+    # restart, so learners' pages keep answering; both read CONFIGPROXY_AUTH_TOKEN.
+    c.ConfigurableHTTPProxy.should_start = False
+else:
+    # `make hub` installs the proxy into the environment (npm, local prefix); else PATH's.
+    c.ConfigurableHTTPProxy.command = [proxy.proxy_executable() or "configurable-http-proxy"]
 
 
 # One shared password for the room; the instructors have their own and are the admins.
@@ -196,7 +195,7 @@ c.JupyterHub.services = [
     },
     {
         "name": DASHBOARD,
-        "url": f"http://127.0.0.1:{_port('SLOTMAP_HUB_DASHBOARD_PORT', 8002)}",
+        "url": f"http://127.0.0.1:{PORTS.dashboard}",
         "command": [PYTHON, "-m", "slotmap", "workshop", "dashboard"],
         "environment": {
             "SLOTMAP_HUB_WORKSPACES": WORKSPACES,

@@ -1,4 +1,4 @@
-"""``slotmap workshop ACTION``: the hub's two commands, the collection of the learners' work,
+"""``slotmap workshop ACTION``: the hub's three commands, the collection of the learners' work,
 the confirmation and the pre-flight check. Above the package and its modules, which it
 dispatches to."""
 
@@ -18,6 +18,10 @@ def run(args: Any, extra: list[str]) -> int:
     if extra:
         print(f"slotmap workshop: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
         return 2
+    if args.action == "proxy":
+        from slotmap.workshop.proxy import run_proxy
+
+        return run_proxy()
     if args.action == "dashboard":
         from slotmap.workshop.dashboard import serve
 

@@ -13,7 +13,6 @@ import html
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from slotmap.exercises.core import CHECK_MIME
+from slotmap.workshop import proxy
 
 
 class HubError(RuntimeError):
@@ -337,20 +337,15 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def proxy_command() -> str | None:
-    """configurable-http-proxy: the one ``make hub`` installs into the environment, else the
-    one on PATH, else None."""
-    local = Path(sys.prefix) / "hub-proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
-    return str(local) if local.exists() else shutil.which("configurable-http-proxy")
-
-
 class LocalHub:
     """JupyterHub with ``workshop/jupyterhub_config.py`` on 127.0.0.1: for tests, the load
     script and the pre-flight. As root, learners are the system users the hub creates (as in
     a room; ``remove_learners`` deletes them); otherwise every learner's home is under
     ``base/homes`` and they run as this user (the config's SimpleLocalProcessSpawner mode).
     ``stop`` stops it and every process it started; ``leftovers`` lists any that is still
-    alive (a kernel runs in a session of its own: found by this hub's folder or its uid)."""
+    alive (a kernel runs in a session of its own: found by this hub's folder or its uid).
+    ``external_proxy``: the proxy runs apart (``slotmap workshop proxy``, as
+    slotmap-proxy.service runs it) and outlives ``restart``."""
 
     def __init__(
         self,
@@ -358,6 +353,7 @@ class LocalHub:
         password: str,
         admin_password: str,
         system_users: bool | None = None,
+        external_proxy: bool = False,
     ):
         self.base = Path(base)
         self.homes = self.base / "homes"
@@ -368,6 +364,8 @@ class LocalHub:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.base / "hub.log"
         self.process: Any = None
+        self.external_proxy = external_proxy
+        self.proxy: Any = None
         self.seen: set[int] = set()
         self.env: dict[str, str] = {}
 
@@ -400,6 +398,10 @@ class LocalHub:
             SLOTMAP_BACKEND=os.environ.get("SLOTMAP_BACKEND", "cpu"),
         )
         env.pop("SLOTMAP_HUB_HOMES", None)
+        env.pop(proxy.EXTERNAL_VARIABLE, None)
+        if self.external_proxy:
+            env[proxy.EXTERNAL_VARIABLE] = "external"
+            env[proxy.TOKEN_VARIABLE] = uuid.uuid4().hex + uuid.uuid4().hex
         if not self.system_users:
             env["SLOTMAP_HUB_HOMES"] = str(self.homes / "{username}")
         return env
@@ -412,10 +414,19 @@ class LocalHub:
 
         self.config = config
         env = self.env = self.env or self._environment()
-        proxy = proxy_command()
-        if proxy:
-            env["PATH"] = f"{Path(proxy).parent}{os.pathsep}{env.get('PATH', '')}"
+        executable = proxy.proxy_executable()
+        if executable:
+            env["PATH"] = f"{Path(executable).parent}{os.pathsep}{env.get('PATH', '')}"
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        if self.external_proxy and self.proxy is None:
+            self.proxy = subprocess.Popen(
+                [sys.executable, "-m", "slotmap", "workshop", "proxy"],
+                cwd=self.base,
+                env=env,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.process = subprocess.Popen(
             [str(Path(sys.executable).with_name("jupyterhub")), "-f", str(config)],
             cwd=self.base,
@@ -433,17 +444,22 @@ class LocalHub:
                 pass
             if self.process.poll() is not None:
                 raise HubError(f"jupyterhub exited:\n{self.log_tail()}")
+            if self.proxy is not None and self.proxy.poll() is not None:
+                raise HubError(f"the proxy exited:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 raise HubError(f"jupyterhub not ready after {timeout} s:\n{self.log_tail()}")
             time.sleep(0.5)
 
-    def restart(self, timeout: float = 120) -> None:
-        """Stop the hub process alone (SIGTERM, as ``systemctl restart`` does), then start it
-        again: the learners' servers are left running."""
+    def restart(self, timeout: float = 120, while_down: Any = None) -> None:
+        """Stop the hub process alone (SIGTERM, as ``systemctl restart`` does), call
+        ``while_down()`` if given, then start it again: the learners' servers (and an external
+        proxy) are left running."""
         self.remember_processes()
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout=120)
         self._log.close()
+        if while_down is not None:
+            while_down()
         self.start(self.config, timeout)
 
     def remember_processes(self) -> None:
@@ -458,8 +474,8 @@ class LocalHub:
             return ""
 
     def stop(self) -> None:
-        """SIGTERM (the hub stops the learners' servers, its services and its proxy), then
-        make sure: terminate and kill whatever of its processes is left."""
+        """SIGTERM (the hub stops its services and its own proxy), then make sure: terminate
+        and kill whatever of its processes is left, and the external proxy."""
 
         process = self.process
         if process is None:
@@ -489,6 +505,14 @@ class LocalHub:
             except subprocess.TimeoutExpired:
                 continue
             time.sleep(0.5)
+        if self.proxy is not None:
+            self.proxy.terminate()
+            try:
+                self.proxy.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proxy.kill()
+                self.proxy.wait()
+            self.proxy = None
         self._log.close()
         self.process = None
 

@@ -83,7 +83,7 @@ def available_gb() -> float:
 
 def hub_pieces() -> list[str]:
     """What the hub needs that is missing (empty when nothing is)."""
-    from slotmap.workshop.drive import proxy_command
+    from slotmap.workshop.proxy import proxy_executable
 
     missing = []
     for module in ("jupyterhub", "jupyterhub_idle_culler"):
@@ -91,7 +91,7 @@ def hub_pieces() -> list[str]:
             __import__(module)
         except ImportError:
             missing.append(f"{module} (pip install -e '.[workshop]')")
-    if proxy_command() is None:
+    if proxy_executable() is None:
         missing.append("configurable-http-proxy (make hub)")
     if os.geteuid() != 0 and not os.environ.get("SLOTMAP_HUB_HOMES"):
         missing.append("root: the hub creates each learner's system user (run it as root)")
