@@ -13,6 +13,7 @@ pytest.importorskip("babel")
 from slotmap.translate import notebooks  # noqa: E402
 from slotmap.translate.notebooks import (  # noqa: E402
     build_translations,
+    carried_over,
     carry_over_problems,
     po_path,
     read_catalog,
@@ -230,6 +231,20 @@ def test_a_translation_must_keep_the_code_math_markers_and_numbers_of_its_englis
     problems = carry_over_problems("here", english, chinese)
     assert len(problems) == 1 and complaint in problems[0], problems
     assert carry_over_problems("here", english, english) == []
+
+
+def test_a_code_span_or_math_that_wraps_onto_the_next_line_is_kept_whole():
+    """Markdown lets an inline span wrap at a line break (not a blank line): the check must
+    read it whole, or it pairs the wrong backticks and compares English prose."""
+    english = "Call `slotmap.token_slot(\n    pos)` on $j = b\n\\bmod W$ twice.\n\nAnd `x`."
+    chinese = (
+        "调用 `slotmap.token_slot(\n    pos)`，作用于 $j = b\n\\bmod W$，两次。\n\n以及 `x`。"
+    )
+    assert carry_over_problems("here", english, chinese) == []
+    kept, _ = carried_over(english)
+    assert kept == ["`slotmap.token_slot(\n    pos)`", "$j = b\n\\bmod W$", "`x`"]
+    # A blank line ends a paragraph: a lone backtick there does not swallow the next one.
+    assert carried_over("a ` b\n\nc `d` e")[0] == ["`d`"]
 
 
 def test_the_repository_translations_are_current_and_keep_what_they_must():

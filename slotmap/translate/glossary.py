@@ -58,8 +58,13 @@ def terms(path: Path = GLOSSARY) -> list[Term]:
 
 # What prose is not: fenced code, inline code, display and inline math, link targets, HTML tags,
 # and a message's {placeholders}.
+# Inline code and math as Markdown reads them: a span may wrap onto the next line, never
+# across a blank line (a new paragraph).
+INLINE_CODE = r"`(?:[^`\n]|\n(?!\n))*`"
+INLINE_MATH = r"\$(?:[^$\n]|\n(?!\n))*\$"
 NOT_PROSE = re.compile(
-    r"```.*?```|`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]*\$|\]\([^)]*\)|<[^>\n]*>|\{\w*\}", re.DOTALL
+    rf"```.*?```|{INLINE_CODE}|\$\$.*?\$\$|{INLINE_MATH}|\]\([^)]*\)|<[^>\n]*>|\{{\w*\}}",
+    re.DOTALL,
 )
 
 

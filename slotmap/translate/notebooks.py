@@ -27,6 +27,7 @@ from pathlib import Path
 
 from slotmap.exercises import build as exercises_build
 from slotmap.i18n import CHINESE
+from slotmap.translate.glossary import INLINE_CODE, INLINE_MATH
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_FOLDERS = ("notebooks", "solutions")  # exercises are built from translated solutions
@@ -297,7 +298,8 @@ def translation_problems(lang: str = CHINESE, root: Path = ROOT) -> list[str]:
 # What a translation must carry over from its English unchanged: code, math, links, the
 # markers the exercise build cuts at, HTML tags (<details>), and every number in the prose.
 KEPT = re.compile(
-    r"```.*?```|`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]*\$|\]\([^)]*\)|<!--.*?-->|</?[a-zA-Z][^>\n]*>",
+    rf"```.*?```|{INLINE_CODE}|\$\$.*?\$\$|{INLINE_MATH}|\]\([^)]*\)|<!--.*?-->"
+    r"|</?[a-zA-Z][^>\n]*>",
     re.DOTALL,
 )
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
