@@ -65,8 +65,9 @@ def artifacts_dir() -> Path:
 class LabServer:
     """``slotmap lab`` on a temporary copy of the course (see the module docstring)."""
 
-    def __init__(self, base: Path):
+    def __init__(self, base: Path, lang: str = "en"):
         self.base = base
+        self.lang = lang  # slotmap lab --lang: the lessons, exercises and menus in it
         self.course = base / "course"
         self.token = "slotmap-test-" + os.urandom(8).hex()
         self.port = free_port()
@@ -107,6 +108,8 @@ class LabServer:
         launcher = [str(script)] if script.exists() else [sys.executable, "-m", "slotmap"]
         return launcher + [
             "lab",
+            "--lang",
+            self.lang,
             "--no-browser",
             "--ip",
             "127.0.0.1",
@@ -265,6 +268,10 @@ NEW_FIGURE = """([view, old]) => { const img = view.querySelector('.widget-outpu
 IMAGES_DECODED = """(nodes) => nodes.every((img) => img.complete && img.naturalWidth > 0)"""
 
 
+# The Run menu's name in JupyterLab's interface, by the language slotmap lab gives it.
+RUN_MENU = {"en": "Run", "zh": "运行"}
+
+
 class NotebookPage:
     """One notebook open in JupyterLab, driven the way a learner drives it."""
 
@@ -283,7 +290,7 @@ class NotebookPage:
         """Run > Run All Cells, then wait until every code cell has run and the kernel idles."""
         since = self.page.evaluate(MAX_EXECUTION_COUNT, self.path)
         self.page.locator("#jp-menu-panel, .jp-MenuBar").first.wait_for()
-        self.page.get_by_role("menuitem", name="Run", exact=True).click()
+        self.page.get_by_role("menuitem", name=RUN_MENU[self.server.lang], exact=True).click()
         self.page.locator("li.lm-Menu-item[data-command='runmenu:run-all']").click()
         self.page.wait_for_function(ALL_RAN, arg=[self.path, since], timeout=timeout_ms)
 

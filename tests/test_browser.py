@@ -70,9 +70,9 @@ def browser_context(tmp_path_factory):
             context.close()
 
 
-@pytest.fixture(scope="module")
-def lab(browser_context, tmp_path_factory):
-    server = LabServer(tmp_path_factory.mktemp("lab"))
+@contextlib.contextmanager
+def _lab(base: Path, lang: str):
+    server = LabServer(base, lang)
     try:
         server.start()
         yield server
@@ -80,8 +80,21 @@ def lab(browser_context, tmp_path_factory):
         server.stop()
 
 
-@pytest.fixture
-def learner(browser_context, lab, request):
+@pytest.fixture(scope="module")
+def lab(browser_context, tmp_path_factory):
+    with _lab(tmp_path_factory.mktemp("lab"), "en") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def lab_zh(browser_context, tmp_path_factory):
+    """``slotmap lab --lang zh``: the Chinese lessons, exercises and menus."""
+    with _lab(tmp_path_factory.mktemp("lab-zh"), "zh") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _learner(browser_context, server: LabServer, request):
     """A fresh tab; on a failure (or with SLOTMAP_BROWSER_SCREENSHOTS=always) the viewport at
     each figure and the server's log are saved."""
     page = browser_context.new_page()
@@ -91,7 +104,7 @@ def learner(browser_context, lab, request):
     notebooks: list[NotebookPage] = []
 
     def open_notebook(path: str) -> NotebookPage:
-        notebook = NotebookPage(page, lab, path)
+        notebook = NotebookPage(page, server, path)
         notebooks.append(notebook)
         notebook.open()
         return notebook
@@ -104,9 +117,21 @@ def learner(browser_context, lab, request):
         # The test's own report is logged before its fixtures are torn down.
         failed = request.session.testsfailed > failures_before
         if failed or os.environ.get("SLOTMAP_BROWSER_SCREENSHOTS") == "always":
-            save_screenshots(page, notebooks, lab, request.node.name, failed)
+            save_screenshots(page, notebooks, server, request.node.name, failed)
         page.close()
-        lab.shutdown_kernels()  # the next notebook gets the CPU to itself
+        server.shutdown_kernels()  # the next notebook gets the CPU to itself
+
+
+@pytest.fixture
+def learner(browser_context, lab, request):
+    with _learner(browser_context, lab, request) as page:
+        yield page
+
+
+@pytest.fixture
+def learner_zh(browser_context, lab_zh, request):
+    with _learner(browser_context, lab_zh, request) as page:
+        yield page
 
 
 def save_screenshots(page, notebooks, lab, name: str, failed: bool) -> None:
@@ -247,3 +272,66 @@ def test_exercise_01_in_my_work_fails_then_passes_once_filled_in(learner, lab):
     text = json.dumps(saved)
     assert "PASS 01.slot_of" in text and "PASS 01.slot_mapping" in text
     assert "logical_block = position // block_size" in text
+
+
+def _zh(message: str) -> str:
+    """``message`` as the course's Chinese catalog says it (English where it has none yet)."""
+    import gettext
+
+    from slotmap import i18n
+
+    catalog = gettext.translation(i18n.DOMAIN, i18n.LOCALE_DIR, ["zh_CN"], fallback=True)
+    return catalog.gettext(message)
+
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _report_texts(notebook: NotebookPage) -> list[str]:
+    """The text of every check report the notebook shows (the outputs that carry a record)."""
+    texts = []
+    for outputs in notebook.outputs():
+        for output in outputs or []:
+            if output.get("data", {}).get("application/vnd.slotmap.check+json"):
+                texts.append(output["data"].get("text/plain", ""))
+    return texts
+
+
+def _assert_chinese_reports(notebook: NotebookPage, count: int) -> None:
+    texts = _report_texts(notebook)
+    assert len(texts) == count, texts
+    for text in texts:
+        assert CJK.search(text), f"a check report in English under --lang zh: {text!r}"
+        for english in ("PASS", "FAIL", "not done yet", "agrees with", "the reference"):
+            assert english not in text, f"{english!r} left in English: {text!r}"
+
+
+def test_chinese_lesson_01_and_exercise_01_with_chinese_menus_and_checks(learner_zh, lab_zh):
+    # slotmap lab --lang zh: JupyterLab's menus in Chinese, on the Chinese lesson.
+    notebook = learner_zh.open_notebook("notebooks/zh_CN/01_paged_kv_cache.ipynb")
+    menus = learner_zh.locator(".lm-MenuBar-itemLabel")
+    assert "文件" in menus.all_text_contents(), menus.all_text_contents()
+    assert notebook.panel.get_by_text("分页 KV 缓存与槽位号").count() >= 1
+    notebook.run_all(RUN_ALL_MS)
+    assert_widgets_rendered(learner_zh, notebook, 1)
+    assert_static_figures(notebook, 2)
+    assert notebook.check_records() == {"01.slot_of": True}
+    view = notebook.widget_views().nth(0)
+    assert_slider_redraws(notebook, view, _zh("block size"), "4", "5")
+    assert_no_errors(learner_zh, notebook)
+
+    # The learner's Chinese copy of exercise 01: Chinese "not done yet", then a Chinese pass.
+    path = "my_work/zh_CN/01_paged_kv_cache.ipynb"
+    assert (lab_zh.course / path).exists(), "slotmap lab --lang zh made no Chinese copies"
+    notebook = learner_zh.open_notebook(path)
+    notebook.run_all(RUN_ALL_MS)
+    assert notebook.check_records() == {"01.slot_of": False, "01.slot_mapping": False}
+    _assert_chinese_reports(notebook, 2)
+    from slotmap.workshop.drive import solved_cells
+
+    for index, answer in solved_cells(ROOT, "zh_CN/01_paged_kv_cache.ipynb").items():
+        notebook.replace_source(index, answer)
+    notebook.run_all(RUN_ALL_MS)
+    assert notebook.check_records() == {"01.slot_of": True, "01.slot_mapping": True}
+    _assert_chinese_reports(notebook, 2)
+    assert_no_errors(learner_zh, notebook)
