@@ -227,3 +227,17 @@ def test_the_repository_documents_are_current_and_keep_what_they_must():
     assert glossary_problems(texts) == []
     for document in documents.complete_documents():
         print(document, len(status(document).translated), "blocks translated")
+
+
+def test_the_operating_system_windows_asks_for_no_window():
+    from slotmap.translate.glossary import missing_terms, terms
+
+    glossary = terms()
+    assert (
+        missing_terms(
+            "Use Linux on macOS or Windows.", "在 macOS 或 Windows 上用 Linux。", glossary
+        )
+        == []
+    )
+    lacking = missing_terms("Two windows of blocks.", "两个 Windows 的块。", glossary)
+    assert [t.english for t in lacking] == ["window"]
