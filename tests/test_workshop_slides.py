@@ -148,6 +148,22 @@ def test_every_chinese_lesson_has_a_chinese_deck_with_the_chinese_notes():
     assert any(_text(c).startswith("## 昇腾机房：什么在哪里运行") for c in ascend)
 
 
+def test_the_chinese_stuck_table_has_the_english_ones_rows_in_chinese_words():
+    """workshop/stuck_table.py --lang zh: the same checks' wrong answers, the table's words in
+    Chinese (the messages are the catalog's: English where it has no translation yet)."""
+
+    def rows(name: str) -> list[tuple[str, str]]:
+        text = (ROOT / "workshop" / name).read_text(encoding="utf-8")
+        return [tuple(line.split(" | ")[:2]) for line in text.splitlines()[6:]]
+
+    chinese = (ROOT / "workshop" / "stuck.zh-CN.md").read_text(encoding="utf-8")
+    assert chinese.startswith("# 学员卡住时\n")
+    assert "| 练习 | 学员可能写了什么 | 检查会说 | 下一条提示 |" in chinese
+    assert rows("stuck.zh-CN.md") == rows("stuck.md") and len(rows("stuck.md")) > 50
+    notes = "".join(_text(c) for c in json.loads(ZH_DECKS[1].read_text())["cells"])
+    assert "**学员常卡在哪里**（stuck.zh-CN.md）：" in notes
+
+
 def test_the_decks_in_every_language_are_what_slides_py_builds():
     slides = _slides_module()
     assert slides.build("en", from_decks=True, only=set(), check=True) == []
@@ -173,6 +189,8 @@ def test_the_decks_reach_every_course_copy_on_the_hub(tmp_path):
     sync_course(ROOT, tmp_path / "slotmap-course")
     copied = sorted((tmp_path / "slotmap-course" / "workshop" / "slides").glob("*.ipynb"))
     assert [deck.name for deck in copied] == [deck.name for deck in DECKS]
+    chinese = (tmp_path / "slotmap-course" / "workshop" / "slides" / "zh_CN").glob("*.ipynb")
+    assert [deck.name for deck in sorted(chinese)] == [deck.name for deck in ZH_DECKS]
 
 
 @pytest.mark.timeout(900)  # every slide of nine decks in two languages, on a busy machine
