@@ -241,3 +241,30 @@ def test_the_operating_system_windows_asks_for_no_window():
     )
     lacking = missing_terms("Two windows of blocks.", "两个 Windows 的块。", glossary)
     assert [t.english for t in lacking] == ["window"]
+
+
+def test_a_translation_whose_english_block_is_gone_is_named_and_update_drops_it(course):
+    done(course)
+    (course / "README.md").write_text(
+        ENGLISH.replace("- **First item:** the first run creates `.venv`.\n", "")
+    )
+    problems = document_problems(root=course)
+    assert "README.md, block two-commands#1: translated, but no such English" in problems
+    update_documents(root=course)
+    assert status("README.md", root=course).translated == [
+        "title",
+        "#1",
+        "two-commands",
+        "two-commands#1",
+        "two-commands#2",
+        "the-library",
+    ]
+    build_documents(root=course)
+    assert document_problems(root=course) == []
+
+
+def test_complete_txt_may_only_list_documents_that_are_translated(course):
+    (course / "translations" / "zh_CN" / "complete.txt").write_text("NOTES.md\n")
+    assert document_problems(root=course) == [
+        "complete.txt lists NOTES.md, which is not a translated document"
+    ]

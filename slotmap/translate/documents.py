@@ -245,11 +245,11 @@ def status(document: str, lang: str = CHINESE, root: Path = ROOT) -> Status:
             result.stale.append(block.key)
         else:  # no entry, or its entry's English moved to another block
             result.missing.append(block.key)
-    keys = {block.key for block in found if block.key and block.key not in kept}
+    # A translation no current block uses, nor marks stale at its key: its English is gone.
     result.orphaned = [
         key
         for key, message in entries.items()
-        if message.string and key not in keys and message.id not in used
+        if message.string and message.id not in used and key not in result.stale + result.kept
     ]
     return result
 
