@@ -441,11 +441,11 @@ def exercises(args: argparse.Namespace) -> int:
 def translate(args: argparse.Namespace) -> int:
     """``slotmap translate update|build|messages [--check]``: the course in another language."""
     from slotmap.i18n import normalize
-    from slotmap.translate import messages, notebooks
+    from slotmap.translate import documents, messages, notebooks
 
     lang = normalize(args.lang)  # zh -> zh_CN: the folders' names
     if args.action == "update":
-        written = notebooks.update_translations(lang)
+        written = notebooks.update_translations(lang) + documents.update_documents(lang)
         print("\n".join(f"wrote {path}" for path in written) or "translations/ was up to date")
         return 0
     if args.action == "messages":
@@ -463,12 +463,20 @@ def translate(args: argparse.Namespace) -> int:
             f"{notebook:<40} {len(state.translated):>3}/{cells} translated, "
             f"{len(state.stale)} stale, {len(state.missing)} missing"
         )
+    for document in documents.DOCUMENTS:
+        state = documents.status(document, lang)
+        blocks = len(state.translated) + len(state.stale) + len(state.missing)
+        print(
+            f"{document:<40} {len(state.translated):>3}/{blocks} blocks translated, "
+            f"{len(state.kept)} kept in English, {len(state.stale)} stale, "
+            f"{len(state.missing)} missing"
+        )
     if args.check:
-        problems = notebooks.translation_problems(lang)
+        problems = notebooks.translation_problems(lang) + documents.document_problems(lang)
         print("\n".join(problems) or f"the {lang} notebooks are up to date with their English")
         return 1 if problems else 0
     try:
-        changed = notebooks.build_translations(lang)
+        changed = notebooks.build_translations(lang) + documents.build_documents(lang)
     except ValueError as error:
         print(f"slotmap translate: {error}", file=sys.stderr)
         return 1

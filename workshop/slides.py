@@ -15,6 +15,14 @@ no kernel.
     SLOTMAP_BACKEND=cpu .venv/bin/python workshop/slides.py          # a few minutes on 2 cores
     .venv/bin/python workshop/slides.py --from-decks                  # the notes only: reuses
                                                                       # the decks' figures
+    .venv/bin/python workshop/slides.py --check                       # exit 1 if a deck is stale
+
+``--lang zh`` builds the Chinese decks into workshop/slides/zh_CN/ from the built Chinese lessons
+(notebooks/zh_CN/, run under ``SLOTMAP_LANG=zh`` so that their figures speak Chinese), the
+Chinese instructor's notes (slides/instructor.zh-CN.md, built by ``slotmap translate build``)
+and stuck.zh-CN.md (else stuck.md). With ``--from-decks`` and no Chinese decks yet, it takes
+the English decks' figures, each under its section's Chinese heading (the lessons' cells share
+ids across languages).
 """
 
 from __future__ import annotations
@@ -35,6 +43,46 @@ STUCK = ROOT / "workshop" / "stuck.md"
 # 960 x 700 slide to the screen).
 WIDTH, HEIGHT = 900, 470
 MAX_FIGURES = 4  # a short deck: the lesson's first figures
+LANGUAGES = ("en", "zh")
+# The words a deck adds around its lesson and notes, per language.
+WORDS = {
+    "en": {
+        "objectives": "## What you will be able to do",
+        "say": "**Say:** ",
+        "ask": "**Ask:** ",
+        "turn": "## Your turn: `my_work/{name}`",
+        "stuck": "**Where learners get stuck** ({table}):",
+        "row": '- `{id}`, {symptom}: the check says "{message}". Hint: {hint}',
+    },
+    "zh": {
+        "objectives": "## 学完本课，你将能够",
+        "say": "**讲：** ",
+        "ask": "**问：** ",
+        "turn": "## 轮到你了：`my_work/{name}`",
+        "stuck": "**学员常卡在哪里**（{table}）：",
+        "row": "- `{id}`，{symptom}：检查会说“{message}”。提示：{hint}",
+    },
+}
+
+
+def paths(lang: str = "en") -> dict[str, Path]:
+    """Where a language's decks come from and go: lessons, exercises, notes, stuck table, out."""
+    if lang == "en":
+        return {
+            "lessons": ROOT / "notebooks",
+            "exercises": ROOT / "exercises",
+            "notes": NOTES,
+            "stuck": STUCK,
+            "out": OUT,
+        }
+    stuck = ROOT / "workshop" / "stuck.zh-CN.md"
+    return {
+        "lessons": ROOT / "notebooks" / "zh_CN",
+        "exercises": ROOT / "exercises" / "zh_CN",
+        "notes": OUT / "instructor.zh-CN.md",
+        "stuck": stuck if stuck.exists() else STUCK,
+        "out": OUT / "zh_CN",
+    }
 
 
 def _source(cell: dict) -> str:
@@ -113,21 +161,30 @@ def instructor_notes(text: str) -> dict[str, dict[str, str]]:
     return {k: {p: t.strip() for p, t in parts.items()} for k, parts in notes.items()}
 
 
-def stuck_notes(text: str, exercises: list[str]) -> str:
+def stuck_notes(text: str, exercises: list[str], lang: str = "en") -> str:
     """Where learners get stuck on ``exercises``: stuck.md's rows for them, as notes."""
     lines = []
     for row in text.splitlines():
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
         if len(cells) == 4 and cells[0] in exercises:
             lines.append(
-                f'- `{cells[0]}`, {cells[1]}: the check says "{cells[2]}". Hint: {cells[3]}'
+                WORDS[lang]["row"].format(
+                    id=cells[0], symptom=cells[1], message=cells[2], hint=cells[3]
+                )
             )
     return "\n".join(lines)
 
 
-def deck(lesson: Path, found: list[tuple[str, str]], notes: dict[str, str], stuck: str) -> dict:
+def deck(
+    lesson: Path,
+    found: list[tuple[str, str]],
+    notes: dict[str, str],
+    stuck: str,
+    lang: str = "en",
+) -> dict:
     """The deck of one lesson: title, objectives, extra slides, figures (``found``: section
     heading and PNG as base64), exercises; the notes of instructor.md and stuck.md."""
+    words, where_from = WORDS[lang], paths(lang)
     first = _source(json.loads(lesson.read_text(encoding="utf-8"))["cells"][0])
     title = next((ln[2:] for ln in first.splitlines() if ln.startswith("# ")), lesson.stem)
     paragraphs = [p for p in first.split("\n\n") if p.strip() and not p.startswith("#")]
@@ -136,10 +193,10 @@ def deck(lesson: Path, found: list[tuple[str, str]], notes: dict[str, str], stuc
         opening.append(paragraphs[1])  # the opening's table (lesson 00: the backends)
     cells = [_slide(f"# {title}\n\n" + "\n\n".join(opening))]
     if notes.get("objectives"):
-        cells.append(_slide(f"## What you will be able to do\n\n{notes['objectives']}"))
+        cells.append(_slide(f"{words['objectives']}\n\n{notes['objectives']}"))
     spoken = [
-        f"**Say:** {notes['say']}" if notes.get("say") else "",
-        f"**Ask:** {notes['ask']}" if notes.get("ask") else "",
+        f"{words['say']}{notes['say']}" if notes.get("say") else "",
+        f"{words['ask']}{notes['ask']}" if notes.get("ask") else "",
     ]
     if any(spoken):
         cells.append(_slide("\n\n".join(t for t in spoken if t), kind="notes"))
@@ -150,7 +207,7 @@ def deck(lesson: Path, found: list[tuple[str, str]], notes: dict[str, str], stuc
         name = f"figure{index}.png"
         attachment = {name: {"image/png": _scaled(png)}}
         cells.append(_slide(f"## {heading or title}\n\n![](attachment:{name})", attachment))
-    exercise = ROOT / "exercises" / lesson.name
+    exercise = where_from["exercises"] / lesson.name
     if exercise.exists():
         ids = list(
             dict.fromkeys(
@@ -158,12 +215,11 @@ def deck(lesson: Path, found: list[tuple[str, str]], notes: dict[str, str], stuc
             )
         )
         listing = "\n".join(f"- `{i}`" for i in ids)
-        cells.append(_slide(f"## Your turn: `my_work/{lesson.name}`\n\n{listing}"))
-        where = stuck_notes(stuck, ids)
+        cells.append(_slide(f"{words['turn'].format(name=lesson.name)}\n\n{listing}"))
+        where = stuck_notes(stuck, ids, lang)
         if where:
-            cells.append(
-                _slide(f"**Where learners get stuck** (stuck.md):\n\n{where}", kind="notes")
-            )
+            heading = words["stuck"].format(table=where_from["stuck"].name)
+            cells.append(_slide(f"{heading}\n\n{where}", kind="notes"))
     # Decks carry a fixed id per cell: a rebuild changes nothing that did not change.
     for number, cell in enumerate(cells):
         cell["id"] = f"{lesson.stem[:2]}-slide-{number}"
@@ -172,7 +228,7 @@ def deck(lesson: Path, found: list[tuple[str, str]], notes: dict[str, str], stuc
         "metadata": {
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
             "rise": {"scroll": True, "transition": "none"},
-            "slotmap": {"generated_from": f"notebooks/{lesson.name}"},
+            "slotmap": {"generated_from": str(lesson.relative_to(ROOT))},
         },
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -189,22 +245,94 @@ def deck_figures(path: Path) -> list[tuple[str, str]]:
     return found
 
 
-def main() -> int:
-    os.environ.setdefault("SLOTMAP_BACKEND", "cpu")
-    OUT.mkdir(parents=True, exist_ok=True)
-    lessons = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    from_decks = "--from-decks" in sys.argv[1:]
-    only = set(sys.argv[1:]) - {"--from-decks"}
-    notes = instructor_notes(NOTES.read_text(encoding="utf-8"))
-    stuck = STUCK.read_text(encoding="utf-8")
-    for lesson in lessons:
+def section_headings(english: Path, translated: Path) -> dict[str, str]:
+    """Each ``## `` heading of the English lesson -> the same cell's heading in translation."""
+
+    def headings(path: Path) -> dict[str, list[str]]:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        return {
+            cell["id"]: [
+                ln[3:].strip() for ln in _source(cell).splitlines() if ln.startswith("## ")
+            ]
+            for cell in cells
+            if cell["cell_type"] == "markdown"
+        }
+
+    theirs = headings(translated)
+    return {
+        mine: other
+        for cell_id, found in headings(english).items()
+        for mine, other in zip(found, theirs.get(cell_id, []), strict=False)
+    }
+
+
+def built_figures(lesson: Path, target: Path, lang: str) -> list[tuple[str, str]]:
+    """The figures of the deck already built; a translated deck not yet built takes the English
+    deck's, under its sections' translated headings."""
+    if target.exists() or lang == "en":
+        return deck_figures(target)
+    english = ROOT / "notebooks" / lesson.name
+    translated = section_headings(english, lesson)
+    titles = {_title(english): _title(lesson)}
+    return [
+        (translated.get(heading, titles.get(heading, heading)), png)
+        for heading, png in deck_figures(OUT / lesson.name)
+    ]
+
+
+def _title(lesson: Path) -> str:
+    first = _source(json.loads(lesson.read_text(encoding="utf-8"))["cells"][0])
+    return next((ln[2:] for ln in first.splitlines() if ln.startswith("# ")), lesson.stem)
+
+
+def build(lang: str, from_decks: bool, only: set[str], check: bool = False) -> list[str]:
+    """Write (or, with ``check``, compare) the decks of ``lang``; returns the stale ones."""
+    where = paths(lang)
+    where["out"].mkdir(parents=True, exist_ok=True)
+    notes = instructor_notes(where["notes"].read_text(encoding="utf-8"))
+    stuck = where["stuck"].read_text(encoding="utf-8")
+    stale = []
+    for lesson in sorted(where["lessons"].glob("[0-9][0-9]_*.ipynb")):
         if only and lesson.stem[:2] not in only:
             continue
-        target = OUT / lesson.name
-        found = deck_figures(target) if from_decks else figures(run_lesson(lesson))
-        built = deck(lesson, found, notes.get(lesson.stem[:2], {}), stuck)
-        target.write_text(json.dumps(built, indent=1, ensure_ascii=False) + "\n")
-        print(f"wrote {target}: {len(built['cells'])} cells", file=sys.stderr)
+        target = where["out"] / lesson.name
+        if from_decks or check:
+            found = built_figures(lesson, target, lang)
+        else:
+            found = figures(run_lesson(lesson))
+        built = deck(lesson, found, notes.get(lesson.stem[:2], {}), stuck, lang)
+        text = json.dumps(built, indent=1, ensure_ascii=False) + "\n"
+        if target.exists() and target.read_text(encoding="utf-8") == text:
+            continue
+        stale.append(str(target.relative_to(ROOT)))
+        if not check:
+            target.write_text(text, encoding="utf-8")
+            print(f"wrote {target}: {len(built['cells'])} cells", file=sys.stderr)
+    return stale
+
+
+def main() -> int:
+    arguments = sys.argv[1:]
+    lang = "en"
+    if "--lang" in arguments:
+        at = arguments.index("--lang")
+        lang = arguments[at + 1].split("_")[0].lower()
+        del arguments[at : at + 2]
+        if lang not in LANGUAGES:
+            print(f"slides.py: no decks in {lang!r} (one of {LANGUAGES})", file=sys.stderr)
+            return 2
+    os.environ.setdefault("SLOTMAP_BACKEND", "cpu")
+    if lang != "en":
+        os.environ["SLOTMAP_LANG"] = lang  # the lessons' figures and messages in that language
+    flags = {"--from-decks", "--check"}
+    only = set(arguments) - flags
+    check = "--check" in arguments
+    stale = build(lang, "--from-decks" in arguments, only, check)
+    if check:
+        print("\n".join(stale) or f"the {lang} decks are up to date", file=sys.stderr)
+        if stale:
+            print(f"run: workshop/slides.py --from-decks --lang {lang}", file=sys.stderr)
+        return 1 if stale else 0
     return 0
 
 

@@ -63,7 +63,8 @@ def terms(path: Path = GLOSSARY) -> list[Term]:
 INLINE_CODE = r"`(?:[^`\n]|\n(?!\n))*`"
 INLINE_MATH = r"\$(?:[^$\n]|\n(?!\n))*\$"
 NOT_PROSE = re.compile(
-    rf"```.*?```|{INLINE_CODE}|\$\$.*?\$\$|{INLINE_MATH}|\]\([^)]*\)|<[^>\n]*>|\{{\w*\}}",
+    rf"```.*?```|{INLINE_CODE}|\$\$.*?\$\$|{INLINE_MATH}|\]\([^)]*\)|<[^>\n]*>|\{{\w*\}}"
+    r"|\bWindows\b",  # the operating system, not a window
     re.DOTALL,
 )
 

@@ -178,13 +178,19 @@ def update_translations(lang: str = CHINESE, root: Path = ROOT) -> list[Path]:
     return written
 
 
-def complete_list(lang: str = CHINESE, root: Path = ROOT) -> list[str]:
-    """The notebooks ``translations/<lang>/complete.txt`` says are translated and reviewed."""
+def listed_complete(lang: str = CHINESE, root: Path = ROOT) -> list[str]:
+    """Every line of ``translations/<lang>/complete.txt``: notebooks and documents (``.md``)."""
     path = root / "translations" / lang / COMPLETE
     if not path.exists():
         return []
     lines = path.read_text(encoding="utf-8").splitlines()
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def complete_list(lang: str = CHINESE, root: Path = ROOT) -> list[str]:
+    """The notebooks ``translations/<lang>/complete.txt`` says are translated and reviewed
+    (its documents are slotmap.translate.documents')."""
+    return [line for line in listed_complete(lang, root) if not line.endswith(".md")]
 
 
 def translated_notebook(notebook: str, lang: str = CHINESE, root: Path = ROOT) -> dict:
