@@ -57,8 +57,17 @@ def _perf(name: str, *args):
 def _builders() -> dict:
     """Every figure and widget the notebooks show, with the notebooks' arguments (and the
     choices a widget offers that change the figure's words)."""
-    from slotmap.viz import attention, circular, cp, group_kinds, groups, hybrid, paged, tiles
-    from slotmap.viz import window
+    from slotmap.viz import (
+        attention,
+        circular,
+        cp,
+        group_kinds,
+        groups,
+        hybrid,
+        paged,
+        tiles,
+        window,
+    )
 
     corruptions = ("one token to a free slot", "one token to another request's slot")
     found = {
@@ -148,7 +157,9 @@ def texts(shown) -> list[str]:
         if ax.get_legend() is not None:
             found += ax.get_legend().get_texts()
     plt.close(fig)
-    return missing + words + [t.get_text() for t in found if re.search("[^\\W\\d_]", t.get_text())]
+    shown = [t.get_text() for t in found if re.search("[^\\W\\d_]", t.get_text())]
+    # A rank's process id changes from run to run.
+    return missing + words + [re.sub(r"\(pid \d+\)", "(pid N)", text) for text in shown]
 
 
 def all_texts() -> dict[str, list[str]]:
