@@ -418,13 +418,15 @@ def _render(
     )
     stuck = html.escape("stuck" + _lang_query(lang))
     page_lang = "zh-CN" if _speaking.get() == i18n.CHINESE else "en"
+    title, heading, everyone = _("slotmap workshop: the room"), _("The room"), _("the room")
+    columns = "".join(f"<th>{name}</th>" for name in (_("learner"), _("last active"), _("passed")))
     return (
         f'<!doctype html><html lang="{page_lang}"><head><meta charset="utf-8">'
         f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
-        f"<title>{_('slotmap workshop: the room')}</title><style>"
+        f"<title>{title}</title><style>"
         "body{font-family:sans-serif} td,th{border:1px solid #ccc;padding:4px;"
         "vertical-align:top;max-width:16em} table{border-collapse:collapse}</style></head>"
-        f"<body><h1>{_('The room')}</h1><p>"
+        f"<body><h1>{heading}</h1><p>"
         + _(
             "A progress view: each learner's own records of the checks they ran (a learner "
             "can write them). Confirm with <code>slotmap grade</code>."
@@ -434,11 +436,8 @@ def _render(
             "Track: {choices}. A learner failing one exercise for more than {minutes} minutes "
             'is highlighted, with a link to <a href="{stuck}">what to say</a>.'
         ).format(choices=choices, minutes=STUCK_SECONDS // 60, stuck=stuck)
-        + "</p><table><tr>"
-        + f"<th>{_('learner')}</th><th>{_('last active')}</th><th>{_('passed')}</th>"
-        f"{head}</tr>{''.join(body)}"
-        f"<tr><th>{_('the room')}</th><td></td><td></td>{foot}</tr></table>"
-        "</body></html>"
+        + f"</p><table><tr>{columns}{head}</tr>{''.join(body)}"
+        + f"<tr><th>{everyone}</th><td></td><td></td>{foot}</tr></table></body></html>"
     )
 
 
@@ -494,15 +493,15 @@ def _render_stuck(rows: list[dict[str, str]], page_lang: str) -> str:
         for index, row in enumerate(rows)
     )
     title = _("When a learner is stuck")
+    names = (_("exercise"), _("the learner probably wrote"), _("the check says"), _("next hint"))
+    columns = "".join(f"<th>{name}</th>" for name in names)
     return (
         f'<!doctype html><html lang="{page_lang}"><head><meta charset="utf-8"><title>{title}'
         "</title><style>body{font-family:sans-serif} td,th{border:1px solid #ccc;"
         "padding:4px;vertical-align:top} table{border-collapse:collapse} tr:target"
         f"{{background:#ffd27f}}</style></head><body><h1>{title}</h1><p>"
         + _("From <code>workshop/stuck.md</code>: give the hint before the solution.")
-        + f"</p><table><tr><th>{_('exercise')}</th><th>{_('the learner probably wrote')}</th>"
-        f"<th>{_('the check says')}</th><th>{_('next hint')}</th></tr>{body}</table>"
-        "</body></html>"
+        + f"</p><table><tr>{columns}</tr>{body}</table></body></html>"
     )
 
 
