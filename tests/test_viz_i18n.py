@@ -166,6 +166,103 @@ def all_texts() -> dict[str, list[str]]:
     return {name: texts(make()) for name, make in _builders().items()}
 
 
+# Words a Chinese figure keeps in English: the glossary's (token, rank, tile, batch, program,
+# attention, world size, Triton, CUDA Graph, ...), the lane and chunk the lessons' Chinese keeps,
+# names (Python, C, Mamba, gloo) and the letters of the lessons' math.
+KEPT = set(
+    "token rank tile gather batch program lane chunk head attention world size stride hybrid "
+    "Triton Python C CUDA Graph graph eager NPU KV kv PAD lse pid mod inf exp max Mamba out "
+    "gloo nccl hccl cpu cuda npu vb vo lo".split()
+)
+
+
+def _identifiers_of_the_run() -> set[str]:
+    """The benchmark's own names a performance figure shows as they are in the notebook's code
+    (variants, shapes, modes) and the hardware's name."""
+    from slotmap.viz import perf
+
+    data = perf.results()
+    names = set(perf.VARIANT_COLOURS) | set(perf.shapes_of(data)) | set(perf.modes_of(data))
+    names |= set(str(data["hardware"].get("gpu") or data["hardware"]["backend"]).split())
+    return {part for name in names for part in re.split(r"[^A-Za-z]+", name) if part}
+
+
+def english_words(text: str, kept: set[str]) -> list[str]:
+    """The English words of ``text`` a translation should have translated: not an identifier
+    (``slot_mapping``, ``table0``, ``slotmap.pad_replayed_slots``, ``ValueError``), not a call
+    or an index (``cdiv(``, ``ring[q]``), not an operand of the math (``vb·2 + lo // 4``,
+    ``kv_cache_block_size % interleave != 0``), not a single letter, not a kept word."""
+    found = []
+    for match in re.finditer(r"[A-Za-z_][A-Za-z0-9_.]*", text):
+        word = match.group().strip(".")
+        before = text[: match.start()].rstrip()[-1:]
+        after = text[match.end() :].lstrip()[:1]
+        if (
+            "_" in word
+            or "." in word
+            or re.search(r"\d|[a-z][A-Z]", word)
+            or text[match.end() : match.end() + 1] in ("(", "[")
+            or (before and before in "%/*=+<>!·")
+            or (after and after in "%/*=+<>!·")
+        ):
+            continue
+        if len(word) > 1 and word not in kept:
+            found.append(word)
+    return found
+
+
+def launcher_said(text: str) -> str:
+    """``text`` without its mathtext and without the launcher's own message that a figure
+    quotes after "ValueError" (slotmap/validate.py's words, not the figure's)."""
+    text = re.sub(r"\$[^$]*\$", "", text)  # mathtext: a log axis's 10^k
+    return re.sub(r"ValueError[:：].*", "ValueError", text, flags=re.S)
+
+
+@pytest.fixture
+def speaking():
+    """Restores the course's language after the test."""
+    before = i18n.language()
+    yield
+    i18n.use(before)
+
+
+def test_in_english_every_figure_says_what_it_said(speaking):
+    i18n.use("en")
+    recorded = json.loads(ENGLISH_TEXTS.read_text(encoding="utf-8"))
+    shown = all_texts()
+    assert shown.keys() == recorded.keys()
+    for name, texts_shown in shown.items():
+        assert texts_shown == recorded[name], name
+
+
+def test_in_chinese_every_figure_and_widget_has_every_glyph_and_no_english_left(speaking):
+    i18n.use("zh")
+    kept = KEPT | _identifiers_of_the_run()
+    problems = []
+    for name, shown in all_texts().items():
+        for text in shown:
+            if text.startswith("MISSING"):
+                problems.append(f"{name}: {text}")
+            else:
+                shown = launcher_said(re.sub(r"^widget \S+( option)?: ", "", text))
+                words = english_words(shown, kept)
+                if words:
+                    problems.append(f"{name}: {words} in {text!r}")
+    assert problems == []
+
+
+def test_the_english_word_check_can_fail():
+    assert english_words("KV cache: 8 physical blocks of 4 slots", KEPT) == [
+        "cache",
+        "physical",
+        "blocks",
+        "of",
+        "slots",
+    ]
+    kept = "槽位 = block_table[q, p // 4] * 4 + p % 4：3 个请求的 19 个 token，max_num_tokens=19"
+    assert english_words(kept + "（slotmap.compute_slot_mapping）", KEPT) == []
+
+
 if __name__ == "__main__":  # the English snapshot: python tests/test_viz_i18n.py
     import sys
 

@@ -329,7 +329,7 @@ def _paint_errors(ax, run: PagedRun) -> None:
     ax.text(*at, _("tolerance"), ha="right", fontsize=FONT_SIZE - 1)
     ax.set_xticks(range(len(bars)), labels, fontsize=FONT_SIZE - 1)
     ax.tick_params(axis="y", labelsize=FONT_SIZE - 1)
-    ax.set_ylabel("max |paged - dense|", fontsize=FONT_SIZE)
+    ax.set_ylabel(_("max |paged - dense|"), fontsize=FONT_SIZE)
     title = (
         _("paged attention against dense attention, per request and head")
         if heads > 1

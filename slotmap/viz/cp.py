@@ -415,7 +415,7 @@ def draw_five_steps_run(run: FiveStepsRun) -> Figure:
         labels = ["?" if v is None else str(v) for v in values]
         look = {"text_colour": "white" if owned else "black", "font_size": FONT_SIZE - 1}
         boxes(ax, 0, colours, labels, gids=gid, **look)
-        row_label(ax, 0, label, family="monospace")
+        row_label(ax, 0, label, family=style.monospace())
         ax.set_xlim(-0.2, n + 0.2)
         ax.set_ylim(-0.1, 0.9)
     # Step 5 needs each rank's block table: show them, so every slot can be checked by hand.

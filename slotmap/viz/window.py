@@ -26,7 +26,7 @@ from slotmap.kernels.slot_mapping import compute_slot_mapping
 from slotmap.layout import cdiv, next_power_of_2, window_size
 from slotmap.reference import slot_mapping_oracle, window_bases_oracle
 from slotmap.viz.draw import key, legend, row_label
-from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, boxes, figure
+from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, boxes, figure, monospace
 
 if TYPE_CHECKING:
     from ipywidgets import VBox
@@ -328,7 +328,7 @@ def draw_failure_run(run: FailureRun) -> Figure:
     text = "\n".join(textwrap.wrap(run.launcher_message, columns))
     font = {
         "fontsize": FONT_SIZE - 0.5,
-        "family": "monospace",
+        "family": monospace(),
         "color": "black" if ok else HIGHLIGHT,
     }
     at = (0.02, axes[3].get_position().y1)  # in the figure, on the verdict's axes
