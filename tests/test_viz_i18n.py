@@ -167,10 +167,10 @@ def all_texts() -> dict[str, list[str]]:
 
 
 # Words a Chinese figure keeps in English: the glossary's (token, rank, tile, batch, program,
-# attention, world size, Triton, CUDA Graph, ...), the lane and chunk the lessons' Chinese keeps,
-# names (Python, C, Mamba, gloo) and the letters of the lessons' math.
+# attention, world size, Triton, CUDA Graph, ...), the lane, chunk and full attention the
+# lessons' Chinese keeps, names (Python, C, Mamba, gloo) and the letters of the lessons' math.
 KEPT = set(
-    "token rank tile gather batch program lane chunk head attention world size stride hybrid "
+    "token rank tile gather batch program lane chunk full head attention world size stride hybrid "
     "Triton Python C CUDA Graph graph eager NPU KV kv PAD lse pid mod inf exp max Mamba out "
     "gloo nccl hccl cpu cuda npu vb vo lo".split()
 )
