@@ -300,3 +300,71 @@ def test_the_page_escapes_every_learner_string(tmp_path):
     rows = [{"exercise": "01.slot_of", "symptom": hostile, "message": hostile, "hint": hostile}]
     for page in (render(table, "all", rows), render_stuck(rows)):
         assert "<img" not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
+
+
+@pytest.fixture
+def service_language():
+    """The service's language, restored after the test."""
+    from slotmap import i18n
+
+    before = i18n.language()
+    yield i18n
+    i18n.use(before)
+
+
+ENGLISH_WORDS = ("The room", "learner", "last active", "passed", "min ago", "stuck on", "Track:")
+
+
+def _stuck_room(tmp_path: Path, lang: str | None) -> tuple[dict, list[dict[str, str]]]:
+    homes = _homes(
+        tmp_path,
+        {
+            "ada": _line("01.slot_of", "fail", "first", at=NOW - 15 * 60)
+            + "\n"
+            + _line("01.slot_of", "fail", "again", at=NOW - 2 * 60)
+            + "\nnot json\n",
+            "bob": _line("01.slot_of", "pass"),
+        },
+    )
+    table = room(_users("ada", "bob"), homes.__getitem__, EXERCISES, now=NOW, lang=lang)
+    rows = [{"exercise": "01.slot_of", "symptom": "s", "message": "first", "hint": "h"}]
+    return table, rows
+
+
+def test_the_room_speaks_the_language_its_address_asks_for(tmp_path, service_language):
+    service_language.use("en")
+    table, rows = _stuck_room(tmp_path, "zh")
+    assert table["learners"][0]["unreadable"] == "跳过了 1 条记录"
+    page = render(table, "3h", rows, lang="zh")
+    assert '<html lang="zh-CN">' in page and "<h1>全场进度</h1>" in page
+    assert "<th>学员</th><th>最近活动</th><th>已通过</th>" in page
+    assert "2 分钟前" in page and ">未通过<br>" in page and "1 通过, 1 未通过" in page
+    # Every link keeps the language: the tracks', the stuck learner's, stuck.md's.
+    assert '<a href="stuck?lang=zh#stuck-01.slot_of-0">卡在 01.slot_of 已 15 分钟' in page
+    assert '<a href="?track=day&amp;lang=zh">一天（9:00 到 17:00）</a>' in page
+    assert '<a href="stuck?lang=zh">该怎么提示</a>' in page
+    assert not [word for word in ENGLISH_WORDS if word in page]
+    stuck = render_stuck(rows, "zh")
+    assert "<h1>学员卡住时</h1>" in stuck and "<th>下一条提示</th>" in stuck
+    english = render(table, "3h", rows, lang="en")
+    assert "<h1>The room</h1>" in english and "跳过了" in english  # the table's own words
+
+
+def test_without_lang_the_room_speaks_the_services_language(tmp_path, service_language):
+    service_language.use("zh")
+    table, rows = _stuck_room(tmp_path, None)
+    assert table["learners"][0]["unreadable"] == "跳过了 1 条记录"
+    assert "<h1>全场进度</h1>" in render(table, "3h", rows)
+    assert '<a href="stuck#stuck-01.slot_of-0">' in render(table, "3h", rows)
+    assert [_ago(s) for s in (None, 30, 60, 7530)] == [
+        "从未",
+        "本分钟内",
+        "1 分钟前",
+        "2 小时 05 分钟前",
+    ]
+    (tmp_path / "en").mkdir()
+    table, rows = _stuck_room(tmp_path / "en", "en")
+    assert table["learners"][0]["unreadable"] == "1 record skipped"
+    assert "<h1>The room</h1>" in render(table, "3h", rows, lang="en")
+    with pytest.raises(ValueError, match="the course speaks en"):
+        render(table, lang="fr")

@@ -32,9 +32,11 @@ from slotmap.cp_attention import (
     simulate_ranks,
     slot_mapping_of,
 )
+from slotmap.i18n import N_, _, ngettext, tr
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
-from slotmap.viz.draw import CENTRE, first_fitting, key, legend, plural, row_label, text_points
+from slotmap.viz import style
+from slotmap.viz.draw import CENTRE, first_fitting, key, legend, row_label, text_points
 from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, WIDTH, boxes, request_colour
 
 if TYPE_CHECKING:
@@ -43,7 +45,11 @@ if TYPE_CHECKING:
 
 
 TOLERANCE = 1e-4  # |paged - dense| below this counts as a match (float32 arithmetic)
-CORRUPTIONS = ("none", "one token to a free slot", "one token to another request's slot")
+CORRUPTIONS = (
+    N_("none"),
+    N_("one token to a free slot"),
+    N_("one token to another request's slot"),
+)
 
 
 @dataclass
@@ -88,7 +94,11 @@ def run_paged(
 ) -> PagedRun:
     """Write every position of every request, then one paged decode attention per request."""
     if corruption not in CORRUPTIONS:
-        raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
+        raise ValueError(
+            _("corruption must be one of {corruptions}, got {corruption!r}").format(
+                corruptions=CORRUPTIONS, corruption=corruption
+            )
+        )
     problem = CPProblem(
         seq_lens=tuple(seq_lens),
         num_heads=num_heads,
@@ -129,8 +139,8 @@ def run_paged(
             reshape_and_cache(key[part], value[part], *caches, written[part])
     else:
         reshape_and_cache(key, value, *caches, written)
-    out, _ = paged_decode_attention(dense.query, *caches, state.block_table, dense.seq_lens)
-    dense_out, _ = dense_attention(dense.query, dense.key, dense.value, dense.seq_lens)
+    out = paged_decode_attention(dense.query, *caches, state.block_table, dense.seq_lens)[0]
+    dense_out = dense_attention(dense.query, dense.key, dense.value, dense.seq_lens)[0]
     errors = (out - dense_out).abs().amax(dim=-1).cpu()
     return PagedRun(
         seq_lens=list(seq_lens),
@@ -170,34 +180,49 @@ def draw_paged_run(run: PagedRun) -> Figure:
     import matplotlib.pyplot as plt
 
     block_size = run.block_size
+    style.use_cjk_font()
     fig = plt.figure(figsize=(WIDTH, 5.0))
     cache_ax = fig.add_axes([CACHE_LEFT, 0.5, CACHE_RIGHT - CACHE_LEFT, 0.36])
     cache_ax.set_axis_off()
     _paint_paged_cache(fig, cache_ax, run)
     _paint_errors(fig.add_axes([0.1, 0.1, 0.59, 0.28]), run)
-    handles = [key(request_colour(q), f"request {q}") for q in range(len(run.seq_lens))]
-    handles.append(key(EMPTY, "stale (never written)"))
+    requests = range(len(run.seq_lens))
+    handles = [key(request_colour(q), _("request {request}").format(request=q)) for q in requests]
+    handles.append(key(EMPTY, _("stale (never written)")))
     if run.corrupted_token is not None:
-        handles.append(key(HIGHLIGHT, "corrupted write"))
-        handles.append(key(EMPTY, "the slot it should have written", HIGHLIGHT, linewidth=2))
+        handles.append(key(HIGHLIGHT, _("corrupted write")))
+        handles.append(key(EMPTY, _("the slot it should have written"), HIGHLIGHT, linewidth=2))
     legend(fig, handles, loc="center left", bbox_to_anchor=(0.72, 0.25))
     t = run.corrupted_token
     what = (
-        "every token written to the slot the kernel computed"
+        _("every token written to the slot the kernel computed")
         if t is None
-        else f"token {t} (request {run.requests[t]}, position {run.positions[t]}) written to "
-        f"slot {run.written[t]} instead of {run.slots[t]}"
+        else _(
+            "token {token} (request {request}, position {position}) written to "
+            "slot {written} instead of {slot}"
+        ).format(
+            token=t,
+            request=run.requests[t],
+            position=run.positions[t],
+            written=run.written[t],
+            slot=run.slots[t],
+        )
     )
     verdict = (
-        f"every request matches dense attention (max error {run.max_error:.1e})"
+        _("every request matches dense attention (max error {error})").format(
+            error=f"{run.max_error:.1e}"
+        )
         if run.max_error <= TOLERANCE
-        else f"DIVERGED, max error {run.max_error:.2f}"
+        else _("DIVERGED, max error {error}").format(error=f"{run.max_error:.2f}")
     )
-    fig.suptitle(
-        f"Paged KV cache: {plural(run.num_blocks, 'physical block')} of B = "
-        f"{plural(block_size, 'slot')}\n{what}: {verdict}",
-        fontsize=FONT_SIZE + 1,
+    blocks = run.num_blocks
+    title = _("Paged KV cache: {blocks} of B = {slots}\n{what}: {verdict}").format(
+        blocks=ngettext("{n} physical block", "{n} physical blocks", blocks).format(n=blocks),
+        slots=ngettext("{n} slot", "{n} slots", block_size).format(n=block_size),
+        what=what,
+        verdict=verdict,
     )
+    fig.suptitle(title, fontsize=FONT_SIZE + 1)
     fig.slotmap_run = run
     return fig
 
@@ -256,14 +281,14 @@ def _paint_paged_cache(fig, ax, run: PagedRun) -> None:
             text.set_color(HIGHLIGHT)
     # Row captions, in the margin left of the cache.
     x = -0.2 - 0.08 * 72 / points_per_unit
-    row_label(ax, 0, "slot\n(position\nit holds)", x, fontsize=FONT_SIZE - 1)
+    row_label(ax, 0, _("slot\n(position\nit holds)"), x, fontsize=FONT_SIZE - 1)
     if block_font:
-        row_label(ax, -0.7, "physical block", x, fontsize=FONT_SIZE - 1)
+        row_label(ax, -0.7, _("physical block"), x, fontsize=FONT_SIZE - 1)
     rows = "   ".join(
         f"q{q}: {row[: -(-n // block_size)]}"
         for q, (row, n) in enumerate(zip(run.block_table, run.seq_lens, strict=True))
     )
-    table = f"block table  {rows}"
+    table = _("block table  {rows}").format(rows=rows)
     # One line across the whole figure, at the largest font that fits.
     sizes = [FONT_SIZE, FONT_SIZE - 1, FONT_SIZE - 2, FONT_SIZE - 3]
     table_font = next((f for f in sizes if text_points(table, f) <= 0.98 * WIDTH * 72), sizes[-1])
@@ -293,19 +318,24 @@ def _paint_errors(ax, run: PagedRun) -> None:
         patch.set_gid("error-bar")
     for index, error in enumerate(errors):
         if error == 0:  # a bar of height 0 on a log scale: say so rather than show nothing
-            ax.text(index, 3e-9, "0 (exact)", ha="center", fontsize=FONT_SIZE - 1)
+            ax.text(index, 3e-9, _("0 (exact)"), ha="center", fontsize=FONT_SIZE - 1)
     ax.set_yscale("log")
     ax.set_ylim(1e-9, 10)
     # Plain tick labels: the log axis's default 10^k labels are mathtext, slow to lay out.
     ax.set_yticks([1e-8, 1e-6, 1e-4, 1e-2, 1], ["1e-8", "1e-6", "1e-4", "0.01", "1"])
     ax.minorticks_off()
     ax.axhline(TOLERANCE, color=EDGE, linestyle="--", linewidth=0.8)
-    ax.text(len(bars) - 0.6, TOLERANCE * 1.6, "tolerance", ha="right", fontsize=FONT_SIZE - 1)
+    at = (len(bars) - 0.6, TOLERANCE * 1.6)
+    ax.text(*at, _("tolerance"), ha="right", fontsize=FONT_SIZE - 1)
     ax.set_xticks(range(len(bars)), labels, fontsize=FONT_SIZE - 1)
     ax.tick_params(axis="y", labelsize=FONT_SIZE - 1)
-    ax.set_ylabel("max |paged - dense|", fontsize=FONT_SIZE)
-    per = "per request and head" if heads > 1 else "per request (one head)"
-    ax.set_title(f"paged attention against dense attention, {per}", fontsize=FONT_SIZE)
+    ax.set_ylabel(_("max |paged - dense|"), fontsize=FONT_SIZE)
+    title = (
+        _("paged attention against dense attention, per request and head")
+        if heads > 1
+        else _("paged attention against dense attention, per request (one head)")
+    )
+    ax.set_title(title, fontsize=FONT_SIZE)
 
 
 def paged_attention_widget(block_size: int = 4, longest: int = 11, num_heads: int = 1) -> VBox:
@@ -316,9 +346,9 @@ def paged_attention_widget(block_size: int = 4, longest: int = 11, num_heads: in
     from slotmap.viz.live import choice, live_figure, slider
 
     controls = {
-        "block_size": slider("block size B", block_size, 1, 8),
-        "longest": slider("request 1's length", longest, 1, 24),
-        "corruption": choice("corruption", CORRUPTIONS, "none"),
+        "block_size": slider(_("block size B"), block_size, 1, 8),
+        "longest": slider(_("request 1's length"), longest, 1, 24),
+        "corruption": choice(_("corruption"), [(tr(c), c) for c in CORRUPTIONS], "none"),
     }
 
     def redraw(block_size: int, longest: int, corruption: str):
@@ -397,6 +427,7 @@ def draw_cp_attention_run(run: CPAttentionRun) -> Figure:
 
     seq_len, world_size, block_size = run.seq_len, run.world_size, run.block_size
     fig_height = ROW_TOP + ROW_HEIGHT * (1 + world_size) + 0.15
+    style.use_cjk_font()
     fig = plt.figure(figsize=(WIDTH, fig_height))
     # One horizontal scale for every row, so a box is the same size everywhere.
     local_blocks = max(-(-n // block_size) for n in run.local_lens)
@@ -410,14 +441,14 @@ def draw_cp_attention_run(run: CPAttentionRun) -> Figure:
         ax.set_ylim(-0.5, 0.9)
         return ax, y
 
-    owner_ax, _ = row_axes(0)
+    owner_ax = row_axes(0)[0]
     colours, labels = [request_colour(r) for r in run.owner], [str(p) for p in range(seq_len)]
     gids = [f"owner-r{r}" for r in run.owner]
     patches = boxes(
         owner_ax, 0, colours, labels, gids=gids, text_colour="white", font_size=FONT_SIZE - 1
     )
     patches[-1].set(edgecolor=HIGHLIGHT, linewidth=2.2)
-    row_label(owner_ax, 0, "position\n(owner)")
+    row_label(owner_ax, 0, _("position\n(owner)"))
     block_points = block_size * 0.62 * WIDTH * 72 / (width + 0.2)
     local_axes = []
     for r in range(world_size):
@@ -429,20 +460,27 @@ def draw_cp_attention_run(run: CPAttentionRun) -> Figure:
         )
         share = ", ".join(f"h{h} {v:.2f}" for h, v in enumerate(run.shares[r]))
         at = (0.75, y + 0.5 * ROW_HEIGHT / fig_height)
-        fig.text(*at, f"lse: {lse}\nweight: {share}", fontsize=FONT_SIZE - 1, va="center")
+        weights = _("lse: {lse}\nweight: {weight}").format(lse=lse, weight=share)
+        fig.text(*at, weights, fontsize=FONT_SIZE - 1, va="center")
     handles = [key(request_colour(r), f"rank {r}") for r in range(world_size)]
-    handles.append(key("white", "new token", HIGHLIGHT, linewidth=2))
+    handles.append(key("white", _("new token"), HIGHLIGHT, linewidth=2))
     anchor = (0.99, 1 - (ROW_TOP + 0.5 * ROW_HEIGHT) / fig_height)
     legend(fig, handles, loc="center right", bbox_to_anchor=anchor, ncol=2)
     errors = run.errors[0]
-    fig.suptitle(
-        f"Context-parallel decode of position {seq_len - 1}: W = {plural(world_size, 'rank')}, "
-        f"interleave I = {run.interleave}, block size B = {block_size}. Each rank attends to the "
-        "positions it stores;\n"
-        f"the merge weighs rank r by exp(lse_r - lse). Merged vs dense attention: max error "
-        f"{errors['merged_out']:.1e} (out), {errors['merged_lse']:.1e} (lse)",
-        fontsize=FONT_SIZE + 1,
+    title = _(
+        "Context-parallel decode of position {position}: W = {ranks}, interleave I = "
+        "{interleave}, block size B = {block_size}. Each rank attends to the positions it "
+        "stores;\nthe merge weighs rank r by exp(lse_r - lse). Merged vs dense attention: max "
+        "error {out} (out), {lse} (lse)"
+    ).format(
+        position=seq_len - 1,
+        ranks=ngettext("{n} rank", "{n} ranks", world_size).format(n=world_size),
+        interleave=run.interleave,
+        block_size=block_size,
+        out=f"{errors['merged_out']:.1e}",
+        lse=f"{errors['merged_lse']:.1e}",
     )
+    fig.suptitle(title, fontsize=FONT_SIZE + 1)
     fig.slotmap_run = {
         "owner": run.owner,
         "local_lens": run.local_lens,
@@ -468,14 +506,19 @@ def _paint_local_cache(ax, run: CPAttentionRun, r: int, block_points: float) -> 
         boxes(ax, 0, colours, labels, gids=f"local-r{r}", **look)
         boxes(ax, 0, [EMPTY] * (size - len(chunk)), None, x0=x + len(chunk))
         physical = run.tables[r][logical]
-        names = [f"rank {r}'s block {physical}", f"r{r} block {physical}"]
+        names = [
+            _("rank {rank}'s block {block}").format(rank=r, block=physical),
+            _("r{rank} block {block}").format(rank=r, block=physical),
+        ]
         label = first_fitting(names, 0.95 * block_points, FONT_SIZE - 2, str(physical))
         ax.text(x + size / 2, -0.25, label, **CENTRE, fontsize=FONT_SIZE - 2)
         x += size + 0.3
     if n == 0:
-        note = "owns no position: lse = -inf, weight 0"
+        note = _("owns no position: lse = -inf, weight 0")
         ax.text(0, 0.4, note, va="center", fontsize=FONT_SIZE, color="#555555")
-    row_label(ax, 0, f"rank {r}\n{plural(n, 'position')}")
+    row_label(
+        ax, 0, ngettext("rank {r}\n{n} position", "rank {r}\n{n} positions", n).format(r=r, n=n)
+    )
 
 
 def cp_attention_widget(seq_len: int = 13, world_size: int = 2, interleave: int = 2) -> VBox:
@@ -484,9 +527,9 @@ def cp_attention_widget(seq_len: int = 13, world_size: int = 2, interleave: int 
     from slotmap.viz.live import choice, live_figure, slider
 
     controls = {
-        "seq_len": slider("sequence length", seq_len, 1, 24),
-        "world_size": slider("ranks W", world_size, 1, 4),
-        "interleave": choice("interleave I", [1, 2, 4], interleave),
+        "seq_len": slider(_("sequence length"), seq_len, 1, 24),
+        "world_size": slider(_("ranks W"), world_size, 1, 4),
+        "interleave": choice(_("interleave I"), [1, 2, 4], interleave),
     }
     return live_figure(draw_cp_attention, controls)
 

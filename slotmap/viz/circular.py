@@ -22,6 +22,7 @@ import torch
 
 from slotmap.backend import DEVICE
 from slotmap.exercises.lesson04 import triton_remainder
+from slotmap.i18n import _
 from slotmap.kernels.slot_mapping import compute_slot_mapping
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
@@ -101,33 +102,33 @@ def draw_ring_run(run: RingRun) -> Figure:
     import matplotlib.pyplot as plt
 
     position, window, block_size = run.position, run.window, run.block_size
+    style.use_cjk_font()
     fig = plt.figure(figsize=(WIDTH, 4.6))
     ring_ax = fig.add_axes([0.0, 0.02, 0.42, 0.8])
     batch_ax = fig.add_axes([0.44, 0.3, 0.55, 0.45])
     _paint_ring(ring_ax, run)
     shared = _paint_window_batch(batch_ax, run)
     agree = run.batch_slots == run.batch_expected
-    verdict = "kernel = reference" if agree else "KERNEL DIFFERS FROM THE REFERENCE"
+    verdict = _("kernel = reference") if agree else _("KERNEL DIFFERS FROM THE REFERENCE")
     if shared:
-        verdict += (
-            f"; the window ({window}) is larger than the ring ({block_size} slots): "
-            f"tokens of this batch collide (red)"
-        )
+        verdict += _(
+            "; the window ({window}) is larger than the ring ({block_size} slots): "
+            "tokens of this batch collide (red)"
+        ).format(window=window, block_size=block_size)
     handles = [
-        key(WINDOW, "in the window"),
-        key(STALE, "older than the window"),
-        key(EMPTY, "never written"),
-        key("white", "newest token", HIGHLIGHT, linewidth=2),
-        key(PAD, "PAD (negative position)"),
-        key(HIGHLIGHT, "slot used twice in the batch"),
+        key(WINDOW, _("in the window")),
+        key(STALE, _("older than the window")),
+        key(EMPTY, _("never written")),
+        key("white", _("newest token"), HIGHLIGHT, linewidth=2),
+        key(PAD, _("PAD (negative position)")),
+        key(HIGHLIGHT, _("slot used twice in the batch")),
     ]
     legend(fig, handles, loc="lower right", bbox_to_anchor=(0.99, 0.02), ncol=3)
-    fig.suptitle(
-        f"Ring buffer of one block ({block_size} slots), decoding position {position}: "
-        f"slot = {run.block_number}·{block_size} + p mod {block_size}; negative p -> PAD\n"
-        + verdict,
-        fontsize=FONT_SIZE + 1,
-    )
+    title = _(
+        "Ring buffer of one block ({block_size} slots), decoding position {position}: "
+        "slot = {block_number}·{block_size} + p mod {block_size}; negative p -> PAD\n"
+    ).format(block_size=block_size, position=position, block_number=run.block_number)
+    fig.suptitle(title + verdict, fontsize=FONT_SIZE + 1)
     fig.slotmap_run = run
     return fig
 
@@ -161,8 +162,9 @@ def _paint_ring(ax, run: RingRun) -> None:
         slot = str(run.block_number * run.block_size + j)
         ax.text(1.16 * cos, 1.16 * sin, slot, **CENTRE, fontsize=FONT_SIZE - 1, color="#555555")
     overwritten = sum(len(o) for o in run.overwritten)
-    ax.text(0, 0.08, f"block {run.block_number}", **CENTRE, fontsize=FONT_SIZE + 1)
-    note = f"{overwritten} tokens\noverwritten"
+    block = _("block {k}").format(k=run.block_number)
+    ax.text(0, 0.08, block, **CENTRE, fontsize=FONT_SIZE + 1)
+    note = _("{overwritten} tokens\noverwritten").format(overwritten=overwritten)
     ax.text(0, -0.14, note, **CENTRE, fontsize=FONT_SIZE - 1, color="#555555")
 
 
@@ -178,11 +180,13 @@ def _paint_window_batch(ax, run: RingRun) -> set[int]:
     colours = [PAD if p else HIGHLIGHT if s in shared else EMPTY for p, s in pairs]
     gids = [f"batch-{'pad' if p else 'collision' if s in shared else 'slot'}" for p, s in pairs]
     boxes(ax, 0, colours, ["PAD" if p else str(s) for p, s in pairs], gids=gids)
-    row_label(ax, 1.1, "position", -0.3)
-    row_label(ax, 0, "slot", -0.3)
+    row_label(ax, 1.1, _("position"), -0.3)
+    row_label(ax, 0, _("slot"), -0.3)
     ax.set_xlim(-2.2, max(len(run.batch_positions), 8) + 0.2)
     ax.set_ylim(-0.3, 2.1)
-    title = f"the sliding window as one batch: the last {run.window} positions (kernel output)"
+    title = _(
+        "the sliding window as one batch: the last {window} positions (kernel output)"
+    ).format(window=run.window)
     ax.set_title(title, fontsize=FONT_SIZE)
     return shared
 
@@ -196,22 +200,27 @@ def draw_remainder(
     pos = torch.tensor(positions, dtype=torch.int64, device=DEVICE)
     python = [p % block_size for p in positions]
     triton = triton_remainder(pos, block_size).cpu().tolist()
-    slots, _ = _slots(positions, block_number, block_size)
+    slots = _slots(positions, block_number, block_size)[0]
     fig, axes = figure(rows=4, height_per_row=0.55)
     fig.set_figheight(fig.get_figheight() + 0.5)
     fig.subplots_adjust(left=0.2, right=0.98, top=0.8, bottom=0.02, hspace=0.25)
     negative = [p < 0 for p in positions]
     rows = [
-        ("position p", [PAD if n else EMPTY for n in negative], positions, "position"),
-        (f"Python p % {block_size}\n(floor)", [EMPTY] * len(positions), python, "python"),
+        (_("position p"), [PAD if n else EMPTY for n in negative], positions, "position"),
         (
-            f"Triton p % {block_size}\n(truncates, like C)",
+            _("Python p % {block_size}\n(floor)").format(block_size=block_size),
+            [EMPTY] * len(positions),
+            python,
+            "python",
+        ),
+        (
+            _("Triton p % {block_size}\n(truncates, like C)").format(block_size=block_size),
             [HIGHLIGHT if t < 0 else EMPTY for t in triton],
             triton,
             "triton",
         ),
         (
-            "circular slot\n(kernel)",
+            _("circular slot\n(kernel)"),
             [PAD if s == PAD_SLOT_ID else WINDOW for s in slots],
             ["PAD" if s == PAD_SLOT_ID else s for s in slots],
             "slot",
@@ -225,12 +234,12 @@ def draw_remainder(
         row_label(ax, 0, label)
         ax.set_xlim(-0.2, len(positions) + 0.2)
         ax.set_ylim(-0.1, 0.9)
-    fig.suptitle(
-        f"p % {block_size} on negative p: Python floors, Triton and C truncate toward zero "
-        f"(red: negative offsets).\nThe kernel guards p < 0 before %: negative positions get "
-        f"PAD, the others block {block_number}'s slots",
-        fontsize=FONT_SIZE + 1,
-    )
+    title = _(
+        "p % {block_size} on negative p: Python floors, Triton and C truncate toward zero "
+        "(red: negative offsets).\nThe kernel guards p < 0 before %: negative positions get "
+        "PAD, the others block {block_number}'s slots"
+    ).format(block_size=block_size, block_number=block_number)
+    fig.suptitle(title, fontsize=FONT_SIZE + 1)
     fig.slotmap_values = {
         "positions": positions,
         "python": python,
@@ -245,8 +254,8 @@ def ring_widget(position: int = 13, window: int = 6, block_size: int = 8) -> VBo
     from slotmap.viz.live import live_figure, slider
 
     controls = {
-        "position": slider("position", position, 0, 40),
-        "window": slider("window", window, 1, 16),
-        "block_size": slider("ring slots (block size)", block_size, 2, 16),
+        "position": slider(_("position"), position, 0, 40),
+        "window": slider(_("window"), window, 1, 16),
+        "block_size": slider(_("ring slots (block size)"), block_size, 2, 16),
     }
     return live_figure(draw_ring, controls)

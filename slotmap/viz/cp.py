@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING
 
 from slotmap.backend import DEVICE
 from slotmap.cp import CPBatch, RankEvidence, five_steps, launch_unchecked, local_layout
+from slotmap.i18n import _, ngettext
 from slotmap.kernels.slot_mapping import compute_slot_mapping
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.viz import draw, style
-from slotmap.viz.draw import ABOVE, first_fitting, key, legend, plural, row_label, text_points
+from slotmap.viz.draw import ABOVE, first_fitting, key, legend, row_label, text_points
 from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, PAD, WIDTH, boxes, figure
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def run_ownership(
     """One request of positions 0..seq_len-1 through the production kernel, once per rank."""
     block_size = block_size or kv_cache_block_size
     batch = CPBatch((seq_len,), block_size, kv_cache_block_size, world_size, interleave, seed=seed)
-    valid, message = True, "compute_slot_mapping accepts this configuration."
+    valid, message = True, _("compute_slot_mapping accepts this configuration.")
     slots, tables, local = [], [], []
     for rank in range(world_size):
         qsl, positions, table = batch.tensors(rank, DEVICE)
@@ -105,7 +106,8 @@ def run_ownership(
         try:
             out = compute_slot_mapping(qsl, positions, table, block_size, **options)
         except ValueError as error:
-            valid, message = False, f"compute_slot_mapping raises ValueError: {error}"
+            message = _("compute_slot_mapping raises ValueError: {error}").format(error=error)
+            valid = False
             out = launch_unchecked(qsl, positions, table, block_size, **options)
         values = out.cpu().tolist()
         rows = table.cpu().tolist()
@@ -139,6 +141,7 @@ def draw_ownership_run(run: OwnershipRun, rank: int) -> Figure:
     cell_pt = AXES_WIDTH * WIDTH * 72 / (width + 0.4)  # one position's box, in points
     # Rows, top to bottom (y grows upwards in matplotlib: we count down from the top).
     top = 2.3 + world * 1.5 + 1.8
+    style.use_cjk_font()
     fig = plt.figure(figsize=(WIDTH, 0.42 * top + 1.3))
     ax = fig.add_axes([AXES_LEFT, 0.1, AXES_WIDTH, 0.74])
     ax.set_axis_off()
@@ -154,16 +157,27 @@ def draw_ownership_run(run: OwnershipRun, rank: int) -> Figure:
     ax.set_ylim(y - 0.3, top)
     _ownership_legend(fig, ax, run, rank)
     verdict = (
-        "every position on exactly one rank, packed from local position 0"
+        _("every position on exactly one rank, packed from local position 0")
         if run.valid and not run.collided
-        else "REJECTED by the launcher (kv_cache_block_size % interleave != 0): "
-        "drawn from the kernel launched past its checks; red: collisions"
+        else _(
+            "REJECTED by the launcher (kv_cache_block_size % interleave != 0): "
+            "drawn from the kernel launched past its checks; red: collisions"
+        )
     )
     b = run.batch
+    title = _(
+        "W = {ranks}, interleave I = {interleave}, kv block K = {kv_block}: virtual block "
+        "V = {virtual}; segment s of I positions lives on rank s mod {world}\n{verdict}"
+    ).format(
+        ranks=ngettext("{n} rank", "{n} ranks", world).format(n=world),
+        interleave=b.interleave,
+        kv_block=b.kv_cache_block_size,
+        virtual=b.kv_cache_block_size * world,
+        world=world,
+        verdict=verdict,
+    )
     fig.suptitle(
-        f"W = {plural(world, 'rank')}, interleave I = {b.interleave}, kv block K = "
-        f"{b.kv_cache_block_size}: virtual block V = {b.kv_cache_block_size * world}; segment s "
-        f"of I positions lives on rank s mod {world}\n{verdict}",
+        title,
         fontsize=FONT_SIZE + 1,
         color="black" if run.valid else HIGHLIGHT,
     )
@@ -185,7 +199,7 @@ def _paint_positions(ax, run: OwnershipRun, rank: int, y: float, cell_pt: float)
             patch.set(linewidth=2.0, edgecolor="black")
         if token in collided:
             patch.set(linewidth=2.6, edgecolor=HIGHLIGHT)
-    row_label(ax, y, "position\n(colour: owner)")
+    row_label(ax, y, _("position\n(colour: owner)"))
     # Virtual blocks: brackets above the positions, labelled "virtual block 3", "vb 3" or not.
     virtual = run.batch.kv_cache_block_size * run.batch.world_size
     for start in range(0, n, virtual):
@@ -193,7 +207,8 @@ def _paint_positions(ax, run: OwnershipRun, rank: int, y: float, cell_pt: float)
         xs = [start + 0.05, start + 0.05, end - 0.05, end - 0.05]
         ax.plot(xs, [y + 0.95, y + 1.1, y + 1.1, y + 0.95], color=EDGE, lw=0.8)
         index, room = start // virtual, (end - start) * cell_pt - 4
-        text = first_fitting([f"virtual block {index}", f"vb {index}"], room, FONT_SIZE - 1, "")
+        names = [_("virtual block {k}").format(k=index), f"vb {index}"]
+        text = first_fitting(names, room, FONT_SIZE - 1, "")
         if text:
             at = ((start + end) / 2, y + 1.25)
             ax.text(*at, text, **ABOVE, fontsize=FONT_SIZE - 1, gid="virtual-block-label")
@@ -219,7 +234,7 @@ def _paint_local(ax, run: OwnershipRun, r: int, y: float, cell_pt: float, outlin
                 ax.text(x0 + o + 0.5, y + 0.4, text, **draw.CENTRE, **font)
     # "block 0 → physical 4" over each block where it fits, else "b0→4", else nothing.
     physical = [run.tables[r][b] if b < len(run.tables[r]) else "?" for b in range(blocks)]
-    long = [f"block {b} → physical {m}" for b, m in enumerate(physical)]
+    long = [_("block {b} → physical {m}").format(b=b, m=m) for b, m in enumerate(physical)]
     short = [f"b{b}→{m}" for b, m in enumerate(physical)]
     room = (block_size + 0.3) * cell_pt - 3
     labels = first_fitting([long, short], room, FONT_SIZE - 2, [""] * blocks)
@@ -229,7 +244,8 @@ def _paint_local(ax, run: OwnershipRun, r: int, y: float, cell_pt: float, outlin
             font = {"fontsize": FONT_SIZE - 2, "color": "#555555", "gid": "block-label"}
             ax.text(*at, text, **ABOVE, **font)
     count = sum(1 for v in run.local[r] if v >= 0)
-    row_label(ax, y, f"rank {r}: {plural(count, 'token')}", color=rank_colour(r))
+    tokens = ngettext("rank {r}: {n} token", "rank {r}: {n} tokens", count).format(r=r, n=count)
+    row_label(ax, y, tokens, color=rank_colour(r))
 
 
 def _held_label(held: list[int], cell_pt: float) -> tuple[str, float]:
@@ -257,19 +273,20 @@ def _paint_slots(ax, values: list[int], rank: int, y: float) -> None:
     gids = [f"slot-{kind}" if kind else "slot" for kind in kinds]
     look = {"text_gid": "slot-label", "text_colour": "white", "font_size": size}
     boxes(ax, y, colours, labels, gids=gids, **look)
-    row_label(ax, y, f"rank {rank}'s\nslot_mapping")
+    row_label(ax, y, _("rank {rank}'s\nslot_mapping").format(rank=rank))
 
 
 def _ownership_legend(fig, ax, run: OwnershipRun, rank: int) -> None:
     """One row of legend when it fits the figure's width, else two (and room for them)."""
     handles = [key(rank_colour(r), f"rank {r}") for r in range(run.batch.world_size)]
+    outlined = _("outlined: rank {rank}'s positions").format(rank=rank)
     handles += [
-        key("white", f"outlined: rank {rank}'s positions", edge="black", linewidth=2.0),
-        key(EMPTY, "local slot not used yet"),
-        key(PAD, "PAD: another rank's"),
+        key("white", outlined, edge="black", linewidth=2.0),
+        key(EMPTY, _("local slot not used yet")),
+        key(PAD, _("PAD: another rank's")),
     ]
     if run.collided or any(len(run.owners(t)) != 1 for t in range(len(run.positions))):
-        handles.append(key(HIGHLIGHT, "two positions, one place"))
+        handles.append(key(HIGHLIGHT, _("two positions, one place")))
     em = FONT_SIZE - 1
     entries = sum(text_points(h.get_label(), em) + 4.8 * em for h in handles)
     ncol = len(handles) if entries <= 0.95 * WIDTH * 72 else -(-len(handles) // 2)
@@ -294,9 +311,9 @@ def ownership_widget(
     controls = {
         "world_size": slider("world size W", world_size, 1, 4),
         "rank": slider("rank r", rank, 0, world_size - 1),
-        "interleave": choice("interleave I", [1, 2, 3, 4, 8], interleave),
-        "kv_cache_block_size": choice("kv block", [2, 4, 6, 8], kv_cache_block_size),
-        "seq_len": slider("positions", seq_len, 1, 32),
+        "interleave": choice(_("interleave I"), [1, 2, 3, 4, 8], interleave),
+        "kv_cache_block_size": choice(_("kv block"), [2, 4, 6, 8], kv_cache_block_size),
+        "seq_len": slider(_("positions"), seq_len, 1, 32),
     }
 
     def follow_world(change) -> None:
@@ -359,48 +376,69 @@ def draw_five_steps_run(run: FiveStepsRun) -> Figure:
     """Draw a ``FiveStepsRun`` (see ``draw_five_steps``)."""
     steps, n, world, b = run.steps, len(run.steps), run.world_size, run.block_size
     virtual, per = run.kv_cache_block_size * world, run.kv_cache_block_size // b
+    # (gid, label, values, colouring): the gid is the English label's first word.
     rows = [
-        ("position p", [s.position for s in steps], None),
-        (f"1. vb = p // {virtual}", [s.virtual_block for s in steps], None),
-        (f"   vo = p % {virtual}", [s.virtual_offset for s in steps], None),
-        (f"2. segment vo // {run.interleave}", [s.segment for s in steps], None),
-        (f"   owner = segment % {world}", [s.owner for s in steps], "owner"),
-        ("3. local offset lo", [s.local_offset for s in steps], "owner"),
-        (f"4. block vb·{per} + lo // {b}", [s.block for s in steps], "owner"),
-        (f"   offset lo % {b}", [s.offset for s in steps], "owner"),
-        (f"5. slot table[b]·{b} + o", run.slots, "owner"),
+        ("position", _("position p"), [s.position for s in steps], None),
+        ("1.", f"1. vb = p // {virtual}", [s.virtual_block for s in steps], None),
+        ("vo", f"   vo = p % {virtual}", [s.virtual_offset for s in steps], None),
+        (
+            "2.",
+            _("2. segment vo // {interleave}").format(interleave=run.interleave),
+            [s.segment for s in steps],
+            None,
+        ),
+        (
+            "owner",
+            _("   owner = segment % {world}").format(world=world),
+            [s.owner for s in steps],
+            "owner",
+        ),
+        ("3.", _("3. local offset lo"), [s.local_offset for s in steps], "owner"),
+        (
+            "4.",
+            _("4. block vb·{per} + lo // {b}").format(per=per, b=b),
+            [s.block for s in steps],
+            "owner",
+        ),
+        ("offset", _("   offset lo % {b}").format(b=b), [s.offset for s in steps], "owner"),
+        ("5.", _("5. slot table[b]·{b} + o").format(b=b), run.slots, "owner"),
     ]
     fig, axes = figure(rows=len(rows), height_per_row=0.42)
     height = fig.get_figheight() + 1.1
     fig.set_figheight(height)
     top, bottom = 1 - 0.75 / height, 0.35 / height
     fig.subplots_adjust(left=0.28, right=0.99, top=top, bottom=bottom, hspace=0.15)
-    for ax, (label, values, colour_by) in zip(axes, rows, strict=True):
+    for ax, (gid, label, values, colour_by) in zip(axes, rows, strict=True):
         owned = colour_by == "owner"
         colours = [rank_colour(s.owner) if owned else EMPTY for s in steps]
         colours = [HIGHLIGHT if v is None else c for c, v in zip(colours, values, strict=True)]
         labels = ["?" if v is None else str(v) for v in values]
         look = {"text_colour": "white" if owned else "black", "font_size": FONT_SIZE - 1}
-        boxes(ax, 0, colours, labels, gids=label.split()[0], **look)
-        row_label(ax, 0, label, family="monospace")
+        boxes(ax, 0, colours, labels, gids=gid, **look)
+        row_label(ax, 0, label, family=style.monospace())
         ax.set_xlim(-0.2, n + 0.2)
         ax.set_ylim(-0.1, 0.9)
     # Step 5 needs each rank's block table: show them, so every slot can be checked by hand.
     font = {"va": "bottom", "fontsize": FONT_SIZE, "gid": "block-table"}
     x, y = 0.28 - 0.4 / (n + 0.4) * 0.71, 0.12 / height
-    fig.text(x, y, "block tables", ha="right", **font)
+    fig.text(x, y, _("block tables"), ha="right", **font)
     x = 0.28 * WIDTH * 72
     for r in range(world):
         text = f"rank {r}: {run.tables[r]}"
         fig.text(x / (WIDTH * 72), y, text, ha="left", color=rank_colour(r), **font)
         x += text_points(text, FONT_SIZE) + 16
-    fig.suptitle(
-        f"The five steps, W = {world}, I = {run.interleave}, K = {run.kv_cache_block_size} = "
-        f"{plural(per, 'block')} of B = {b} (colour: owner rank)\n"
-        f"step 5 is the slot the production kernel wrote on the owner rank, with that rank's "
-        f"block table (below)",
-        fontsize=FONT_SIZE + 1,
+    title = _(
+        "The five steps, W = {world}, I = {interleave}, K = {kv_block} = {blocks} of B = {b} "
+        "(colour: owner rank)\nstep 5 is the slot the production kernel wrote on the owner "
+        "rank, with that rank's block table (below)"
+    ).format(
+        world=world,
+        interleave=run.interleave,
+        kv_block=run.kv_cache_block_size,
+        blocks=ngettext("{n} block", "{n} blocks", per).format(n=per),
+        b=b,
     )
+    fig.suptitle(title, fontsize=FONT_SIZE + 1)
     fig.slotmap_steps, fig.slotmap_slots, fig.slotmap_tables = steps, run.slots, run.tables
     return fig
 
@@ -413,6 +451,7 @@ def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch) -> Figure:
     world = len(evidence)
     n = batch.num_tokens
     height = 0.55 * (world + 3) + 1.4
+    style.use_cjk_font()
     fig = plt.figure(figsize=(WIDTH, height))
     ax = fig.add_axes([0.17, 0.14, 0.81, 0.68])
     ax.set_axis_off()
@@ -424,11 +463,12 @@ def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch) -> Figure:
     for q in range(len(batch.lengths)):
         if starts[q + 1] > starts[q]:
             wide = starts[q + 1] - starts[q] >= 3
-            name, at = f"request {q}" if wide else f"r{q}", (starts[q] + starts[q + 1]) / 2
+            name = _("request {request}").format(request=q) if wide else f"r{q}"
+            at = (starts[q] + starts[q + 1]) / 2
             ax.text(at, y + 0.95, name, **ABOVE, fontsize=FONT_SIZE - 1)
         if q:
             ax.axvline(starts[q], color=EDGE, lw=1.2, ymin=0.02, ymax=0.98)
-    row_label(ax, y, "position")
+    row_label(ax, y, _("position"))
     for e in evidence:
         y -= 1.0
         stored = e.owners[e.rank]
@@ -437,7 +477,7 @@ def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch) -> Figure:
         labels = [str(v) if s else "" for v, s in zip(values, stored, strict=True)]
         gids = [f"slot-rank-{e.rank}" if s else "slot-none" for s in stored]
         boxes(ax, y, colours, labels, gids=gids, text_colour="white", font_size=FONT_SIZE - 1)
-        caption = f"rank {e.rank} (pid {e.pid})\nslots"
+        caption = _("rank {rank} (pid {pid})\nslots").format(rank=e.rank, pid=e.pid)
         row_label(ax, y, caption, fontsize=FONT_SIZE - 1, color=rank_colour(e.rank))
     y -= 1.2
     counts = evidence[0].owner_count
@@ -445,23 +485,35 @@ def draw_rank_run(evidence: list[RankEvidence], batch: CPBatch) -> Figure:
     gids = ["count-ok" if c == 1 else "count-bad" for c in counts]
     look = {"text_colour": "white", "font_size": FONT_SIZE - 1}
     boxes(ax, y, colours, [str(c) for c in counts], gids=gids, **look)
-    row_label(ax, y, "ranks storing it\n(all_reduce sum)", fontsize=FONT_SIZE - 1)
+    row_label(ax, y, _("ranks storing it\n(all_reduce sum)"), fontsize=FONT_SIZE - 1)
     ax.set_xlim(-0.2, max(n, 16) + 0.2)
     ax.set_ylim(y - 0.2, world + 3.4)
     handles = [key(rank_colour(e.rank), f"rank {e.rank}") for e in evidence]
-    handles += [key(OK, "stored exactly once"), key(HIGHLIGHT, "not exactly once")]
+    handles += [key(OK, _("stored exactly once")), key(HIGHLIGHT, _("not exactly once"))]
     legend(fig, handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, 0.0))
     proved = all(e.proved for e in evidence)
     collisions = sum(len(e.collisions) for e in evidence)
     verdict = (
-        "the ranks proved it: every token has exactly one slot"
+        _("the ranks proved it: every token has exactly one slot")
         if proved
-        else f"NOT PROVED: {collisions} collision(s); " + (evidence[0].notes or ["see notes"])[0]
+        else _("NOT PROVED: {collisions} collision(s); {note}").format(
+            collisions=collisions, note=(evidence[0].notes or [_("see notes")])[0]
+        )
+    )
+    title = _(
+        "{world} processes over {communication} (W = {world_size}, I = {interleave}, kv block "
+        "{kv_block}): each ran the production kernel on {device}\n{verdict}"
+    ).format(
+        world=world,
+        communication=evidence[0].communication,
+        world_size=batch.world_size,
+        interleave=batch.interleave,
+        kv_block=batch.kv_cache_block_size,
+        device=evidence[0].device,
+        verdict=verdict,
     )
     fig.suptitle(
-        f"{world} processes over {evidence[0].communication} (W = {batch.world_size}, "
-        f"I = {batch.interleave}, kv block {batch.kv_cache_block_size}): each ran the "
-        f"production kernel on {evidence[0].device}\n{verdict}",
+        title,
         fontsize=FONT_SIZE + 1,
         color="black" if proved else HIGHLIGHT,
     )

@@ -16,6 +16,7 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from slotmap.i18n import N_, _, tr
 from slotmap.viz import style
 
 if TYPE_CHECKING:
@@ -34,9 +35,9 @@ ABOVE = {"ha": "center", "va": "bottom"}  # a caption over a block or a bar
 BELOW = {"ha": "center", "va": "top"}  # a caption under a block
 EMPTY = style.EMPTY
 BLOCK_CAPTIONS = (
-    "block {k} · slots {first}-{last}",
-    "block {k}: {first}-{last}",
-    "block {k}",
+    N_("block {k} · slots {first}-{last}"),
+    N_("block {k}: {first}-{last}"),
+    N_("block {k}"),
     "{k}",
 )
 
@@ -74,11 +75,6 @@ def first_fitting(candidates: Sequence[Any], room: float, size: float, default: 
         if all(text_points(text, size) <= room for text in texts):
             return candidate
     return default
-
-
-def plural(count: int, word: str) -> str:
-    """``1 slot``, ``2 slots``."""
-    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 def pale(colour: str, amount: float = 0.55) -> tuple[float, float, float]:
@@ -176,7 +172,9 @@ class Canvas:
     def caption_format(self, formats: Sequence[str], widest: dict, cells: float) -> str:
         """The first (longest) of ``formats`` (``str.format`` templates) whose caption for
         ``widest`` (the widest block's fields) fits ``cells`` cells; the last one if none
-        does. One format for a whole cache, so that its captions look alike."""
+        does. One format for a whole cache, so that its captions look alike. A format marked
+        with ``N_`` is translated here."""
+        formats = [tr(f) for f in formats]
         return next((f for f in formats if self.fits(f.format(**widest), cells)), formats[-1])
 
     def cell(
@@ -231,7 +229,7 @@ class Canvas:
         """The batch: each token coloured by its request and labelled with its position, and
         under it one row per ``SlotRow``, then the padding tail (``pad-token`` over
         ``row.pad_gid`` cells, labelled PAD where that fits)."""
-        self.row_title(y, "token's position")
+        self.row_title(y, _("token's position"))
         for k, row in enumerate(rows):
             self.row_title(y + 1 + k, row.title)
         token = 0
@@ -262,7 +260,7 @@ class Canvas:
         """Block-table rows, one per request, coloured by request where used."""
         for request, row in enumerate(rows):
             if label_x is not None:
-                caption = f"request {request}"
+                caption = _("request {request}").format(request=request)
                 self.note(label_x, y + request + 0.4, caption, **RIGHT, color="black")
             for b, physical in enumerate(row):
                 on = b < used[request]

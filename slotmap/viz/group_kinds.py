@@ -20,11 +20,16 @@ from dataclasses import dataclass
 import torch
 
 import slotmap
+from slotmap.i18n import N_, _, tr
 from slotmap.viz import style
 
 __all__ = ["GroupKindsRun", "draw_group_kinds", "run_group_kinds"]
 
-GROUP_NAMES = ("full attention (sharded)", "sliding window (not sharded)", "Mamba state (off)")
+GROUP_NAMES = (
+    N_("full attention (sharded)"),
+    N_("sliding window (not sharded)"),
+    N_("Mamba state (off)"),
+)
 STALE = 4242  # what the output buffer held before each launch: an earlier step's slot
 
 
@@ -140,8 +145,10 @@ def draw_group_kinds(**parameters: int):
             labels.append("")
             gids.append("tail")
     style.boxes(ax, 0, colours, labels, gids=gids, x0=x0, text_colour="white")
-    caption(0, "positions")
-    ax.text(x0 + run.real, 1.05, "real count", ha="center", va="bottom", fontsize=style.FONT_SIZE)
+    caption(0, _("positions"))
+    ax.text(
+        x0 + run.real, 1.05, _("real count"), ha="center", va="bottom", fontsize=style.FONT_SIZE
+    )
     ax.text(
         x0 + run.num_tokens, 1.05, "num_tokens", ha="center", va="bottom", fontsize=style.FONT_SIZE
     )
@@ -154,15 +161,15 @@ def draw_group_kinds(**parameters: int):
             labels = ["–" if s < 0 else str(s) for s in row]
             gids = ["pad" if s < 0 else "slot" for s in row]
             style.boxes(ax, y, colours, labels, gids=gids, x0=x0)
-            caption(y, f"rank {rank} · {name}")
+            caption(y, _("rank {rank} · {group}").format(rank=rank, group=tr(name)))
             y -= 1.0
         y -= 0.3
     for x in (run.real, run.num_tokens):
         ax.plot([x0 + x, x0 + x], [1.0, y + 1.3], color=style.EDGE, lw=0.8, ls="--")
-    note = (
+    note = _(
         "–: PAD_ID (no slot).  Grey positions: a dummy request (idx_mapping -1).\n"
-        f"Before each launch the buffer held {STALE} everywhere (an earlier step's slots)."
-    )
+        "Before each launch the buffer held {stale} everywhere (an earlier step's slots)."
+    ).format(stale=STALE)
     ax.text(x0, y + 0.3, note, ha="left", va="center", fontsize=style.FONT_SIZE)
     ax.set_ylim(y - 0.5, 1.6)
     fig.slotmap_run = run

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from slotmap.i18n import N_, _, ngettext, tr
 from slotmap.viz import draw, style
-from slotmap.viz.draw import GAP, SHARED, Canvas, SlotRow, plural, shared_slots
+from slotmap.viz.draw import GAP, SHARED, Canvas, SlotRow, shared_slots
 
 if TYPE_CHECKING:
     from ipywidgets import VBox
@@ -149,36 +150,58 @@ def draw_groups_run(run: GroupsRun) -> Figure:
     # The launch's output: one row per group under the batch's tokens.
     canvas.heading(
         0,
-        "batch tokens (colour: request; grey: padding) and the fused kernel's slot_mappings rows",
+        _(
+            "batch tokens (colour: request; grey: padding) and the fused kernel's "
+            "slot_mappings rows"
+        ),
     )
     rows = [
-        SlotRow("group 0: full", run.slots[0], "group0-slot", "group0-pad"),
-        SlotRow("group 1: ring", run.slots[1], "group1-slot", "group1-pad", collisions),
+        SlotRow(_("group 0: full"), run.slots[0], "group0-slot", "group0-pad"),
+        SlotRow(_("group 1: ring"), run.slots[1], "group1-slot", "group1-pad", collisions),
     ]
     canvas.token_rows(0, run.positions, rows, run.max_num_tokens)
 
     # Group 0: its block table, then its cache; group 1 below, the same way.
-    full = f"group 0: full attention, paged, blocks of {plural(full_size, 'slot')}"
+    slots = ngettext("{n} slot", "{n} slots", full_size).format(n=full_size)
+    full = _("group 0: full attention, paged, blocks of {slots}").format(slots=slots)
     earlier = draw.earlier(run.positions, run.tables[0], full_size)
-    hatched = "hatched: written by earlier steps; under a block: its number and slots"
+    hatched = _("hatched: written by earlier steps; under a block: its number and slots")
     _paint_group(canvas, run, 0, y_table[0], y_cache[0], full, hatched, earlier=earlier)
-    ring = f"group 1: sliding window, a ring of {ring_size} slots a request"
-    red = "red edge: two tokens of this step, one slot"
+    ring = _("group 1: sliding window, a ring of {ring_size} slots a request").format(
+        ring_size=ring_size
+    )
+    red = _("red edge: two tokens of this step, one slot")
     _paint_group(canvas, run, 1, y_table[1], y_cache[1], ring, red, collisions=collisions)
 
     tile, parallel = run.tiling
-    verdict = "kernel = reference" if run.slots == run.expected else "KERNEL DIFFERS"
+    verdict = _("kernel = reference") if run.slots == run.expected else _("KERNEL DIFFERS")
     warning = (
-        f"red: a chunk longer than the ring ({plural(ring_size, 'slot')}) writes a ring slot "
-        "twice (lesson 04's collision)"
+        _(
+            "red: a chunk longer than the ring ({slots}) writes a ring slot "
+            "twice (lesson 04's collision)"
+        ).format(slots=ngettext("{n} slot", "{n} slots", ring_size).format(n=ring_size))
         if collisions
-        else f"no ring slot written twice (every chunk fits its ring of {ring_size})"
+        else _("no ring slot written twice (every chunk fits its ring of {ring_size})").format(
+            ring_size=ring_size
+        )
+    )
+    title = _(
+        "One launch, grid (2 groups, {requests} requests + 1, {parallel}), tile {tile}, "
+        "max_num_tokens {max_num_tokens}: slotmap.compute_slot_mappings: {verdict}\n"
+        "group 0 slot = table0[q, p // {full_size}] * {full_size} + p % {full_size};   "
+        "group 1 slot = ring[q] * {ring_size} + p % {ring_size}\n{warning}"
     )
     canvas.title(
-        f"One launch, grid (2 groups, {requests} requests + 1, {parallel}), tile {tile}, "
-        f"max_num_tokens {run.max_num_tokens}: slotmap.compute_slot_mappings: {verdict}\n"
-        f"group 0 slot = table0[q, p // {full_size}] * {full_size} + p % {full_size};   "
-        f"group 1 slot = ring[q] * {ring_size} + p % {ring_size}\n{warning}"
+        title.format(
+            requests=requests,
+            parallel=parallel,
+            tile=tile,
+            max_num_tokens=run.max_num_tokens,
+            verdict=verdict,
+            full_size=full_size,
+            ring_size=ring_size,
+            warning=warning,
+        )
     )
     canvas.fig.slotmap_run = run
     return canvas.fig
@@ -187,11 +210,11 @@ def draw_groups_run(run: GroupsRun) -> Figure:
 def _paint_group(canvas, run: GroupsRun, g: int, y_table, y_cache, name, legend, **marks):
     """Group ``g``'s block table, then its cache with what this batch wrote (``marks``: the
     cache's ``earlier`` or ``collisions``)."""
-    each = " (one ring each)" if g else ""
-    canvas.heading(y_table, f"{name}: its block table{each}")
+    table = _("{name}: its block table (one ring each)") if g else _("{name}: its block table")
+    canvas.heading(y_table, table.format(name=name))
     canvas.table_rows(0, y_table, run.tables[g], run.used[g], label_x=-0.25)
-    canvas.heading(y_cache, f"its KV cache (label: position; {legend})")
-    canvas.row_title(y_cache, "slots")
+    canvas.heading(y_cache, _("its KV cache (label: position; {legend})").format(legend=legend))
+    canvas.row_title(y_cache, _("slots"))
     landed = draw.landed(run.positions, run.slots[g])
     canvas.cache(y_cache, run.block_sizes[g], run.num_blocks[g], landed, f"cache{g}", **marks)
 
@@ -206,9 +229,10 @@ def groups_widget(
 
     controls = request_sliders(lengths, 10)
     for q in (1, 2):
-        controls[f"start_{q}"] = slider(f"request {q} starts at", first_positions[q], 0, MAX_START)
-    controls["full_block_size"] = slider("full block size", 4, 1, 8)
-    controls["ring_size"] = slider("ring slots", 8, 2, 12)
+        starts = _("request {request} starts at").format(request=q)
+        controls[f"start_{q}"] = slider(starts, first_positions[q], 0, MAX_START)
+    controls["full_block_size"] = slider(_("full block size"), 4, 1, 8)
+    controls["ring_size"] = slider(_("ring slots"), 8, 2, 12)
 
     def redraw(request_0, request_1, request_2, start_1, start_2, full_block_size, ring_size):
         lengths, firsts = (request_0, request_1, request_2), (0, start_1, start_2)
@@ -224,10 +248,10 @@ MAX_START = 24  # the groups widget's latest start: 24 + 10 tokens, 34 <= hybrid
 # Adaptive tiles
 # ---------------------------------------------------------------------------------------------
 TILING_SHAPES = (
-    ("decode\n32 x 1", (1,) * 32),
-    ("short chunks\n8 x 40", (40,) * 8),
-    ("prefill\n2 x 2048", (2048, 2048)),
-    ("skewed\n2 x 1536 + 32 x 1", (1536, 1536) + (1,) * 32),
+    (N_("decode\n32 x 1"), (1,) * 32),
+    (N_("short chunks\n8 x 40"), (40,) * 8),
+    (N_("prefill\n2 x 2048"), (2048, 2048)),
+    (N_("skewed\n2 x 1536 + 32 x 1"), (1536, 1536) + (1,) * 32),
 )
 
 
@@ -282,14 +306,15 @@ def draw_tiling(shapes=TILING_SHAPES) -> Figure:
     import numpy as np
 
     rows = run_tiling(shapes)
+    style.use_cjk_font()
     fig, (lanes_ax, walk_ax) = plt.subplots(1, 2, figsize=(style.WIDTH, 3.8))
     fig.subplots_adjust(left=0.07, right=0.99, top=0.76, bottom=0.3, wspace=0.22)
     x = np.arange(len(rows))
     colours = (style.request_colour(0), style.PAD, style.request_colour(1))
     labels = (
-        "adaptive (choose_tiling)",
-        "fixed tile 16, 1 program a request",
-        "fixed tile 1024, 1 program a request",
+        _("adaptive (choose_tiling)"),
+        _("fixed tile 16, 1 program a request"),
+        _("fixed tile 1024, 1 program a request"),
     )
     for k, (colour, label) in enumerate(zip(colours, labels, strict=True)):
         lanes = [list(r.costs.values())[k][0] for r in rows]
@@ -301,10 +326,10 @@ def draw_tiling(shapes=TILING_SHAPES) -> Figure:
                 bar.set_gid(f"tiling-{k}")
             ax.bar_label(bars, fmt="%.4g", fontsize=style.FONT_SIZE - 2, padding=1)
     for ax, title in (
-        (lanes_ax, "lanes issued per real token (1 = no masked lane)"),
-        (walk_ax, "tiles the busiest program walks, one after another"),
+        (lanes_ax, _("lanes issued per real token (1 = no masked lane)")),
+        (walk_ax, _("tiles the busiest program walks, one after another")),
     ):
-        ax.set_xticks(x, [r.name for r in rows], fontsize=style.FONT_SIZE - 1)
+        ax.set_xticks(x, [tr(r.name) for r in rows], fontsize=style.FONT_SIZE - 1)
         ax.set_yscale("log")
         ax.set_title(title, fontsize=style.FONT_SIZE)
         ax.tick_params(axis="y", labelsize=style.FONT_SIZE - 1)
@@ -317,19 +342,22 @@ def draw_tiling(shapes=TILING_SHAPES) -> Figure:
             "xycoords": ("data", "axes fraction"),
         }
         font = {"ha": "center", "fontsize": style.FONT_SIZE - 1, "color": style.request_colour(0)}
-        lanes_ax.annotate(f"picks {r.chosen[0]} x {r.chosen[1]}", (i, 0), **where, **font)
+        picks = _("picks {tile} x {programs}").format(tile=r.chosen[0], programs=r.chosen[1])
+        lanes_ax.annotate(picks, (i, 0), **where, **font)
     draw.legend(fig, lanes_ax.get_legend_handles_labels()[0], loc="lower center", ncol=3)
     verdict = (
-        "every batch run through the fused kernel with its adaptive tiling: kernel = reference"
+        _("every batch run through the fused kernel with its adaptive tiling: kernel = reference")
         if all(r.agrees for r in rows)
-        else "KERNEL DIFFERS FROM THE REFERENCE on " + ", ".join(r.name for r in rows)
+        else _("KERNEL DIFFERS FROM THE REFERENCE on {shapes}").format(
+            shapes=", ".join(tr(r.name) for r in rows)
+        )
     )
-    fig.suptitle(
+    title = _(
         "choose_tiling(num_tokens, num_reqs) -> (tile, programs a request): a 16-lane tile for "
         "decode batches,\n1024 lanes for the rest, and several programs a request once the "
-        "batch holds more than one tile\n" + verdict,
-        fontsize=style.FONT_SIZE + 1,
+        "batch holds more than one tile\n"
     )
+    fig.suptitle(title + verdict, fontsize=style.FONT_SIZE + 1)
     fig.slotmap_rows = rows
     return fig
 
@@ -475,34 +503,44 @@ def draw_replay_run(run: ReplayRun) -> Figure:
     shared = {slot: p for slot, p in run.prefix_slots().items() if slot not in landed}
     canvas.heading(
         y_cache,
-        "group 0's KV cache after this step (hatched blue: the shared prefix; in a request's "
-        "colour: its earlier steps)",
+        _(
+            "group 0's KV cache after this step (hatched blue: the shared prefix; in a "
+            "request's colour: its earlier steps)"
+        ),
     )
-    canvas.row_title(y_cache, "slots")
+    canvas.row_title(y_cache, _("slots"))
     earlier = draw.earlier(run.positions[1:], run.full_table[1:], b)
     earlier = {slot: (1, p) for slot, (_, p) in earlier.items()}  # request 1's earlier steps
     canvas.cache(y_cache, b, run.num_blocks, landed, "cache0", shared=shared, earlier=earlier)
 
     first = run.replay_start[0]
     agree = run.after == run.expected
-    verdict = "kernels = reference" if agree else "KERNELS DIFFER FROM THE REFERENCE"
+    verdict = _("kernels = reference") if agree else _("KERNELS DIFFER FROM THE REFERENCE")
     span = (
-        f"replays positions {first}..{first + run.window - 1} (replay_start {first}, "
-        f"window {run.window})"
+        _("replays positions {first}..{last} (replay_start {first}, window {window})").format(
+            first=first, last=first + run.window - 1, window=run.window
+        )
         if first > 0
-        else f"replay_start {first}: nothing is padded (0 means no replay)"
+        else _("replay_start {first}: nothing is padded (0 means no replay)").format(first=first)
     )
     lines = [
-        f"Prefix-cache hit: request 0 finds positions 0..{run.cached - 1} cached and {span}",
-        "the prefix-cacheable group pads them (its shared blocks keep their bytes), the ring "
-        "keeps its slots",
-        f"slotmap.compute_slot_mappings, then slotmap.pad_replayed_slots: {verdict}",
+        _("Prefix-cache hit: request 0 finds positions 0..{last} cached and {span}").format(
+            last=run.cached - 1, span=span
+        ),
+        _(
+            "the prefix-cacheable group pads them (its shared blocks keep their bytes), the "
+            "ring keeps its slots"
+        ),
+        _("slotmap.compute_slot_mappings, then slotmap.pad_replayed_slots: {verdict}").format(
+            verdict=verdict
+        ),
     ]
     if collisions:
         lines.append(
-            f"red in the ring row: a ring of {run.ring_size} slots is too small for the "
-            f"{len(run.positions[0])} positions request 0 writes (the ring must hold w + new "
-            "tokens)"
+            _(
+                "red in the ring row: a ring of {ring_size} slots is too small for the "
+                "{positions} positions request 0 writes (the ring must hold w + new tokens)"
+            ).format(ring_size=run.ring_size, positions=len(run.positions[0]))
         )
     canvas.title("\n".join(lines))
     canvas.fig.slotmap_run = run
@@ -513,18 +551,22 @@ def _paint_replay_rows(canvas: Canvas, run: ReplayRun) -> None:
     """The batch's positions, group 0's slots before and after the padding, and the ring's:
     replayed positions outlined in red in the first two rows, a ring collision in the last."""
     rows = [
-        ("token's position", None, "token"),
-        ("group 0 (full, cacheable)", run.before[0], "before"),
-        ("then pad_replayed_slots", run.after[0], "after"),
-        (f"group 1 (ring of {run.ring_size}), after it", run.after[1], "ring"),
+        (_("token's position"), None, "token"),
+        (_("group 0 (full, cacheable)"), run.before[0], "before"),
+        (_("then pad_replayed_slots"), run.after[0], "after"),
+        (
+            _("group 1 (ring of {ring_size}), after it").format(ring_size=run.ring_size),
+            run.after[1],
+            "ring",
+        ),
     ]
-    canvas.heading(0, "batch tokens (colour: request; red outline: replayed position)")
+    canvas.heading(0, _("batch tokens (colour: request; red outline: replayed position)"))
     replayed, collisions = run.replayed(), run.ring_collisions()
     token = 0
     for request, row in enumerate(run.positions):
         colour = style.request_colour(request)
         for position in row:
-            for y, (_, values, gid) in enumerate(rows):
+            for y, (_title, values, gid) in enumerate(rows):
                 label = position if values is None else values[token]
                 pad = label == -1
                 edge = style.HIGHLIGHT if replayed[token] and y < 2 else style.EDGE
@@ -538,7 +580,7 @@ def _paint_replay_rows(canvas: Canvas, run: ReplayRun) -> None:
                 fill, text = (style.PAD, "PAD") if pad else (colour, label)
                 canvas.cell(token, y * 1.2, fill, text, kind, **look)
             token += 1
-    for y, (title, _, _) in enumerate(rows):
+    for y, (title, _values, _gid) in enumerate(rows):
         canvas.row_title(y * 1.2, title)
 
 
@@ -547,12 +589,15 @@ def _paint_shared_table(canvas: Canvas, run: ReplayRun, y_table: float) -> None:
     shared_blocks = run.cached // run.block_size
     canvas.heading(
         y_table,
-        f"group 0's block table: request 0's first {shared_blocks} blocks come from the prefix "
-        "cache, shared with other requests (hatched)",
+        _(
+            "group 0's block table: request 0's first {blocks} blocks come from the prefix "
+            "cache, shared with other requests (hatched)"
+        ).format(blocks=shared_blocks),
     )
     for request, row in enumerate(run.full_table):
         at = (-0.25, y_table + request + 0.4)
-        canvas.note(*at, f"request {request}", ha="right", va="center", color="black")
+        name = _("request {request}").format(request=request)
+        canvas.note(*at, name, ha="right", va="center", color="black")
         for k, physical in enumerate(row):
             on, is_shared = k < run.full_used[request], request == 0 and k < shared_blocks
             if is_shared:
@@ -571,8 +616,8 @@ def replay_widget(cached_blocks: int = 3, window: int = 5, new_tokens: int = 3) 
     from slotmap.viz.live import live_figure, slider
 
     controls = {
-        "cached_blocks": slider("cached blocks (of 4)", cached_blocks, 2, 5),
-        "window": slider("sliding window", window, 0, 7),
-        "new_tokens": slider("new tokens", new_tokens, 1, 6),
+        "cached_blocks": slider(_("cached blocks (of 4)"), cached_blocks, 2, 5),
+        "window": slider(_("sliding window"), window, 0, 7),
+        "new_tokens": slider(_("new tokens"), new_tokens, 1, 6),
     }
     return live_figure(draw_replay, controls)

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from slotmap.i18n import N_, _, ngettext
 from slotmap.viz import draw, style
-from slotmap.viz.draw import GAP, MAX_CELLS, MIN_FONT, Canvas, plural
+from slotmap.viz.draw import GAP, MAX_CELLS, MIN_FONT, Canvas
 
 if TYPE_CHECKING:
     from ipywidgets import VBox
@@ -145,25 +146,26 @@ def draw_hybrid_run(run: HybridRun) -> Figure:
     y_cache = y_table + len(run.positions) * 2.9 + 2.0
     canvas = Canvas(width, y_cache + -(-run.num_kv_blocks // per_line) * 2.3)
 
-    canvas.heading(0, "batch tokens (colour: request)")
-    slot_row = draw.SlotRow("kernel's slot", run.slots, "slot", "pad-slot")
+    canvas.heading(0, _("batch tokens (colour: request)"))
+    slot_row = draw.SlotRow(_("kernel's slot"), run.slots, "slot", "pad-slot")
     canvas.token_rows(0, run.positions, [slot_row], run.max_num_tokens)
 
     _paint_tables(canvas, run, y_table)
     _paint_kv_cache(canvas, run, y_cache)
     agree = run.slots == run.expected
     same = run.slots[: run.num_tokens] == run.whole[: run.num_tokens]
-    verdict = "kernel = reference" if agree else "KERNEL DIFFERS FROM THE REFERENCE"
+    verdict = _("kernel = reference") if agree else _("KERNEL DIFFERS FROM THE REFERENCE")
     verdict += (
-        "; the same slots as whole KV blocks (block_size = K, unexpanded table)"
+        _("; the same slots as whole KV blocks (block_size = K, unexpanded table)")
         if same
-        else "; NOT the slots of whole KV blocks"
+        else _("; NOT the slots of whole KV blocks")
     )
-    canvas.title(
-        f"Hybrid blocks: K = K/B x B = {per} x {size} = {kv}; "
-        f"slot = expanded[q, p // B] * B + p % B with B = {size}\n"
-        f"slotmap.compute_slot_mapping: {verdict}"
+    title = _(
+        "Hybrid blocks: K = K/B x B = {per} x {size} = {kv}; "
+        "slot = expanded[q, p // B] * B + p % B with B = {size}\n"
+        "slotmap.compute_slot_mapping: {verdict}"
     )
+    canvas.title(title.format(per=per, size=size, kv=kv, verdict=verdict))
     canvas.fig.slotmap_run = run
     return canvas.fig
 
@@ -172,15 +174,18 @@ def _paint_tables(canvas: Canvas, run: HybridRun, y_table: float) -> None:
     """Block tables: the manager's entry k spans the attention blocks k * K/B .. (k + 1) * K/B
     - 1 that expand_block_table puts under it."""
     size, per, kv = run.block_size, run.blocks_per_kv_block, run.kv_cache_block_size
-    canvas.heading(
-        y_table,
-        f"block tables: the manager's physical KV blocks (K = {plural(kv, 'token')}) over the "
-        f"attention blocks (B = {plural(size, 'token')}) the kernel indexes",
+    heading = _(
+        "block tables: the manager's physical KV blocks (K = {kv}) over the "
+        "attention blocks (B = {size}) the kernel indexes"
+    ).format(
+        kv=ngettext("{n} token", "{n} tokens", kv).format(n=kv),
+        size=ngettext("{n} token", "{n} tokens", size).format(n=size),
     )
+    canvas.heading(y_table, heading)
     for request, (kv_row, row) in enumerate(zip(run.kv_table, run.table, strict=True)):
         y = y_table + request * 2.6
-        canvas.row_title(y, f"request {request}: KV blocks")
-        canvas.row_title(y + 1, "attention blocks")
+        canvas.row_title(y, _("request {request}: KV blocks").format(request=request))
+        canvas.row_title(y + 1, _("attention blocks"))
         for k, physical in enumerate(kv_row):
             used = k < run.kv_used[request]
             colour = style.request_colour(request) if used else style.EMPTY
@@ -193,13 +198,13 @@ def _paint_tables(canvas: Canvas, run: HybridRun, y_table: float) -> None:
         # The kernel's logical (attention) block b reads entry b of the expanded row.
         for a in range(len(row)):
             canvas.note(a + 0.5, y + 1.9, f"{a}", ha="center", va="top")
-        canvas.note(-0.25, y + 1.9, "logical block", ha="right", va="top")
+        canvas.note(-0.25, y + 1.9, _("logical block"), ha="right", va="top")
 
 
 KV_CAPTIONS = (
-    "KV block {k}: slots {first}-{last}",
-    "KV block {k}: {first}-{last}",
-    "KV block {k}",
+    N_("KV block {k}: slots {first}-{last}"),
+    N_("KV block {k}: {first}-{last}"),
+    N_("KV block {k}"),
     "KV {k}",
     "{k}",
 )
@@ -210,14 +215,28 @@ def _paint_kv_cache(canvas: Canvas, run: HybridRun, y_cache: float) -> None:
     earlier steps wrote: the positions before each request's first one (a later chunk)."""
     size, per, kv = run.block_size, run.blocks_per_kv_block, run.kv_cache_block_size
     earlier = draw.earlier(run.positions, run.kv_table, kv)
-    canvas.heading(
-        y_cache - 0.45,
-        f"KV cache: {plural(run.num_kv_blocks, 'physical KV block')} of K = "
-        f"{plural(kv, 'slot')}, each K/B = {plural(per, 'attention block')} (numbered above) "
-        f"of B = {size}\nlabel: the position stored there"
-        + ("; hatched: written by earlier steps" if earlier else ""),
+    heading = (
+        _(
+            "KV cache: {blocks} of K = {slots}, each K/B = {per} (numbered above) of B = {size}"
+            "\nlabel: the position stored there; hatched: written by earlier steps"
+        )
+        if earlier
+        else _(
+            "KV cache: {blocks} of K = {slots}, each K/B = {per} (numbered above) of B = {size}"
+            "\nlabel: the position stored there"
+        )
     )
-    canvas.row_title(y_cache, "slots")
+    blocks = run.num_kv_blocks
+    heading = heading.format(
+        blocks=ngettext("{n} physical KV block", "{n} physical KV blocks", blocks).format(
+            n=blocks
+        ),
+        slots=ngettext("{n} slot", "{n} slots", kv).format(n=kv),
+        per=ngettext("{n} attention block", "{n} attention blocks", per).format(n=per),
+        size=size,
+    )
+    canvas.heading(y_cache - 0.45, heading)
+    canvas.row_title(y_cache, _("slots"))
     landed = draw.landed(run.positions, run.slots)
     look = {"formats": KV_CAPTIONS, "line_height": 2.3, "caption_gid": "kv-block-label"}
     origins = canvas.cache(
@@ -240,12 +259,12 @@ def hybrid_widget(
     from slotmap.viz.live import live_figure, slider, split_columns
 
     controls = {
-        "request_0": slider("request 0", lengths[0], 0, 14, wide=False),
-        "request_1": slider("request 1", lengths[1], 0, 14, wide=False),
-        "first_1": slider("request 1 starts at", 0, 0, 12),
-        "block_size": slider("B (attention block)", block_size, 1, 4),
-        "blocks_per_kv_block": slider("K/B (blocks per KV block)", blocks_per_kv_block, 1, 4),
-        "seed": slider("shuffle", 5, 0, 20, wide=False),
+        "request_0": slider(_("request {request}").format(request=0), lengths[0], 0, 14, False),
+        "request_1": slider(_("request {request}").format(request=1), lengths[1], 0, 14, False),
+        "first_1": slider(_("request 1 starts at"), 0, 0, 12),
+        "block_size": slider(_("B (attention block)"), block_size, 1, 4),
+        "blocks_per_kv_block": slider(_("K/B (blocks per KV block)"), blocks_per_kv_block, 1, 4),
+        "seed": slider(_("shuffle"), 5, 0, 20, wide=False),
     }
 
     def redraw(request_0, request_1, first_1, block_size, blocks_per_kv_block, seed):

@@ -11,6 +11,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from slotmap.i18n import _
+
 if TYPE_CHECKING:
     from ipywidgets import Dropdown, HBox, IntSlider, VBox
 
@@ -136,7 +138,8 @@ def request_sliders(lengths: Sequence[int], high: int, count: int = 3) -> dict:
     """``request_0`` .. : one length slider a request, ``count`` of them (missing ones 0)."""
     lengths = list(lengths)[:count] + [0] * (count - len(lengths))
     return {
-        f"request_{q}": slider(f"request {q}", n, 0, high, False) for q, n in enumerate(lengths)
+        f"request_{q}": slider(_("request {request}").format(request=q), n, 0, high, False)
+        for q, n in enumerate(lengths)
     }
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from slotmap.i18n import _, ngettext
 from slotmap.viz import draw, style
 
 if TYPE_CHECKING:
@@ -83,7 +84,9 @@ def paged_batch(
         num_physical_blocks = max(needed + 3, 8)
     if num_physical_blocks < needed:
         raise ValueError(
-            f"the batch needs {needed} physical blocks, the cache has only {num_physical_blocks}"
+            _("the batch needs {needed} physical blocks, the cache has only {available}").format(
+                needed=needed, available=num_physical_blocks
+            )
         )
     table = draw.scattered_table(used, num_physical_blocks, random.Random(seed))
     num_tokens = sum(lengths)
@@ -145,7 +148,7 @@ def _arrow_paths(batch, entry_patches, block_origin, entry, y_band, table_rows):
     for x0, arrivals in into_gap.items():
         # A deeper block's path drops nearer its block, so it passes the others' last legs.
         arrivals.sort(key=lambda item: (item[0], item[1]))
-        for k, (_, key) in enumerate(arrivals):
+        for k, (_depth, key) in enumerate(arrivals):
             drop_x[key] = x0 - CACHE_GAP * (k + 1) / (len(arrivals) + 1)
     for (request, b), patch in entry_patches.items():
         x0, y = block_origin[int(batch.block_table[request][b])]
@@ -259,20 +262,23 @@ def draw_batch(batch: PagedBatch) -> Figure:
             gid="block-arrow",
         )
         ax.add_artist(arrow)
-    ax.set_title(
-        f"slot = block_table[q, p // {batch.block_size}] * {batch.block_size} + p % "
-        f"{batch.block_size}: {batch.num_tokens} tokens of {len(batch.lengths)} requests, "
-        f"max_num_tokens={batch.max_num_tokens} (slotmap.compute_slot_mapping)",
-        fontsize=style.FONT_SIZE + 1,
+    title = _(
+        "slot = block_table[q, p // {b}] * {b} + p % {b}: {tokens} tokens of {requests} "
+        "requests, max_num_tokens={max_num_tokens} (slotmap.compute_slot_mapping)"
     )
+    tokens, requests = batch.num_tokens, len(batch.lengths)
+    title = title.format(
+        b=batch.block_size, tokens=tokens, requests=requests, max_num_tokens=batch.max_num_tokens
+    )
+    ax.set_title(title, fontsize=style.FONT_SIZE + 1)
     return fig
 
 
 def _paint_tokens(ax, cell, batch: PagedBatch) -> None:
     """Each token coloured by its request, labelled with its position, and under it the slot
     the kernel wrote for it; the padding tail hatched."""
-    draw.row_label(ax, 0, "token's position", -0.2)
-    draw.row_label(ax, 1, "kernel's slot", -0.2)
+    draw.row_label(ax, 0, _("token's position"), -0.2)
+    draw.row_label(ax, 1, _("kernel's slot"), -0.2)
     token = 0
     for request, positions in enumerate(batch.positions):
         colour = style.request_colour(request)
@@ -283,13 +289,13 @@ def _paint_tokens(ax, cell, batch: PagedBatch) -> None:
     for pad in range(batch.num_tokens, batch.max_num_tokens):
         cell(pad, 0, style.PAD, "", "pad-token", hatch="///")
         cell(pad, 1, style.PAD, batch.slots[pad], "pad-slot")
-    ax.text(0, -0.35, "batch tokens (colour: request)", fontsize=style.FONT_SIZE, va="bottom")
+    ax.text(0, -0.35, _("batch tokens (colour: request)"), fontsize=style.FONT_SIZE, va="bottom")
 
 
 def _paint_tables(ax, cell, batch: PagedBatch, y_table: float, entry: float, font: float):
     """Row q maps request q's logical block b to a physical block; returns the patch of every
     used entry, keyed (request, b)."""
-    caption = "block table (entry b: logical block b -> physical block)"
+    caption = _("block table (entry b: logical block b -> physical block)")
     ax.text(0, y_table - 0.75, caption, fontsize=style.FONT_SIZE, va="bottom")
     pitch = entry + TABLE_GAP
     for b in range(len(batch.block_table[0]) if batch.block_table else 0):
@@ -299,7 +305,7 @@ def _paint_tables(ax, cell, batch: PagedBatch, y_table: float, entry: float, fon
     size = style.FONT_SIZE if entry > 1 else font
     for request, row in enumerate(batch.block_table):
         y = y_table + request * 1.15
-        draw.row_label(ax, y, f"request {request}", -0.2)
+        draw.row_label(ax, y, _("request {request}").format(request=request), -0.2)
         for b, physical in enumerate(row):
             used = b < batch.blocks_used[request]
             colour, label = (style.request_colour(request), physical) if used else (EMPTY, "")
@@ -318,12 +324,16 @@ def _paint_cache(ax, cell, batch: PagedBatch, y_cache: float, per_line: int, hei
     Returns each block's (x, y)."""
     block_size, block_width = batch.block_size, batch.block_size + CACHE_GAP
     landed, earlier = draw.landed(batch.positions, batch.slots), batch.earlier
-    hatched = "; hatched: written by earlier steps" if earlier else ""
+    slots = ngettext("{n} slot", "{n} slots", block_size).format(n=block_size)
     # Under the cache, so that no arrow runs through it.
     caption = (
-        f"KV cache: {batch.num_physical_blocks} physical blocks of "
-        f"{draw.plural(block_size, 'slot')} (label: position stored there{hatched})"
-    )
+        _(
+            "KV cache: {blocks} physical blocks of {slots} (label: position stored there; "
+            "hatched: written by earlier steps)"
+        )
+        if earlier
+        else _("KV cache: {blocks} physical blocks of {slots} (label: position stored there)")
+    ).format(blocks=batch.num_physical_blocks, slots=slots)
     ax.text(0, height - 0.35, caption, fontsize=style.FONT_SIZE, va="bottom")
     origins: dict[int, tuple[float, float]] = {}
     label_font = font * 0.8
@@ -334,13 +344,14 @@ def _paint_cache(ax, cell, batch: PagedBatch, y_cache: float, per_line: int, hei
         x0, y = column * block_width, y_cache + line * LINE_HEIGHT
         origins[physical] = (x0, y)
         first = physical * block_size
+        last = first + block_size - 1
         labels = [
-            f"block {physical} · slots {first}-{first + block_size - 1}",
-            f"block {physical}",
+            _("block {k} · slots {first}-{last}").format(k=physical, first=first, last=last),
+            _("block {k}").format(k=physical),
             str(physical),
         ]
         # The longest label that fits under the block (narrow blocks' labels overlapped).
-        fits = [t for t in labels if len(t) * label_font * 0.6 / 72 <= block_inches]
+        fits = [t for t in labels if _ems(t) * label_font * 0.6 / 72 <= block_inches]
         label = fits[0] if fits else labels[-1]
         ax.text(
             x0 + block_size / 2,
@@ -364,15 +375,20 @@ def _paint_cache(ax, cell, batch: PagedBatch, y_cache: float, per_line: int, hei
     return origins
 
 
+def _ems(text: str) -> float:
+    """Width of ``text`` in Latin characters: a CJK one is as wide as about 1.7 of them."""
+    return sum(1.7 if ord(c) >= 0x2E80 else 1.0 for c in text)
+
+
 def paged_widget(lengths: Sequence[int] = (5, 11, 3), block_size: int = 4, seed: int = 0) -> VBox:
     """Sliders for three request lengths, the block size, the padding tail and the shuffle of
     physical blocks; every change re-runs the kernel and redraws (``slotmap.viz.live``)."""
     from slotmap.viz.live import live_figure, request_sliders, slider, split_columns
 
     controls = request_sliders(lengths, 16)
-    controls["block_size"] = slider("block size", block_size, 1, 8, False)
-    controls["padding"] = slider("padding tail", 2, 0, 8, False)
-    controls["seed"] = slider("shuffle", seed, 0, 20, False)
+    controls["block_size"] = slider(_("block size"), block_size, 1, 8, False)
+    controls["padding"] = slider(_("padding tail"), 2, 0, 8, False)
+    controls["seed"] = slider(_("shuffle"), seed, 0, 20, False)
 
     def redraw(request_0, request_1, request_2, block_size, padding, seed):
         counts = [request_0, request_1, request_2]

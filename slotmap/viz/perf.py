@@ -33,8 +33,9 @@ from slotmap.exercises.lesson08 import (
     lookup,
     model_us,
 )
+from slotmap.i18n import N_, _, tr
 from slotmap.viz.draw import key
-from slotmap.viz.style import EDGE, FONT_SIZE, WIDTH
+from slotmap.viz.style import EDGE, FONT_SIZE, WIDTH, use_cjk_font
 
 if TYPE_CHECKING:
     from ipywidgets import VBox
@@ -124,9 +125,10 @@ def describe(data: dict) -> str:
     hw = data["hardware"]
     gpu = hw.get("gpu") or hw["backend"]
     date = str(hw.get("date", ""))[:10]
-    where = "live run in this notebook" if data.get("live") else "committed run"
-    source = "" if data.get("live") else ": benchmarks/results/h200.json"
-    return f"{gpu}, {date}, {where}{source}"
+    if data.get("live"):
+        return _("{gpu}, {date}, live run in this notebook").format(gpu=gpu, date=date)
+    source = "benchmarks/results/h200.json"
+    return _("{gpu}, {date}, committed run: {source}").format(gpu=gpu, date=date, source=source)
 
 
 def shapes_of(data: dict) -> list[str]:
@@ -158,10 +160,10 @@ def predicted_us(data: dict, shape: str, block_size: int, variant: str) -> float
 # Figures
 # ---------------------------------------------------------------------------------------------
 FLOORS = (
-    ("empty", "--", "launch floor: empty kernel, same grid"),
-    ("copy", ":", "bandwidth floor: copy of the same bytes"),
+    ("empty", "--", N_("launch floor: empty kernel, same grid")),
+    ("copy", ":", N_("bandwidth floor: copy of the same bytes")),
 )
-MODEL = "model: max(floor, bytes / bandwidth)"
+MODEL = N_("model: max(floor, bytes / bandwidth)")
 
 
 def variant_times(data: dict, shape: str, block_size: int, mode: str) -> tuple[dict, dict]:
@@ -171,7 +173,11 @@ def variant_times(data: dict, shape: str, block_size: int, mode: str) -> tuple[d
     key = (shape, block_size, mode)
     records = [r for r in data["records"] if (r["shape"], r["block_size"], r["mode"]) == key]
     if not records:
-        raise ValueError(f"no records for {shape}/b{block_size} ({mode}) in {describe(data)}")
+        raise ValueError(
+            _("no records for {shape}/b{block_size} ({mode}) in {source}").format(
+                shape=shape, block_size=block_size, mode=mode, source=describe(data)
+            )
+        )
     us = {r["variant"]: r["us"] for r in records}
     measured = {v: us[v] for v in VARIANT_COLOURS if v in us}
     predicted = {}
@@ -194,6 +200,7 @@ def draw_variants(
     data = data if data is not None else results()
     measured, predicted = variant_times(data, shape, block_size, mode)
     variants, heights = list(measured), list(measured.values())
+    use_cjk_font()
     fig, ax = plt.subplots(figsize=(WIDTH, 4.4))
     colours = [VARIANT_COLOURS[v] for v in variants]
     bars = ax.bar(range(len(variants)), heights, 0.7, color=colours, edgecolor=EDGE, linewidth=0.6)
@@ -204,7 +211,8 @@ def draw_variants(
         if variant in measured:
             us = measured[variant]
             ax.axhline(us, color="#555555", linestyle=style, linewidth=1.2, zorder=0)
-            line = {"color": "#555555", "linestyle": style, "label": f"{label} ({us:.3g} µs)"}
+            floor = _("{floor} ({us} µs)").format(floor=tr(label), us=f"{us:.3g}")
+            line = {"color": "#555555", "linestyle": style, "label": floor}
             handles.append(Line2D([], [], **line))
     tick = {"color": "black", "linewidth": 2.4, "solid_capstyle": "butt"}
     for index, variant in enumerate(variants):
@@ -212,7 +220,7 @@ def draw_variants(
             value, gid = predicted[variant], f"predicted-{variant}"
             ax.plot([index - 0.42, index + 0.42], [value, value], **tick, gid=gid)
     if predicted:
-        handles.append(Line2D([], [], color="black", linewidth=2.4, label=MODEL))
+        handles.append(Line2D([], [], color="black", linewidth=2.4, label=tr(MODEL)))
     for index, (variant, us) in enumerate(zip(variants, heights, strict=True)):
         above = max(us, predicted.get(variant, 0.0))  # the label clears the model's tick
         ax.text(index, above * 1.08, f"{us:.3g}", ha="center", va="bottom", fontsize=FONT_SIZE - 1)
@@ -222,21 +230,27 @@ def draw_variants(
     ax.set_ylim(bottom / 2.5, top * 4)
     ax.set_xticks(range(len(variants)))
     ax.set_xticklabels(variants, fontsize=FONT_SIZE)
-    ax.set_ylabel(f"µs per call ({mode})", fontsize=FONT_SIZE)
+    ax.set_ylabel(_("µs per call ({mode})").format(mode=mode), fontsize=FONT_SIZE)
     ax.tick_params(axis="y", labelsize=FONT_SIZE - 1)
     ax.legend(handles=handles, loc="upper left", fontsize=FONT_SIZE - 1, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     num_tokens, max_num_tokens = SHAPE_TOKENS.get(shape, (None, None))
-    about = "" if num_tokens is None else f" ({num_tokens:,} tokens, padded to {max_num_tokens:,})"
+    about = (
+        ""
+        if num_tokens is None
+        else _(" ({tokens} tokens, padded to {max_num_tokens})").format(
+            tokens=f"{num_tokens:,}", max_num_tokens=f"{max_num_tokens:,}"
+        )
+    )
     what = (
-        "inside a CUDA graph of 20 calls: device time"
+        _("inside a CUDA graph of 20 calls: device time")
         if mode == "graph"
-        else "eager: back-to-back Python calls, host launch cost included"
+        else _("eager: back-to-back Python calls, host launch cost included")
     )
-    ax.set_title(
-        f"{shape}{about}, block {block_size}, {what}\n{describe(data)}",
-        fontsize=FONT_SIZE + 1,
+    title = _("{shape}{about}, block {block_size}, {what}\n{source}").format(
+        shape=shape, about=about, block_size=block_size, what=what, source=describe(data)
     )
+    ax.set_title(title, fontsize=FONT_SIZE + 1)
     fig.tight_layout()
     fig.slotmap_bars = dict(zip(variants, heights, strict=True))
     fig.slotmap_predicted = predicted
@@ -254,6 +268,7 @@ def draw_eager_vs_graph(
     shapes = [s for s in shapes_of(data) if lookup(data, s, block_size, variant, "eager")]
     modes = modes_of(data)[::-1]  # eager first
     series = [(v, m) for m in modes for v in (variant, "empty")]
+    use_cjk_font()
     fig, ax = plt.subplots(figsize=(WIDTH, 4.2))
     width = 0.8 / len(series)
     values = {}
@@ -272,14 +287,14 @@ def draw_eager_vs_graph(
     ax.set_ylim(min(every) / 2, max(every) * 5)
     ax.set_xticks(range(len(shapes)))
     ax.set_xticklabels(shapes, fontsize=FONT_SIZE)
-    ax.set_ylabel("µs per call", fontsize=FONT_SIZE)
+    ax.set_ylabel(_("µs per call"), fontsize=FONT_SIZE)
     ax.legend(ncol=len(series), loc="upper left", fontsize=FONT_SIZE - 1, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.set_title(
-        f"{variant} kernel and an empty kernel, block {block_size}: eager (hatched) pays the "
-        f"host's launch every call, a graph replays it\n{describe(data)}",
-        fontsize=FONT_SIZE + 1,
-    )
+    title = _(
+        "{variant} kernel and an empty kernel, block {block_size}: eager (hatched) pays the "
+        "host's launch every call, a graph replays it\n{source}"
+    ).format(variant=variant, block_size=block_size, source=describe(data))
+    ax.set_title(title, fontsize=FONT_SIZE + 1)
     fig.tight_layout()
     fig.slotmap_values = values
     fig.slotmap_shapes = shapes
@@ -321,6 +336,7 @@ def draw_prediction(data: dict | None = None) -> Figure:
     data = data if data is not None else results()
     mode = "graph" if "graph" in modes_of(data) else "eager"
     points = prediction_points(data)
+    use_cjk_font()
     fig, ax = plt.subplots(figsize=(WIDTH, 5.2))
     for p in points:
         r = p["record"]
@@ -341,8 +357,8 @@ def draw_prediction(data: dict | None = None) -> Figure:
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(plain)
         axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
-    ax.set_xlabel("predicted µs: max(floor, bytes / bandwidth)", fontsize=FONT_SIZE)
-    ax.set_ylabel(f"measured µs ({mode})", fontsize=FONT_SIZE)
+    ax.set_xlabel(_("predicted µs: max(floor, bytes / bandwidth)"), fontsize=FONT_SIZE)
+    ax.set_ylabel(_("measured µs ({mode})").format(mode=mode), fontsize=FONT_SIZE)
     variants = [v for v in KERNELS if any(p["record"]["variant"] == v for p in points)]
     shapes = [s for s in SHAPE_MARKERS if any(p["record"]["shape"] == s for p in points)]
     marker = {"linestyle": "", "color": "#555555"}
@@ -350,21 +366,21 @@ def draw_prediction(data: dict | None = None) -> Figure:
     handles += [Line2D([], [], marker=SHAPE_MARKERS[s], label=s, **marker) for s in shapes]
     hollow = {"markerfacecolor": "none", "markeredgecolor": "#555555"}
     handles += [
-        key("#d9f0d3", "measured 1 to 1.25x the model", edge=None),
-        Line2D([], [], marker="o", linestyle="", label=HOLLOW, **hollow),
+        key("#d9f0d3", _("measured 1 to 1.25x the model"), edge=None),
+        Line2D([], [], marker="o", linestyle="", label=tr(HOLLOW), **hollow),
     ]
     ax.legend(handles=handles, loc="upper left", fontsize=FONT_SIZE - 1, ncol=2, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.set_title(
-        f"The model against every measured kernel ({len(points)} records)\n{describe(data)}",
-        fontsize=FONT_SIZE + 1,
+    title = _("The model against every measured kernel ({records} records)\n{source}").format(
+        records=len(points), source=describe(data)
     )
+    ax.set_title(title, fontsize=FONT_SIZE + 1)
     fig.tight_layout()
     fig.slotmap_points = points
     return fig
 
 
-HOLLOW = "hollow: not in 08.predict_time's check"
+HOLLOW = N_("hollow: not in 08.predict_time's check")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,11 +395,11 @@ def perf_widget(data: dict | None = None, shape: str | None = None) -> VBox:
     data = data if data is not None else results()
     shapes = shapes_of(data)
     controls = {
-        "shape": choice("shape", shapes, shape if shape in shapes else shapes[-1]),
+        "shape": choice(_("shape"), shapes, shape if shape in shapes else shapes[-1]),
         "block_size": widgets.ToggleButtons(
-            options=block_sizes_of(data), description="block size", style=WIDE
+            options=block_sizes_of(data), description=_("block size"), style=WIDE
         ),
-        "mode": widgets.ToggleButtons(options=modes_of(data), description="mode", style=WIDE),
+        "mode": widgets.ToggleButtons(options=modes_of(data), description=_("mode"), style=WIDE),
     }
 
     def redraw(shape: str, block_size: int, mode: str):

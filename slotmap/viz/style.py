@@ -39,6 +39,12 @@ def use_cjk_font() -> str:
     return name
 
 
+def monospace() -> list[str]:
+    """The font family of a monospace text: a generic family resolves to one font, so the
+    Chinese font is its own fallback after it."""
+    return ["monospace", use_cjk_font()]
+
+
 def request_colour(request: int) -> str:
     return REQUEST_COLOURS[request % len(REQUEST_COLOURS)]
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from slotmap.i18n import _
 from slotmap.viz import draw, style
 
 if TYPE_CHECKING:
@@ -98,7 +99,11 @@ def run_tiles(
     num_reqs = len(lengths)
     programs = num_reqs + 1 if programs is None else int(programs)
     if not 1 <= programs <= num_reqs + 1:
-        raise ValueError(f"programs must be in 1..{num_reqs + 1}, got {programs}")
+        raise ValueError(
+            _("programs must be in 1..{high}, got {programs}").format(
+                high=num_reqs + 1, programs=programs
+            )
+        )
     starts = draw.starts_of(lengths)
     positions = [p for n in lengths for p in range(n)]
     blocks = [max(1, -(-n // block_size)) for n in lengths]
@@ -190,7 +195,7 @@ def draw_run(run: TileRun) -> Figure:
     cell = functools.partial(draw.cell, ax, size=font, linewidth=0.5)
 
     # Row 0: the batch as the kernel sees it.
-    draw.row_label(ax, 0, "batch (position)", -0.3)
+    draw.row_label(ax, 0, _("batch (position)"), -0.3)
     for token in range(run.num_tokens):
         colour = style.request_colour(run.request_of(token))
         cell(token, 0, colour, run.positions[token], "batch", text_colour="white")
@@ -202,24 +207,32 @@ def draw_run(run: TileRun) -> Figure:
     if missing:
         names = ", ".join(str(q) for q in missing)
         at = (run.max_num_tokens / 2, 1.3 + run.programs + 0.4)
-        note = f"no program ran for request {names}: the last program always pads"
-        note += f" (from query_start_loc[{padding_program}])"
+        note = _(
+            "no program ran for request {requests}: the last program always pads "
+            "(from query_start_loc[{program}])"
+        ).format(requests=names, program=padding_program)
         ax.text(*at, note, **draw.CENTRE, fontsize=style.FONT_SIZE, color=style.HIGHLIGHT)
     _paint_output(ax, cell, run, rows - 0.6)
     handles = [
-        draw.key("white", f"a tile ({tile} lanes)", "black", linewidth=1.6),
-        draw.key("white", "masked lane", style.PAD, hatch="xxx"),
+        draw.key("white", _("a tile ({lanes} lanes)").format(lanes=tile), "black", linewidth=1.6),
+        draw.key("white", _("masked lane"), style.PAD, hatch="xxx"),
         draw.key(style.PAD, "PAD_ID (-1)"),
-        draw.key("white", "past the output's end", style.PAD, hatch="..."),
-        draw.key("white", "? never written", style.HIGHLIGHT),
-        draw.key(style.PAD, "a token no program computed", style.HIGHLIGHT),
+        draw.key("white", _("past the output's end"), style.PAD, hatch="..."),
+        draw.key("white", _("? never written"), style.HIGHLIGHT),
+        draw.key(style.PAD, _("a token no program computed"), style.HIGHLIGHT),
     ]
     draw.legend(ax, handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3)
-    ax.set_title(
-        f"grid ({run.programs},): {run.num_reqs} requests, TILE_BLOCK_SIZE={tile}, "
-        f"num_tokens={run.num_tokens}, max_num_tokens={run.max_num_tokens}",
-        fontsize=style.FONT_SIZE + 1,
+    title = _(
+        "grid ({programs},): {requests} requests, TILE_BLOCK_SIZE={tile}, "
+        "num_tokens={num_tokens}, max_num_tokens={max_num_tokens}"
+    ).format(
+        programs=run.programs,
+        requests=run.num_reqs,
+        tile=tile,
+        num_tokens=run.num_tokens,
+        max_num_tokens=run.max_num_tokens,
     )
+    ax.set_title(title, fontsize=style.FONT_SIZE + 1)
     return fig
 
 
@@ -232,11 +245,11 @@ def _paint_programs(ax, cell, run: TileRun) -> None:
     for program in range(run.programs):
         y = 1.3 + program
         if program == run.programs - 1:  # the kernel's padding program: the last one
-            draw.row_label(ax, y, f"program {program} (padding)", -0.3)
+            draw.row_label(ax, y, _("program {program} (padding)").format(program=program), -0.3)
             colour, text, end, starts = style.PAD, "black", run.max_num_tokens, run.padding_tiles()
         else:
             colour = style.request_colour(program)
-            caption = f"program {program} (request {program})"
+            caption = _("program {program} (request {program})").format(program=program)
             draw.row_label(ax, y, caption, -0.3, color=colour)
             text, end, starts = "white", run.starts[program + 1], run.tiles_run(program)
         for start in starts:
@@ -253,7 +266,7 @@ def _paint_programs(ax, cell, run: TileRun) -> None:
 def _paint_output(ax, cell, run: TileRun, y: float) -> None:
     """The output after the run, and the guard cells past its end: a cell still poisoned was
     never written; a guard cell written is a store out of bounds."""
-    draw.row_label(ax, y, "slot_mapping after the run", -0.3)
+    draw.row_label(ax, y, _("slot_mapping after the run"), -0.3)
     red = style.HIGHLIGHT
     for x, value in enumerate(run.buffer):
         if x >= run.max_num_tokens and value != POISON:
@@ -280,9 +293,10 @@ def tiles_widget(
     from slotmap.viz.live import choice, live_figure, request_sliders, slider, split_columns
 
     controls = request_sliders(lengths, 12)
-    controls["tile_size"] = choice("tile size", [2, 4, 8], tile_size, wide=False)
-    controls["padding"] = slider("padding tail", padding, 0, 10, False)
-    controls["short"] = widgets.Checkbox(value=False, description="launch one program fewer")
+    controls["tile_size"] = choice(_("tile size"), [2, 4, 8], tile_size, wide=False)
+    controls["padding"] = slider(_("padding tail"), padding, 0, 10, False)
+    fewer = _("launch one program fewer")
+    controls["short"] = widgets.Checkbox(value=False, description=fewer)
 
     def redraw(request_0, request_1, request_2, tile_size, padding, short):
         counts = [request_0, request_1, request_2]

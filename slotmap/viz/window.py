@@ -21,11 +21,12 @@ import torch
 
 from slotmap.backend import DEVICE
 from slotmap.exercises.lesson03 import launch_production_with_window
+from slotmap.i18n import ENGLISH, N_, _, language, tr
 from slotmap.kernels.slot_mapping import compute_slot_mapping
 from slotmap.layout import cdiv, next_power_of_2, window_size
 from slotmap.reference import slot_mapping_oracle, window_bases_oracle
 from slotmap.viz.draw import key, legend, row_label
-from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, boxes, figure
+from slotmap.viz.style import EDGE, EMPTY, FONT_SIZE, HIGHLIGHT, boxes, figure, monospace
 
 if TYPE_CHECKING:
     from ipywidgets import VBox
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 TILE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
 WINDOW_FILL = "#fff4c2"  # entries a window loaded that no lane picked
 PAST_ROW = "#ffffff"  # window entries past the row's end: masked, never loaded
-FAILURE_MODES = ("contiguous", "shuffled across tiles", "window without its +1")
+FAILURE_MODES = (N_("contiguous"), N_("shuffled across tiles"), N_("window without its +1"))
 
 
 def tile_colour(tile: int) -> str:
@@ -146,37 +147,42 @@ def draw_windows_run(run: WindowRun) -> Figure:
     colours = [tile_colour(t) for t in range(run.tiles) for _ in run.tile_tokens(t)]
     labels = [str(p) for p in run.positions]
     boxes(axes[0], 0, colours, labels, gids="token", text_colour="white", font_size=FONT_SIZE - 1)
-    row_label(axes[0], 0, "positions\n(by tile)", -0.6)
+    row_label(axes[0], 0, _("positions\n(by tile)"), -0.6)
     mismatched = [t for t in range(run.tiles) if run.bases[t] != run.expected_bases[t]]
     for tile in range(run.tiles):
         _paint_tile(axes[1 + tile], run, tile, tile in mismatched)
     grey = {"color": "#555555", "fontsize": FONT_SIZE - 1}
     for entry in range(len(row)):
         axes[-1].text(entry + 0.5, -0.2, str(entry), ha="center", va="top", **grey)
-    axes[-1].text(-0.6, -0.45, "entry = logical block", ha="right", va="center", **grey)
+    axes[-1].text(-0.6, -0.45, _("entry = logical block"), ha="right", va="center", **grey)
     for ax in axes:
         ax.set_xlim(-0.2, width + 0.2)
         ax.set_ylim(-0.3, 1.05)
     wrong = sum(g != e for g, e in zip(run.slots, run.expected, strict=True))
     verdict = (
-        "kernel's slots = reference" if wrong == 0 else f"{wrong} slots differ from the reference"
+        _("kernel's slots = reference")
+        if wrong == 0
+        else _("{wrong} slots differ from the reference").format(wrong=wrong)
     )
     trace = (
-        "recorded window bases = window_bases_oracle"
+        _("recorded window bases = window_bases_oracle")
         if not mismatched
-        else f"window bases of tiles {mismatched} differ from window_bases_oracle"
+        else _("window bases of tiles {tiles} differ from window_bases_oracle").format(
+            tiles=mismatched
+        )
     )
-    fig.suptitle(
-        f"One request, blocks of {block_size}, tiles of {tile_size}: BLOCK_TABLE_WINDOW_SIZE = "
-        f"next_pow2(cdiv({tile_size}, {block_size}) + 1) = {run.window}\n{verdict}; {trace}",
-        fontsize=FONT_SIZE + 1,
+    title = _(
+        "One request, blocks of {block_size}, tiles of {tile_size}: BLOCK_TABLE_WINDOW_SIZE = "
+        "next_pow2(cdiv({tile_size}, {block_size}) + 1) = {window}\n{verdict}; {trace}"
     )
+    sizes = {"block_size": block_size, "tile_size": tile_size, "window": run.window}
+    fig.suptitle(title.format(**sizes, verdict=verdict, trace=trace), fontsize=FONT_SIZE + 1)
     handles = [
-        key(tile_colour(0), "picked by a lane of the tile"),
-        key(WINDOW_FILL, "loaded by the window, unused"),
-        key(EMPTY, "not loaded"),
-        key("none", "the window", linewidth=2.4),
-        key("none", "past the row: masked", linestyle="--"),
+        key(tile_colour(0), _("picked by a lane of the tile")),
+        key(WINDOW_FILL, _("loaded by the window, unused")),
+        key(EMPTY, _("not loaded")),
+        key("none", _("the window"), linewidth=2.4),
+        key("none", _("past the row: masked"), linestyle="--"),
     ]
     legend(fig, handles, loc="upper right", bbox_to_anchor=(0.98, 1 - 0.5 / height), ncol=5)
     fig.slotmap_run = run  # what was drawn, for tests and curious learners
@@ -202,8 +208,8 @@ def _paint_tile(ax, run: WindowRun, tile: int, mismatched: bool) -> None:
     _window_outline(ax, base, run.window, len(row), 0, HIGHLIGHT if mismatched else EDGE)
     tokens = run.tile_tokens(tile)
     first, last = run.positions[tokens[0]], run.positions[tokens[-1]]
-    caption = (
-        f"tile {tile}: positions {first}–{last}\nwindow = entries {base}–{base + run.window - 1}"
+    caption = _("tile {tile}: positions {first}–{last}\nwindow = entries {base}–{end}").format(
+        tile=tile, first=first, last=last, base=base, end=base + run.window - 1
     )
     row_label(ax, 0, caption, -0.6)
 
@@ -222,6 +228,7 @@ class FailureRun:
     slots: list[int]
     expected: list[int]
     launcher_message: str  # what compute_slot_mapping (validate=True) said
+    accepted: bool = True  # whether it accepted the input
 
     @property
     def wrong_tokens(self) -> list[int]:
@@ -235,7 +242,9 @@ def run_failure(
 ) -> FailureRun:
     """One request through the kernel with the window precondition broken (or not)."""
     if mode not in FAILURE_MODES:
-        raise ValueError(f"mode must be one of {FAILURE_MODES}, got {mode!r}")
+        raise ValueError(
+            _("mode must be one of {modes}, got {mode!r}").format(modes=FAILURE_MODES, mode=mode)
+        )
     positions = list(range(first_position, first_position + num_tokens))
     if mode == "shuffled across tiles":
         random.Random(seed).shuffle(positions)
@@ -244,25 +253,27 @@ def run_failure(
     qsl, pos, table = _request(positions, row)
     try:
         compute_slot_mapping(qsl, pos, table, block_size, tile_size=tile_size)
-        message = "compute_slot_mapping accepts this input."
+        message, accepted = _("compute_slot_mapping accepts this input."), True
     except ValueError as error:
-        message = f"compute_slot_mapping raises ValueError: {error}"
+        message = _("compute_slot_mapping raises ValueError: {error}").format(error=error)
+        accepted = False
     if mode == "window without its +1":
         window = next_power_of_2(cdiv(tile_size, block_size))
         slots = launch_production_with_window(
             qsl, pos, table, block_size, window=window, tile_size=tile_size
         )
-        message += (
-            f" (Its window has the +1. This run launches the production kernel with "
-            f"BLOCK_TABLE_WINDOW_SIZE = next_pow2(cdiv({tile_size}, {block_size})) = {window}.)"
-        )
+        message += _(
+            " (Its window has the +1. This run launches the production kernel with "
+            "BLOCK_TABLE_WINDOW_SIZE = next_pow2(cdiv({tile_size}, {block_size})) = {window}.)"
+        ).format(tile_size=tile_size, block_size=block_size, window=window)
     else:
         window = window_size(tile_size, block_size)
         options = {"tile_size": tile_size, "validate": False}
         slots = compute_slot_mapping(qsl, pos, table, block_size, **options)
     expected = slot_mapping_oracle(qsl.cpu(), pos.cpu(), table.cpu(), block_size).tolist()
     sizes = (block_size, tile_size, window)
-    return FailureRun(mode, positions, row, *sizes, slots.cpu().tolist(), expected, message)
+    found = slots.cpu().tolist()
+    return FailureRun(mode, positions, row, *sizes, found, expected, message, accepted)
 
 
 def draw_window_failure(
@@ -293,10 +304,10 @@ def draw_failure_run(run: FailureRun) -> Figure:
     wrong = set(run.wrong_tokens)
     tiles = [t // tile_size for t in range(num_tokens)]
     rows = [
-        ("positions\n(by tile)", [tile_colour(t) for t in tiles], run.positions, "token"),
-        ("reference\nslots", [EMPTY] * num_tokens, run.expected, "expected"),
+        (_("positions\n(by tile)"), [tile_colour(t) for t in tiles], run.positions, "token"),
+        (_("reference\nslots"), [EMPTY] * num_tokens, run.expected, "expected"),
         (
-            "kernel\nslots",
+            _("kernel\nslots"),
             [HIGHLIGHT if t in wrong else "#8fd19e" for t in range(num_tokens)],
             run.slots,
             "kernel",
@@ -311,20 +322,29 @@ def draw_failure_run(run: FailureRun) -> Figure:
         row_label(ax, 0, label, -0.5)
         ax.set_xlim(-0.2, max(num_tokens, 1) + 0.2)
         ax.set_ylim(-0.2, 1.0)
-    ok = run.launcher_message.startswith("compute_slot_mapping accepts")
-    text = "\n".join(textwrap.wrap(run.launcher_message, 108))
+    ok = run.accepted
+    # A CJK character is twice as wide as a monospace Latin one.
+    columns = 108 if language() == ENGLISH else 60
+    text = "\n".join(textwrap.wrap(run.launcher_message, columns))
     font = {
         "fontsize": FONT_SIZE - 0.5,
-        "family": "monospace",
+        "family": monospace(),
         "color": "black" if ok else HIGHLIGHT,
     }
     at = (0.02, axes[3].get_position().y1)  # in the figure, on the verdict's axes
     axes[3].text(*at, text, ha="left", va="top", transform=fig.transFigure, **font)
-    fig.suptitle(
-        f"{mode}: blocks of {block_size}, tiles of {tile_size}, window of {run.window} "
-        f"entries — {len(wrong)} of {num_tokens} slots wrong (red)",
-        fontsize=FONT_SIZE + 1,
+    title = _(
+        "{mode}: blocks of {block_size}, tiles of {tile_size}, window of {window} "
+        "entries — {wrong} of {tokens} slots wrong (red)"
+    ).format(
+        mode=tr(mode),
+        block_size=block_size,
+        tile_size=tile_size,
+        window=run.window,
+        wrong=len(wrong),
+        tokens=num_tokens,
     )
+    fig.suptitle(title, fontsize=FONT_SIZE + 1)
     fig.slotmap_run = run
     return fig
 
@@ -339,10 +359,10 @@ def window_widget(
     from slotmap.viz.live import choice, live_figure, slider
 
     controls = {
-        "tile_size": choice("tile size", [4, 8, 16, 32], tile_size),
-        "block_size": slider("block size", block_size, 1, 16),
-        "first_position": slider("first position", first_position, 0, 40),
-        "num_tokens": slider("tokens", num_tokens, 1, 40),
+        "tile_size": choice(_("tile size"), [4, 8, 16, 32], tile_size),
+        "block_size": slider(_("block size"), block_size, 1, 16),
+        "first_position": slider(_("first position"), first_position, 0, 40),
+        "num_tokens": slider(_("tokens"), num_tokens, 1, 40),
     }
     return live_figure(draw_windows, controls)
 
@@ -358,11 +378,11 @@ def window_failure_widget(
     from slotmap.viz.live import choice, live_figure, slider
 
     controls = {
-        "mode": choice("break", list(FAILURE_MODES), mode),
-        "tile_size": choice("tile size", [4, 8, 16], tile_size),
-        "block_size": slider("block size", block_size, 1, 8),
-        "first_position": slider("first position", first_position, 0, 16),
-        "num_tokens": slider("tokens", num_tokens, 1, 32),
-        "seed": slider("shuffle seed", 0, 0, 9),
+        "mode": choice(_("break"), [(tr(m), m) for m in FAILURE_MODES], mode),
+        "tile_size": choice(_("tile size"), [4, 8, 16], tile_size),
+        "block_size": slider(_("block size"), block_size, 1, 8),
+        "first_position": slider(_("first position"), first_position, 0, 16),
+        "num_tokens": slider(_("tokens"), num_tokens, 1, 32),
+        "seed": slider(_("shuffle seed"), 0, 0, 9),
     }
     return live_figure(draw_window_failure, controls)

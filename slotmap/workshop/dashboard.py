@@ -19,11 +19,17 @@ in (its admins: ``workshop/jupyterhub_config.py`` grants it to no one else), and
 is checked once more against the hub's own record of the user: an instructor who is not an
 admin gets 403. The hub starts it with ``$JUPYTERHUB_*`` set; the learners' workspaces are
 found through ``$SLOTMAP_HUB_WORKSPACES``, a path with ``{username}`` in it.
+
+Every word of the pages is in the instructor's language: ``?lang=zh`` or ``?lang=en`` on the
+page's address (the links keep it), else the service's own (``$SLOTMAP_LANG``, as
+``slotmap.i18n`` reads it). The JSON API stays English: tools read it.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
+import gettext
 import html
 import json
 import os
@@ -31,11 +37,14 @@ import re
 import stat
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from slotmap import i18n
 from slotmap.exercises.progress import PROGRESS_FILE, STATES
 from slotmap.workshop.track import TRACKS, exercise_lessons, track
 
@@ -49,6 +58,42 @@ MESSAGE_CAP = 400  # characters of a failure's message shown
 FUTURE_SLACK = 24 * 3600  # seconds a record's time may lie ahead of the service's clock
 STUCK_SECONDS = 10 * 60
 DEFAULT_TRACK = TRACKS[0].name
+
+# The language of the page being made (None: the service's); one request's, not the process's.
+_speaking: ContextVar[str | None] = ContextVar("dashboard_language", default=None)
+
+
+@contextmanager
+def speaking(lang: str | None) -> Iterator[str]:
+    """Say everything in ``lang`` (``zh``, ``en``, ...; None: the service's language) inside
+    the block; yields the normalized name. Raises ValueError for a language the course lacks."""
+    chosen = i18n.language() if lang is None else i18n.normalize(lang)
+    token = _speaking.set(chosen)
+    try:
+        yield chosen
+    finally:
+        _speaking.reset(token)
+
+
+def _(message: str) -> str:
+    """``message`` in the language of the page being made (``speaking``)."""
+    lang = _speaking.get() or i18n.language()
+    if lang == i18n.ENGLISH:
+        return message
+    return _catalog(lang).gettext(message)
+
+
+def ngettext(singular: str, plural: str, n: int) -> str:
+    """The singular or plural form for ``n``, in the language of the page being made."""
+    lang = _speaking.get() or i18n.language()
+    if lang == i18n.ENGLISH:
+        return singular if n == 1 else plural
+    return _catalog(lang).ngettext(singular, plural, n)
+
+
+@functools.cache
+def _catalog(lang: str) -> Any:
+    return gettext.translation(i18n.DOMAIN, i18n.LOCALE_DIR, languages=[lang], fallback=True)
 
 
 def exercise_ids(course: Path) -> list[str]:
@@ -91,8 +136,10 @@ def _progress_bytes(workspace: Path) -> tuple[bytes, bool]:
         return b"", False
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise Unreadable("its workspace is a link or not a folder") from None
-        raise Unreadable(f"its workspace cannot be opened ({error.strerror})") from None
+            raise Unreadable(_("its workspace is a link or not a folder")) from None
+        raise Unreadable(
+            _("its workspace cannot be opened ({reason})").format(reason=error.strerror)
+        ) from None
     try:
         flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
         descriptor = os.open(PROGRESS_FILE, flags, dir_fd=folder)
@@ -100,14 +147,16 @@ def _progress_bytes(workspace: Path) -> tuple[bytes, bool]:
         return b"", False
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise Unreadable("its progress file is a link") from None
-        raise Unreadable(f"its progress file cannot be opened ({error.strerror})") from None
+            raise Unreadable(_("its progress file is a link")) from None
+        raise Unreadable(
+            _("its progress file cannot be opened ({reason})").format(reason=error.strerror)
+        ) from None
     finally:
         os.close(folder)
     try:
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
-            raise Unreadable("its progress file is not a regular file")
+            raise Unreadable(_("its progress file is not a regular file"))
         start = max(0, info.st_size - PROGRESS_CAP)
         chunks, size = [], 0
         while size < PROGRESS_CAP:
@@ -117,7 +166,9 @@ def _progress_bytes(workspace: Path) -> tuple[bytes, bool]:
             chunks.append(chunk)
             size += len(chunk)
     except OSError as error:
-        raise Unreadable(f"its progress file cannot be read ({error.strerror})") from None
+        raise Unreadable(
+            _("its progress file cannot be read ({reason})").format(reason=error.strerror)
+        ) from None
     finally:
         os.close(descriptor)
     data = b"".join(chunks)
@@ -175,10 +226,13 @@ def read_progress(workspace: Path, now: float) -> tuple[list[dict[str, Any]], st
             skipped += 1
         else:
             records.append(item)
-    problems = [f"{skipped} record{'s' * (skipped != 1)} skipped"] if skipped else []
+    problems = []
+    if skipped:
+        many = ngettext("{n} record skipped", "{n} records skipped", skipped)
+        problems.append(many.format(n=skipped))
     if cut:
-        problems.append(f"only its last {PROGRESS_CAP // 1024} KiB read")
-    return records, "; ".join(problems)
+        problems.append(_("only its last {kib} KiB read").format(kib=PROGRESS_CAP // 1024))
+    return records, _("; ").join(problems)
 
 
 def _stuck(
@@ -214,13 +268,20 @@ def room(
     workspace_of: Callable[[str], Path],
     exercises: list[str],
     now: float | None = None,
+    lang: str | None = None,
 ) -> dict[str, Any]:
     """The table: one row per learner (the hub's non-admin users), one cell per exercise
     (``{"state": "pass"|"fail"|"skip"|"none", "message"}``), the seconds since the learner
     was last active (their server's activity or their last check, the later), what of their
-    progress file could not be read, and the exercise they are stuck on (or None); then, per
-    exercise, how many learners are at each state."""
-    now = time.time() if now is None else now
+    progress file could not be read (said in ``lang``, as ``speaking``), and the exercise they
+    are stuck on (or None); then, per exercise, how many learners are at each state."""
+    with speaking(lang):
+        return _room(users, workspace_of, exercises, time.time() if now is None else now)
+
+
+def _room(
+    users: list[dict[str, Any]], workspace_of: Callable[[str], Path], exercises: list[str], now
+) -> dict[str, Any]:
     rows = []
     for user in sorted(users, key=lambda u: u["name"]):
         if user.get("admin"):
@@ -260,34 +321,55 @@ def room(
 def _ago(seconds: int | None) -> str:
     """How long ago, to the minute."""
     if seconds is None:
-        return "never"
+        return _("never")
     minutes = seconds // 60
     if minutes < 1:
-        return "this minute"
+        return _("this minute")
     if minutes < 60:
-        return f"{minutes} min ago"
-    return f"{minutes // 60} h {minutes % 60:02d} min ago"
+        return _("{minutes} min ago").format(minutes=minutes)
+    return _("{hours} h {minutes} min ago").format(
+        hours=minutes // 60, minutes=f"{minutes % 60:02d}"
+    )
 
 
-SYMBOLS = {"pass": "pass", "fail": "FAIL", "skip": "skip", "none": "-"}
+SYMBOLS = {"pass": i18n.N_("pass"), "fail": i18n.N_("FAIL"), "skip": i18n.N_("skip"), "none": "-"}
 COLOURS = {"pass": "#d9f2df", "fail": "#fbdcdc", "skip": "#eeeeee", "none": "#ffffff"}
 STUCK_COLOUR = "#ffd27f"
 
 
-def _stuck_link(stuck: dict[str, Any], rows: list[dict[str, str]]) -> str:
+def _stuck_link(stuck: dict[str, Any], rows: list[dict[str, str]], query: str) -> str:
     anchor = stuck_anchor(rows, stuck["exercise"], stuck["message"])
-    target = f"stuck#{urllib.parse.quote(anchor)}" if anchor else "stuck"
-    return (
-        f'<a href="{html.escape(target)}">stuck on {html.escape(stuck["exercise"])} for '
-        f"{stuck['minutes']} min: what to say</a>"
+    target = f"stuck{query}#{urllib.parse.quote(anchor)}" if anchor else f"stuck{query}"
+    text = _("stuck on {exercise} for {minutes} min: what to say").format(
+        exercise=html.escape(stuck["exercise"]), minutes=stuck["minutes"]
     )
+    return f'<a href="{html.escape(target)}">{text}</a>'
+
+
+def _lang_query(lang: str | None, more: str = "") -> str:
+    """The query that keeps the page's language on a link (and ``more``, ``a=b`` pairs)."""
+    pairs = [more] if more else []
+    if lang is not None:
+        pairs.append(f"lang={urllib.parse.quote(lang)}")
+    return "?" + "&".join(pairs) if pairs else ""
 
 
 def render(
-    table: dict[str, Any], track_name: str = "all", hints: list[dict[str, str]] | None = None
+    table: dict[str, Any],
+    track_name: str = "all",
+    hints: list[dict[str, str]] | None = None,
+    lang: str | None = None,
 ) -> str:
     """The table as a page that reloads itself every few seconds (``hints``: stuck.md's
-    rows, for the links of learners who are stuck)."""
+    rows, for the links of learners who are stuck), in ``lang`` (None: the service's
+    language; see ``speaking``), its links keeping ``lang``."""
+    with speaking(lang):
+        return _render(table, track_name, hints, lang)
+
+
+def _render(
+    table: dict[str, Any], track_name: str, hints: list[dict[str, str]] | None, lang: str | None
+) -> str:
     exercises = table["exercises"]
     head = "".join(f"<th>{html.escape(e)}</th>" for e in exercises)
     body = []
@@ -295,7 +377,7 @@ def render(
         cells = []
         for exercise in exercises:
             cell = row["cells"].get(exercise, {"state": "none", "message": ""})
-            text = SYMBOLS[cell["state"]]
+            text = _(SYMBOLS[cell["state"]])
             if cell["message"]:
                 text += f"<br><small>{html.escape(cell['message'])}</small>"
             stuck = row.get("stuck")
@@ -306,9 +388,9 @@ def render(
         passed = sum(row["cells"][e]["state"] == "pass" for e in exercises)
         notes = []
         if row.get("stuck"):
-            notes.append(_stuck_link(row["stuck"], hints or []))
+            notes.append(_stuck_link(row["stuck"], hints or [], _lang_query(lang)))
         if row.get("unreadable"):
-            notes.append(f"unreadable: {html.escape(row['unreadable'])}")
+            notes.append(_("unreadable: {why}").format(why=html.escape(row["unreadable"])))
         learner = html.escape(row["learner"])
         if notes:
             learner += "".join(f"<br><small>{note}</small>" for note in notes)
@@ -321,32 +403,41 @@ def render(
     foot = "".join(
         "<td><small>"
         + ", ".join(
-            f"{totals[e][state]} {SYMBOLS[state]}" for state in (*STATES, "none") if e in totals
+            f"{totals[e][state]} {_(SYMBOLS[state])}" for state in (*STATES, "none") if e in totals
         )
         + "</small></td>"
         for e in exercises
     )
+    titles = [*((t.name, _(t.title)) for t in TRACKS), ("all", _("all exercises"))]
     choices = " · ".join(
         f"<b>{html.escape(title)}</b>"
         if name == track_name
-        else f'<a href="?track={urllib.parse.quote(name)}">{html.escape(title)}</a>'
-        for name, title in [*((t.name, t.title) for t in TRACKS), ("all", "all exercises")]
+        else f'<a href="{html.escape(_lang_query(lang, "track=" + urllib.parse.quote(name)))}">'
+        f"{html.escape(title)}</a>"
+        for name, title in titles
     )
+    stuck = html.escape("stuck" + _lang_query(lang))
+    page_lang = "zh-CN" if _speaking.get() == i18n.CHINESE else "en"
+    title, heading, everyone = _("slotmap workshop: the room"), _("The room"), _("the room")
+    columns = "".join(f"<th>{name}</th>" for name in (_("learner"), _("last active"), _("passed")))
     return (
-        f'<!doctype html><html><head><meta charset="utf-8">'
+        f'<!doctype html><html lang="{page_lang}"><head><meta charset="utf-8">'
         f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
-        "<title>slotmap workshop: the room</title><style>"
+        f"<title>{title}</title><style>"
         "body{font-family:sans-serif} td,th{border:1px solid #ccc;padding:4px;"
         "vertical-align:top;max-width:16em} table{border-collapse:collapse}</style></head>"
-        "<body><h1>The room</h1><p>A progress view: each learner's own records of the checks "
-        "they ran (a learner can write them). Confirm with <code>slotmap grade</code>.</p>"
-        f"<p>Track: {choices}. A learner failing one exercise for more than "
-        f"{STUCK_SECONDS // 60} minutes is highlighted, with a link to "
-        '<a href="stuck">what to say</a>.</p>'
-        "<table><tr><th>learner</th><th>last active</th><th>passed</th>"
-        f"{head}</tr>{''.join(body)}"
-        f"<tr><th>the room</th><td></td><td></td>{foot}</tr></table>"
-        "</body></html>"
+        f"<body><h1>{heading}</h1><p>"
+        + _(
+            "A progress view: each learner's own records of the checks they ran (a learner "
+            "can write them). Confirm with <code>slotmap grade</code>."
+        )
+        + "</p><p>"
+        + _(
+            "Track: {choices}. A learner failing one exercise for more than {minutes} minutes "
+            'is highlighted, with a link to <a href="{stuck}">what to say</a>.'
+        ).format(choices=choices, minutes=STUCK_SECONDS // 60, stuck=stuck)
+        + f"</p><table><tr>{columns}{head}</tr>{''.join(body)}"
+        + f"<tr><th>{everyone}</th><td></td><td></td>{foot}</tr></table></body></html>"
     )
 
 
@@ -387,22 +478,30 @@ def stuck_anchor(rows: list[dict[str, str]], exercise: str, message: str) -> str
     return best or first
 
 
-def render_stuck(rows: list[dict[str, str]]) -> str:
-    """stuck.md's table as a page, one anchor per row (``stuck-<exercise>-<row>``)."""
+def render_stuck(rows: list[dict[str, str]], lang: str | None = None) -> str:
+    """stuck.md's table as a page, one anchor per row (``stuck-<exercise>-<row>``), its own
+    words in ``lang`` (``speaking``; stuck.md's rows as written)."""
+    with speaking(lang) as chosen:
+        return _render_stuck(rows, "zh-CN" if chosen == i18n.CHINESE else "en")
+
+
+def _render_stuck(rows: list[dict[str, str]], page_lang: str) -> str:
     body = "".join(
         f'<tr id="stuck-{html.escape(row["exercise"])}-{index}"><th>'
         f"{html.escape(row['exercise'])}</th><td>{html.escape(row['symptom'])}</td>"
         f"<td>{html.escape(row['message'])}</td><td>{html.escape(row['hint'])}</td></tr>"
         for index, row in enumerate(rows)
     )
+    title = _("When a learner is stuck")
+    names = (_("exercise"), _("the learner probably wrote"), _("the check says"), _("next hint"))
+    columns = "".join(f"<th>{name}</th>" for name in names)
     return (
-        '<!doctype html><html><head><meta charset="utf-8"><title>When a learner is stuck'
+        f'<!doctype html><html lang="{page_lang}"><head><meta charset="utf-8"><title>{title}'
         "</title><style>body{font-family:sans-serif} td,th{border:1px solid #ccc;"
         "padding:4px;vertical-align:top} table{border-collapse:collapse} tr:target"
-        "{background:#ffd27f}</style></head><body><h1>When a learner is stuck</h1>"
-        "<p>From <code>workshop/stuck.md</code>: give the hint before the solution.</p>"
-        "<table><tr><th>exercise</th><th>the learner probably wrote</th><th>the check says"
-        f"</th><th>next hint</th></tr>{body}</table></body></html>"
+        f"{{background:#ffd27f}}</style></head><body><h1>{title}</h1><p>"
+        + _("From <code>workshop/stuck.md</code>: give the hint before the solution.")
+        + f"</p><table><tr>{columns}</tr>{body}</table></body></html>"
     )
 
 
@@ -443,25 +542,37 @@ def make_app(course: Path, workspaces: str) -> Any:
             # Scopes let the user in; the hub's own record of them must also say admin.
             model = await hub_get(f"/users/{urllib.parse.quote(name, safe='')}")
             if not model.get("admin"):
-                raise web.HTTPError(403, "the room is for the workshop's instructors")
+                raise web.HTTPError(403, _("the room is for the workshop's instructors"))
 
         default_track = DEFAULT_TRACK
 
         def track_name(self) -> str:
             name = self.get_argument("track", self.default_track)
             if name != "all" and name not in {t.name for t in TRACKS}:
-                raise web.HTTPError(400, "no such track")
+                raise web.HTTPError(400, _("no such track"))
             return name
 
-        async def table(self) -> dict[str, Any]:
+        def lang(self) -> str | None:
+            """The page's language: ``?lang=``, else None (the service's)."""
+            lang = self.get_argument("lang", None)
+            if lang is not None:
+                try:
+                    i18n.normalize(lang)
+                except ValueError:
+                    raise web.HTTPError(400, _("no such language")) from None
+            return lang
+
+        async def table(self, lang: str | None) -> dict[str, Any]:
             await self.admitted()
             shown = track_exercises(exercises, self.track_name())
-            return room(await hub_get("/users"), workspace_of, shown)
+            return room(await hub_get("/users"), workspace_of, shown, lang=lang)
 
     class Page(Base):
         @web.authenticated
         async def get(self) -> None:
-            self.finish(render(await self.table(), self.track_name(), stuck))
+            lang = self.lang()
+            table = await self.table(lang)
+            self.finish(render(table, self.track_name(), stuck, lang))
 
     class Api(Base):
         default_track = "all"  # what `slotmap workshop confirm` compares: every exercise
@@ -469,13 +580,15 @@ def make_app(course: Path, workspaces: str) -> Any:
         @web.authenticated
         async def get(self) -> None:
             self.set_header("Content-Type", "application/json")
-            self.finish(json.dumps(await self.table(), allow_nan=False))
+            table = await self.table(i18n.ENGLISH)  # for tools: `slotmap workshop confirm`
+            self.finish(json.dumps(table, allow_nan=False))
 
     class Stuck(Base):
         @web.authenticated
         async def get(self) -> None:
+            lang = self.lang()
             await self.admitted()
-            self.finish(render_stuck(stuck))
+            self.finish(render_stuck(stuck, lang))
 
     class Callback(HubOAuthCallbackHandler):
         # The same HubOAuth as the pages: it holds the login's state (PKCE) in memory.
@@ -500,7 +613,11 @@ def serve(course: Path | None = None) -> int:
 
     workspaces = os.environ.get(WORKSPACES_VARIABLE)
     if not workspaces or "{username}" not in workspaces:
-        print(f"slotmap workshop dashboard: set ${WORKSPACES_VARIABLE} (with {{username}})")
+        print(
+            _("slotmap workshop dashboard: set ${variable} (with {{username}})").format(
+                variable=WORKSPACES_VARIABLE
+            )
+        )
         return 2
     url = urllib.parse.urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:0"))
     app = make_app(course or course_source(), workspaces)
@@ -522,10 +639,12 @@ def disagreements(table: dict[str, Any], grades: list[dict[str, Any]]) -> list[s
     lines = []
     for row in table["learners"]:
         for exercise, cell in row["cells"].items():
-            result = graded.get((row["learner"], exercise), "not graded")
+            result = graded.get((row["learner"], exercise), _("not graded"))
             if cell["state"] == "pass" and result not in ("PASS", True):
                 lines.append(
-                    f"{row['learner']} {exercise}: the room says pass, slotmap grade says {result}"
+                    _(
+                        "{learner} {exercise}: the room says pass, slotmap grade says {result}"
+                    ).format(learner=row["learner"], exercise=exercise, result=result)
                 )
     return lines
 
@@ -540,5 +659,5 @@ def confirm(room_path: Path, grades_path: Path, collected: Path | None = None) -
         from slotmap.workshop.collect import problems
 
         lines += problems(collected, grades)
-    print("\n".join(lines) or "every pass in the room is a pass under slotmap grade")
+    print("\n".join(lines) or _("every pass in the room is a pass under slotmap grade"))
     return 1 if lines else 0

@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from slotmap.i18n import N_
+
 # English read as a second language, with figures and widgets in between: a fair pace for
 # engineers who read Chinese first.
 EN_WORDS_PER_MINUTE = 70
@@ -105,7 +107,7 @@ class Track:
 TRACKS = (
     Track(
         name="3h",
-        title="3 hours",
+        title=N_("3 hours"),
         slot_minutes=180,
         taught={"00": 0, "01": "depth", "02": "depth", "03": "depth", "07": 10},
         breaks_minutes=10,
@@ -113,7 +115,7 @@ TRACKS = (
     ),
     Track(
         name="day",
-        title="a day (9:00 to 17:00)",
+        title=N_("a day (9:00 to 17:00)"),
         slot_minutes=480,
         taught={
             "00": 5,
