@@ -408,7 +408,7 @@ class SlotMapper(_Mapper):
     def __call__(self, query_start_loc: Tensor, positions: Tensor, num_tokens: int) -> Tensor:
         # ``_check``'s checks written out inline (a call and its lookups cost a tenth of a
         # step's host time); tests hold the two to refusing the same steps with one message.
-        index, table, out = self._index, self.table, self.out
+        index, (table, out) = self._index, self._held  # the tensors the launches bound
         try:
             (num_reqs,) = query_start_loc.shape
             (num_positions,) = positions.shape
@@ -554,7 +554,7 @@ class GroupsMapper(_Mapper):
             raise ValueError(f"this mapper was built with idx_mapping={self.idx_mapping}")
         # ``_check``'s checks written out inline (a call and its lookups cost a tenth of a
         # step's host time); tests hold the two to refusing the same steps with one message.
-        index, out = self._index, self.out
+        index, out = self._index, self._held[-1]  # the output the launches bound
         try:
             (num_reqs,) = query_start_loc.shape
             (num_positions,) = positions.shape
