@@ -334,14 +334,20 @@ def test_the_named_cases_read_the_committed_ladder_and_cover_every_answer():
             "the answer is one of",
         ),
     ],
-    ids=["ms", "whole-step", "percent", "cheapest", "invalid"],
+    ids=[
+        "period in milliseconds",
+        "the whole step",
+        "share as a percentage",
+        "the cheapest path",
+        "not a path name",
+    ],
 )
 def test_serving_path_mistakes_are_named(wrong, said):
     found = failure("08.serving_path", wrong)
     assert said in found.invariant or said in found.hint, found.invariant
 
 
-def test_serving_path_never_none_is_named():
+def test_never_answering_none_is_named():
     def never_none(h, r, s):
         answer = simplest_fitting(h, r, s)
         return "graph" if answer == "none" else answer

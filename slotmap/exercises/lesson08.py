@@ -518,11 +518,8 @@ class PathCase:
         return (dict(self.host_us), self.steps_per_second, self.share)
 
     def __str__(self) -> str:
-        ladder = ", ".join(f"{path!r}: {us:g}" for path, us in self.host_us)
-        return (
-            f"host_us={{{ladder}}}, steps_per_second={self.steps_per_second:g}, "
-            f"share={self.share:g}"
-        )
+        ladder = ", ".join(f"{path} {us:g} µs" for path, us in self.host_us)
+        return f"{self.steps_per_second:g} steps a second, share {self.share:g}, host_us {ladder}"
 
 
 def _path_mistakes(case: PathCase) -> list[tuple[str, str]]:
@@ -571,7 +568,7 @@ SERVING_PATH_HINT = (
 
 def judge_path(candidate: Callable[..., str], case: PathCase) -> None:
     host_us, rate, share = case.args()
-    call = f"serving_path({case})"
+    call = f"serving_path(host_us, {case.steps_per_second:g}, {case.share:g})"
     got = candidate(dict(host_us), rate, share)
     if got not in (*PATHS, NO_PATH):
         raise Wrong(
