@@ -28,7 +28,8 @@ as many requests as the tables have rows; ``positions`` at least ``num_tokens`` 
 tables, the output) still have the address and shape they had when it was built: a table
 resized, replaced by ``set_`` or freed is refused, never read. Each is refused with a
 ``ValueError`` naming it. The contents are trusted the way ``validate=False`` trusts them
-(docs/semantics.md §5).
+(docs/semantics.md §5, whose table lists every step refused). ``__call__`` runs the checks
+written out inline, ``_check`` as a method (``jit_call``); the tests hold them to one set.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class _Mapper(abc.ABC):
         self._index = -1 if device.type == "cpu" else device.index
         self._held = tuple(held)
         self._seen = tuple(_geometry(t) for t in self._held)
+        self._out_ptr, self._out_shape = self._seen[-1]  # the output is held last
         self._variants: dict[Any, _Variant] = {}
         self._steps: dict[tuple[int, int], tuple] = {}
         self.c_launch = device.type == "cuda" and c_launch.supported()
@@ -362,6 +364,7 @@ class SlotMapper(_Mapper):
         )
         self.knobs = LaunchKnobs()
         self._setup(block_table.device, (block_table, self.out))
+        self._table_ptr, self._table_shape = _geometry(block_table)
 
     def held_names(self) -> tuple[str, ...]:
         return ("block_table", "out")
@@ -403,7 +406,34 @@ class SlotMapper(_Mapper):
         return args, (query_start_loc, positions), (num_tokens,)
 
     def __call__(self, query_start_loc: Tensor, positions: Tensor, num_tokens: int) -> Tensor:
-        num_reqs = self._check(query_start_loc, positions, num_tokens)
+        # ``_check``'s checks written out inline (a call and its lookups cost a tenth of a
+        # step's host time); tests hold the two to refusing the same steps with one message.
+        index, (table, out) = self._index, self._held  # the tensors the launches bound
+        try:
+            (num_reqs,) = query_start_loc.shape
+            (num_positions,) = positions.shape
+            num_reqs -= 1
+            ok = (
+                type(num_tokens) is int
+                and 0 <= num_tokens <= self.max_num_tokens
+                and query_start_loc.dtype is _INT32
+                and positions.dtype is _INT64
+                and 0 <= num_reqs <= self.max_num_reqs
+                and num_positions >= num_tokens
+                and query_start_loc.is_contiguous()
+                and positions.is_contiguous()
+                and query_start_loc.get_device() == index
+                and positions.get_device() == index
+                and (index >= 0 or (query_start_loc.is_cpu and positions.is_cpu))
+                and table.data_ptr() == self._table_ptr
+                and table.shape == self._table_shape
+                and out.data_ptr() == self._out_ptr
+                and out.shape == self._out_shape
+            )
+        except (AttributeError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            self._refuse(query_start_loc, positions, num_tokens, None)
         planned = self._steps.get((num_tokens, num_reqs)) or self._step(num_tokens, num_reqs)
         if self.c_launch:
             q, p = query_start_loc.data_ptr(), positions.data_ptr()
@@ -415,15 +445,15 @@ class SlotMapper(_Mapper):
             knobs = self._knobs  # a launch hook (a profiler) gets the JIT's launch
             if (
                 launch
-                and c_launch.current_device() == self._index
+                and c_launch.current_device() == index
                 and not knobs.launch_enter_hook.calls
                 and not knobs.launch_exit_hook.calls
             ):
                 _, x, y, z, value = planned
-                launch.call(x, y, z, c_launch.current_stream(self._index), num_tokens, q, p, value)
-                return self.out
+                launch.call(x, y, z, c_launch.current_stream(index), num_tokens, q, p, value)
+                return out
         self._jit(query_start_loc, positions, num_tokens, num_reqs, None, planned)
-        return self.out
+        return out
 
 
 class GroupsMapper(_Mapper):
@@ -482,6 +512,7 @@ class GroupsMapper(_Mapper):
             f"block_tables[{g}]" for g, layout in enumerate(self.layouts) if layout.enabled
         ) + ("out",)
         self._setup(device, (*enabled, self.out))
+        self._tables_seen = tuple((t, *_geometry(t)) for t in enabled)
 
     def held_names(self) -> tuple[str, ...]:
         return self._names
@@ -521,7 +552,43 @@ class GroupsMapper(_Mapper):
     ) -> Tensor:
         if (idx_mapping is not None) != self.idx_mapping:
             raise ValueError(f"this mapper was built with idx_mapping={self.idx_mapping}")
-        num_reqs = self._check(query_start_loc, positions, num_tokens, idx_mapping)
+        # ``_check``'s checks written out inline (a call and its lookups cost a tenth of a
+        # step's host time); tests hold the two to refusing the same steps with one message.
+        index, out = self._index, self._held[-1]  # the output the launches bound
+        try:
+            (num_reqs,) = query_start_loc.shape
+            (num_positions,) = positions.shape
+            num_reqs -= 1
+            ok = (
+                type(num_tokens) is int
+                and 0 <= num_tokens <= self.max_num_tokens
+                and query_start_loc.dtype is _INT32
+                and positions.dtype is _INT64
+                and 0 <= num_reqs <= self.max_num_reqs
+                and num_positions >= num_tokens
+                and query_start_loc.is_contiguous()
+                and positions.is_contiguous()
+                and query_start_loc.get_device() == index
+                and positions.get_device() == index
+                and (index >= 0 or (query_start_loc.is_cpu and positions.is_cpu))
+                and out.data_ptr() == self._out_ptr
+                and out.shape == self._out_shape
+            )
+            if ok and idx_mapping is not None:
+                (num_rows,) = idx_mapping.shape
+                ok = (
+                    idx_mapping.dtype is _INT32
+                    and num_rows >= num_reqs
+                    and idx_mapping.is_contiguous()
+                    and idx_mapping.get_device() == index
+                    and (index >= 0 or idx_mapping.is_cpu)
+                )
+            for table, address, shape in self._tables_seen:
+                ok = ok and table.data_ptr() == address and table.shape == shape
+        except (AttributeError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            self._refuse(query_start_loc, positions, num_tokens, idx_mapping)
         planned = self._steps.get((num_tokens, num_reqs)) or self._step(num_tokens, num_reqs)
         if self.c_launch:
             q, p = query_start_loc.data_ptr(), positions.data_ptr()
@@ -534,16 +601,16 @@ class GroupsMapper(_Mapper):
             knobs = self._knobs  # a launch hook (a profiler) gets the JIT's launch
             if (
                 launch
-                and c_launch.current_device() == self._index
+                and c_launch.current_device() == index
                 and not knobs.launch_enter_hook.calls
                 and not knobs.launch_exit_hook.calls
             ):
                 _, x, y, z, value = planned
-                stream = c_launch.current_stream(self._index)
+                stream = c_launch.current_stream(index)
                 launch.call(x, y, z, stream, num_tokens, num_reqs, q, p, i, value)
-                return self.out
+                return out
         self._jit(query_start_loc, positions, num_tokens, num_reqs, idx_mapping, planned)
-        return self.out
+        return out
 
     def _arguments(
         self,

@@ -289,3 +289,69 @@ def test_perf_widget_redraws_on_a_change():
     )
     assert box.figure.slotmap_predicted == {}
     print(f"perf widget update: {elapsed * 1000:.0f} ms")
+
+
+# ---------------------------------------------------------------------------------------------
+# 08.serving_path: the simplest launch path that fits a step's host budget
+# ---------------------------------------------------------------------------------------------
+def simplest_fitting(host_us, rate, share):
+    budget = share * 1e6 / rate
+    return next((p for p in ("jit", "mapper", "graph") if host_us[p] <= budget), "none")
+
+
+def test_serving_path_solution_passes(solution):
+    result = run_check(get_exercise("08.serving_path"), solution.serving_path)
+    assert result.passed, result.report()
+    assert result.named == 6 and result.random > 0
+
+
+def test_the_named_cases_read_the_committed_ladder_and_cover_every_answer():
+    host = json.loads((ROOT / "benchmarks/results/h200-host-run19.json").read_text("utf-8"))
+    ways = host["ladder"]["host_us"]
+    assert lesson08.ladder_paths() == {
+        "jit": ways["raw-jit"],
+        "mapper": ways["mapper"],
+        "graph": ways["graph-replay"],
+    }
+    answers = [lesson08.choose_path(*case.args()) for _, case in lesson08._path_cases()]
+    assert set(answers) == {"jit", "mapper", "graph", "none"}
+
+
+@pytest.mark.parametrize(
+    ("wrong", "said"),
+    [
+        (lambda h, r, s: simplest_fitting(h, r, s / 1e3), "milliseconds"),
+        (lambda h, r, s: simplest_fitting(h, r, 1.0), "whole step"),
+        (lambda h, r, s: simplest_fitting(h, r, s / 100), "a fraction"),
+        (
+            lambda h, r, s: next(
+                (p for p in ("graph", "mapper", "jit") if h[p] <= s * 1e6 / r), "none"
+            ),
+            "simplest path that fits",
+        ),
+        (
+            lambda h, r, s: "graph" if simplest_fitting(h, r, s) == "none" else None,
+            "the answer is one of",
+        ),
+    ],
+    ids=[
+        "period in milliseconds",
+        "the whole step",
+        "share as a percentage",
+        "the cheapest path",
+        "not a path name",
+    ],
+)
+def test_serving_path_mistakes_are_named(wrong, said):
+    found = failure("08.serving_path", wrong)
+    assert said in found.invariant or said in found.hint, found.invariant
+
+
+def test_never_answering_none_is_named():
+    def never_none(h, r, s):
+        answer = simplest_fitting(h, r, s)
+        return "graph" if answer == "none" else answer
+
+    found = failure("08.serving_path", never_none)
+    assert "the answer is 'none'" in found.invariant
+    assert "20,000 steps" in found.case_name

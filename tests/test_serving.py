@@ -454,14 +454,23 @@ def bad_steps(mapper, kwargs):
     yield "int64 qsl", (query_start_loc.long(), positions, n), kwargs, "query_start_loc"
     yield "2-D positions", (query_start_loc, positions[None], n), kwargs, "positions"
     yield "meta positions", (query_start_loc, positions.to("meta"), n), kwargs, "positions"
+    empty = query_start_loc[:0]
+    yield "empty qsl", (empty, positions, n), kwargs, "query_start_loc holds -1 requests"
+    yield "0-d qsl", (query_start_loc[0], positions, n), kwargs, "query_start_loc"
+    strided = torch.zeros(2 * query_start_loc.numel(), dtype=torch.int32, device=DEVICE)
+    strided[::2] = query_start_loc
+    yield "non-contiguous qsl", (strided[::2], positions, n), kwargs, "contiguous"
+    yield "not a tensor", (query_start_loc, positions.tolist(), n), kwargs, "positions"
     if "idx_mapping" in kwargs:
-        short = kwargs["idx_mapping"][: query_start_loc.numel() - 2]
-        yield (
-            "short idx_mapping",
-            (query_start_loc, positions, n),
-            {"idx_mapping": short},
-            ("idx_mapping has"),
-        )
+        rows = kwargs["idx_mapping"]
+        for what, bad, message in (
+            ("short idx_mapping", rows[: query_start_loc.numel() - 2], "idx_mapping has"),
+            ("int64 idx_mapping", rows.long(), "idx_mapping must be int32"),
+            ("2-D idx_mapping", rows[None], "idx_mapping must have 1"),
+            ("non-contiguous idx_mapping", torch.cat([rows, rows])[::2], "contiguous"),
+            ("meta idx_mapping", rows.to("meta"), "idx_mapping is on meta"),
+        ):
+            yield what, (query_start_loc, positions, n), {"idx_mapping": bad}, message
 
 
 BAD_STEPS = [
@@ -475,13 +484,25 @@ BAD_STEPS = [
     "int64 qsl",
     "2-D positions",
     "meta positions",
+    "empty qsl",
+    "0-d qsl",
+    "non-contiguous qsl",
+    "not a tensor",
+]
+# Only a mapper built with idx_mapping takes one.
+BAD_IDX_MAPPINGS = [
+    "short idx_mapping",
+    "int64 idx_mapping",
+    "2-D idx_mapping",
+    "non-contiguous idx_mapping",
+    "meta idx_mapping",
 ]
 
 
 @pytest.mark.parametrize(
     ("name", "what"),
     [(name, what) for name in MAPPERS for what in BAD_STEPS]
-    + [("groups-idx", "short idx_mapping")],  # only a mapper built with idx_mapping takes one
+    + [("groups-idx", what) for what in BAD_IDX_MAPPINGS],
 )
 def test_a_step_outside_the_buffers_is_refused_by_name(name, what) -> None:
     mapper, kwargs = mapper_named(name)
@@ -522,6 +543,66 @@ def test_an_output_resized_after_construction_is_refused() -> None:
     mapper.out.resize_(4)
     with pytest.raises(ValueError, match="out was resized"):
         mapper(query_start_loc, positions, n)
+
+
+HELD_CHANGES = {"block table freed": freed, "block table shrunk": shrunk}
+HELD_CHANGES["block table replaced"] = replaced
+
+
+def held_changed(name: str, what: str):
+    """A mapper after a good step, its block table or output then changed as ``what`` says."""
+    mapper, kwargs = mapper_named(name)
+    query_start_loc, positions, n = one_step()
+    mapper(query_start_loc, positions, n, **kwargs)
+    if what == "out resized":
+        mapper.out.resize_(4)
+    else:
+        table = mapper.table if name in ("window", "direct") else mapper.tables[0]
+        HELD_CHANGES[what](table)
+    return mapper, (query_start_loc, positions, n), kwargs
+
+
+@pytest.mark.parametrize("name", MAPPERS)
+def test_a_step_and_the_mappers_check_refuse_the_same_steps_with_one_message(name) -> None:
+    """A step's checks are written out inline in each mapper's ``__call__`` for speed;
+    ``_check`` (which ``jit_call`` runs) is the same checks as a method. Every bad step of
+    docs/semantics.md's table is refused by both, with the same message, and good steps
+    (the first of a trace, and the edges) are accepted by both with the same request count."""
+    mapper, kwargs = mapper_named(name)
+    refused = [
+        (what, mapper, args, step_kwargs)
+        for what, args, step_kwargs, _ in bad_steps(mapper, kwargs)
+    ]
+    for what in [*HELD_CHANGES, "out resized"]:
+        refused.append((what, *held_changed(name, what)))
+    for what, changed, args, step_kwargs in refused:
+        with pytest.raises(ValueError) as by_step:
+            changed(*args, **step_kwargs)
+        with pytest.raises(ValueError) as by_check:
+            changed._check(*args, **step_kwargs)
+        assert str(by_step.value) == str(by_check.value), what
+    query_start_loc, positions, n = one_step()
+    rows = kwargs.get("idx_mapping")
+    for num_tokens in (0, n, mapper.max_num_tokens):
+        wide = torch.zeros(max(num_tokens, n), dtype=torch.int64, device=DEVICE)
+        wide[:n] = positions
+        assert (
+            mapper._check(query_start_loc, wide, num_tokens, rows) == query_start_loc.numel() - 1
+        )
+        mapper(query_start_loc, wide, num_tokens, **kwargs)  # accepted
+
+
+def test_the_semantics_page_lists_every_step_the_mappers_refuse() -> None:
+    """docs/semantics.md's table of a mapper step's refusals names the cases above, no more
+    and no fewer: the page, the inline checks and ``_check`` describe one set of checks."""
+    text = (ROOT / "docs" / "semantics.md").read_text(encoding="utf-8")
+    table = text.split("<!-- mapper-refusals -->")[1]
+    listed = {
+        line.split("|")[1].strip().strip("`")
+        for line in table.strip().splitlines()
+        if line.startswith("| `")
+    }
+    assert listed == {*BAD_STEPS, *BAD_IDX_MAPPINGS, *HELD_CHANGES, "out resized"}
 
 
 def test_a_good_step_at_the_edges_is_accepted() -> None:

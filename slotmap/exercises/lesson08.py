@@ -470,3 +470,164 @@ register(
         max_examples=60,
     )
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# 08.serving_path: which launch path a serving loop takes, from the committed host ladder.
+# Its learner-facing strings stay plain English literals here, at the end of the file.
+# ---------------------------------------------------------------------------------------------
+COMMITTED_HOST = ROOT / "benchmarks" / "results" / "h200-host-run19.json"
+# The paths a loop can take, simplest first: the JIT needs nothing, the mapper needs its
+# buffers held, a graph needs a captured graph per token bucket and the batch padded to it.
+PATHS = ("jit", "mapper", "graph")
+NO_PATH = "none"
+# Where each path's host µs a step comes from in the committed ladder.
+LADDER_WAYS = {"jit": "raw-jit", "mapper": "mapper", "graph": "graph-replay"}
+
+
+@cache
+def committed_host() -> dict:
+    """The committed H200 run with the host-cost ladder and the serving trace (run 19)."""
+    return json.loads(COMMITTED_HOST.read_text(encoding="utf-8"))
+
+
+def ladder_paths(results: dict | None = None) -> dict[str, float]:
+    """Host µs a step of each path, from a run's ladder (default: the committed run)."""
+    host_us = (results or committed_host())["ladder"]["host_us"]
+    return {path: float(host_us[way]) for path, way in LADDER_WAYS.items()}
+
+
+def step_budget_us(steps_per_second: float, share: float) -> float:
+    """The host µs a step leaves the slot mapping: its share of the step's period."""
+    return share * 1e6 / steps_per_second
+
+
+def choose_path(host_us: dict[str, float], steps_per_second: float, share: float) -> str:
+    """The simplest path whose host µs a step fits the budget; NO_PATH if none does."""
+    budget = step_budget_us(steps_per_second, share)
+    return next((path for path in PATHS if host_us[path] <= budget), NO_PATH)
+
+
+@dataclass(frozen=True)
+class PathCase:
+    host_us: tuple[tuple[str, float], ...]  # (path, host µs a step), PATHS' order
+    steps_per_second: float
+    share: float
+
+    def args(self) -> tuple:
+        return (dict(self.host_us), self.steps_per_second, self.share)
+
+    def __str__(self) -> str:
+        ladder = ", ".join(f"{path} {us:g} µs" for path, us in self.host_us)
+        return f"{self.steps_per_second:g} steps a second, share {self.share:g}, host_us {ladder}"
+
+
+def _path_mistakes(case: PathCase) -> list[tuple[str, str]]:
+    """(answer, explanation) of the known-wrong rules, most specific first."""
+    host_us, rate, share = case.args()
+
+    def first_fitting(budget: float, order=PATHS) -> str:
+        return next((path for path in order if host_us[path] <= budget), NO_PATH)
+
+    budget = step_budget_us(rate, share)
+    return [
+        (
+            first_fitting(share * 1e3 / rate),
+            "the step's period was taken in milliseconds: a loop of S steps a second has "
+            "1e6 / S µs a step, and the ladder is in µs",
+        ),
+        (
+            first_fitting(1e6 / rate),
+            "the whole step was given to the slot mapping: it may take only its share of "
+            "the step (share x 1e6 / steps_per_second µs)",
+        ),
+        (
+            first_fitting(share / 100 * 1e6 / rate),
+            "share is a fraction (0.05 is 5%), not a percentage",
+        ),
+        (
+            first_fitting(budget, tuple(reversed(PATHS))),
+            "the cheapest path was taken even though a simpler one fits: a graph needs a "
+            "captured graph per token bucket and padded batches, the mapper its buffers; "
+            "take the simplest path that fits the budget",
+        ),
+        (
+            "graph" if first_fitting(budget) == NO_PATH else first_fitting(budget),
+            "no path fits this budget, not even a graph replay: the answer is 'none' (the "
+            "loop must run fewer steps a second or give the mapping a larger share)",
+        ),
+    ]
+
+
+SERVING_PATH_HINT = (
+    "The budget is share x 1e6 / steps_per_second µs a step. Try the paths from the simplest "
+    "('jit', then 'mapper', then 'graph') and take the first whose host µs fits; 'none' if "
+    "none does."
+)
+
+
+def judge_path(candidate: Callable[..., str], case: PathCase) -> None:
+    host_us, rate, share = case.args()
+    call = f"serving_path(host_us, {case.steps_per_second:g}, {case.share:g})"
+    got = candidate(dict(host_us), rate, share)
+    if got not in (*PATHS, NO_PATH):
+        raise Wrong(
+            f"{call} returned {got!r}: the answer is one of 'jit', 'mapper', 'graph' or 'none'",
+            "a path's name",
+            repr(got),
+            SERVING_PATH_HINT,
+        )
+    expected = choose_path(host_us, rate, share)
+    if got == expected:
+        return
+    why = next(
+        (text for answer, text in _path_mistakes(case) if answer != expected and answer == got),
+        "",
+    )
+    budget = step_budget_us(rate, share)
+    raise Wrong(
+        f"{call} should be {expected!r}, got {got!r} (a budget of {budget:.4g} µs a step)"
+        + (f": {why}" if why else ""),
+        repr(expected),
+        repr(got),
+        SERVING_PATH_HINT,
+    )
+
+
+def _path_case(rate: float, share: float, host_us: dict[str, float] | None = None) -> PathCase:
+    ladder = host_us or ladder_paths()
+    return PathCase(tuple((path, ladder[path]) for path in PATHS), rate, share)
+
+
+def _path_cases() -> list[tuple[str, PathCase]]:
+    return [
+        ("50 steps a second, 5% of each step", _path_case(50, 0.05)),
+        ("1,000 steps a second, 5% of each step", _path_case(1000, 0.05)),
+        ("4,000 steps a second, 5% of each step", _path_case(4000, 0.05)),
+        ("10,000 steps a second, 5% of each step", _path_case(10000, 0.05)),
+        ("20,000 steps a second, 5% of each step", _path_case(20000, 0.05)),
+        ("2,000 steps a second, 2% of each step", _path_case(2000, 0.02)),
+    ]
+
+
+@st.composite
+def _path_strategy(draw: st.DrawFn) -> PathCase:
+    graph = draw(st.floats(0.5, 10.0))
+    mapper = graph + draw(st.floats(0.5, 20.0))
+    jit = mapper + draw(st.floats(0.5, 60.0))
+    rate = draw(st.sampled_from([100.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 40000.0]))
+    share = draw(st.sampled_from([0.01, 0.02, 0.05, 0.1, 0.25]))
+    return _path_case(rate, share, {"jit": jit, "mapper": mapper, "graph": graph})
+
+
+register(
+    Exercise(
+        id="08.serving_path",
+        title="choose a serving loop's launch path from the host ladder",
+        cases=_path_cases,
+        strategy=lambda: _path_strategy(),
+        judge=judge_path,
+        hint=SERVING_PATH_HINT,
+        max_examples=60,
+    )
+)
