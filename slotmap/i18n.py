@@ -10,6 +10,11 @@ The language: ``$SLOTMAP_LANG`` (``zh``, ``zh_CN`` or ``en``) if set, else the l
 (``$LANGUAGE``, ``$LC_ALL``, ``$LC_MESSAGES``, ``$LANG``: a ``zh`` one chooses Chinese), else
 English. ``slotmap lab --lang zh`` sets ``$SLOTMAP_LANG`` for the notebooks' kernels. It is read
 when this module is first imported; ``use(lang)`` changes it afterwards (tests, a hub).
+
+A message defined at import time (an exercise's title, a hint held by a module-level object)
+is marked with ``N_("...")``, which Babel extracts and which returns it unchanged, and is
+translated where it is shown, with ``tr(message)``: so it follows ``use(lang)`` instead of the
+language of the moment its module was imported.
 """
 
 from __future__ import annotations
@@ -92,3 +97,18 @@ def _(message: str) -> str:
 def ngettext(singular: str, plural: str, n: int) -> str:
     """The singular or plural form for ``n`` in the course's language."""
     return _catalog.ngettext(singular, plural, n)
+
+
+def N_(message: str) -> str:
+    """Mark ``message`` for extraction without translating it: for a string built at import
+    time (an exercise's title or hint kept in a module-level object), which must not freeze
+    the language of the moment it was imported. Returns ``message`` unchanged; show it with
+    ``tr(message)``."""
+    return message
+
+
+def tr(message: str) -> str:
+    """``message`` (English, marked with ``N_`` where it was defined) in the course's language
+    now, at the time it is shown. Unlike ``_``, its argument is a variable: Babel extracts the
+    literal at the ``N_``."""
+    return _catalog.gettext(message) if message else message

@@ -297,3 +297,28 @@ def test_jupyterlab_serves_its_interface_in_chinese_under_lab_lang_zh(tmp_path, 
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def test_n_marks_a_message_that_tr_translates_when_it_is_shown():
+    """A message defined at import time (N_) keeps its English and follows the language of the
+    moment it is shown (tr), not of the moment it was defined."""
+    title = i18n.N_("Triton interpreter on the CPU")  # a message the catalog translates
+    assert title == "Triton interpreter on the CPU"
+    before = i18n.language()
+    try:
+        i18n.use("zh")
+        assert i18n.tr(title) == i18n._("Triton interpreter on the CPU") != title
+        assert i18n.tr("") == ""  # gettext("") would be the catalog's header
+        i18n.use("en")
+        assert i18n.tr(title) == "Triton interpreter on the CPU"
+    finally:
+        i18n.use(before)
+
+
+def test_the_catalog_extracts_messages_marked_with_n(tiny_source):
+    from slotmap.translate.messages import message_problems
+
+    source = tiny_source / "slotmap" / "m.py"
+    source.write_text(source.read_text() + "C = N_('a title defined at import time')\n")
+    problems = message_problems("zh_CN", tiny_source, tiny_source / "locale")
+    assert len(problems) == 1 and "missing 'a title defined at import time'" in problems[0]

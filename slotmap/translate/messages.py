@@ -1,6 +1,7 @@
 """The runtime messages' gettext catalog, with Babel: extract, update, compile, check.
 
-* Extract: every ``_("...")`` (and ``ngettext``) in the files ``babel.cfg`` names.
+* Extract: every ``_("...")``, ``N_("...")`` (a message defined at import time, translated
+  where it is shown by ``tr``) and ``ngettext`` in the files ``babel.cfg`` names.
 * Update: ``slotmap/locale/<lang>/LC_MESSAGES/slotmap.po`` gains the new messages; a changed
   message is matched to its old translation and marked fuzzy; a removed one becomes obsolete.
 * Compile: ``slotmap.mo`` beside it, what ``slotmap.i18n`` reads at run time (committed, so
@@ -21,6 +22,8 @@ from slotmap.translate.glossary import glossary_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 BABEL_CFG = "babel.cfg"
+# Babel's defaults have N_ already; the course depends on it (import-time messages), so it says so.
+KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2)}
 HEADER = """\
 # What slotmap says at run time, translated. English is the source: wrap a message in
 # slotmap.i18n._() in the code, run `slotmap translate messages` (it extracts, updates this
@@ -42,7 +45,11 @@ def extract(root: Path = ROOT):  # noqa: ANN201 - babel's Catalog
         method_map, options_map = parse_mapping_cfg(handle)
     template = Catalog(project="slotmap", fuzzy=False)
     found = extract_from_dir(
-        str(root), method_map, options_map, keywords=DEFAULT_KEYWORDS, strip_comment_tags=True
+        str(root),
+        method_map,
+        options_map,
+        keywords={**DEFAULT_KEYWORDS, **KEYWORDS},
+        strip_comment_tags=True,
     )
     for filename, lineno, message, comments, context in found:
         template.add(
