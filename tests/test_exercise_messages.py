@@ -1,0 +1,152 @@
+"""What the exercises say at run time, in the learner's language: a wrong answer's check message
+and the grade summary in Chinese under ``i18n.use("zh")`` and in English under ``"en"``, and the
+Chinese exercise notebooks' banner and stubs in Chinese."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from slotmap import i18n
+from slotmap.exercises import get_exercise, run_check
+from slotmap.exercises.build import (
+    BANNER,
+    MY_BANNER,
+    STUB_ANSWER,
+    copy_to_workspace,
+    exercise_notebook,
+)
+from slotmap.exercises.grade import Grade, _width, table
+
+ROOT = Path(__file__).resolve().parents[1]
+CJK = re.compile(r"[\u4e00-\u9fff]")
+# One exercise of each lesson that a plain function answers: a wrong answer fails on the first
+# named case, without launching a kernel.
+ONE_A_LESSON = (
+    "01.slot_of",
+    "02.first_kernel",
+    "03.window_size",
+    "04.ring_slot",
+    "05.is_local",
+    "06.expand_block_table",
+    "07.lse_merge",
+    "08.bytes_moved",
+    "09.group_window",
+)
+
+
+@pytest.fixture
+def speak():
+    """``speak(lang)`` switches the course's language; the one before comes back afterwards."""
+    before = i18n.language()
+    yield i18n.use
+    i18n.use(before)
+
+
+def wrong_answer(*args: object, **kwargs: object) -> str:
+    return "not an answer"
+
+
+def failure_report(exercise_id: str) -> str:
+    result = run_check(get_exercise(exercise_id), wrong_answer, max_examples=1)
+    assert not result.passed and result.failure is not None and not result.skipped
+    return result.report()
+
+
+@pytest.mark.parametrize("exercise_id", ONE_A_LESSON)
+def test_a_wrong_answer_is_explained_in_chinese(speak, exercise_id):
+    speak("zh")
+    report = failure_report(exercise_id)
+    first, broken = report.splitlines()[:2]
+    assert first.startswith(f"未通过 {exercise_id}，出错的是命名用例「"), report
+    assert CJK.search(first.partition("「")[2]), report  # the case's name, translated
+    assert broken.startswith("  问题：    ") and CJK.search(broken), report
+
+
+@pytest.mark.parametrize("exercise_id", ONE_A_LESSON)
+def test_a_wrong_answer_is_explained_in_english(speak, exercise_id):
+    speak("en")
+    report = failure_report(exercise_id)
+    assert report.startswith(f"FAIL {exercise_id} on the named case '"), report
+    assert "\n  broken:   " in report and not CJK.search(report), report
+
+
+def test_a_pass_and_a_stub_read_in_chinese(speak):
+    speak("zh")
+    passed = run_check(get_exercise("01.slot_of"), lambda p, row, b: row[p // b] * b + p % b)
+    assert re.fullmatch(
+        r"通过 01\.slot_of：\d+ 个命名用例和 \d+ 个随机用例都与参考实现一致。", passed.report()
+    )
+
+    def stub(*args: object) -> int:
+        raise NotImplementedError()
+
+    report = run_check(get_exercise("01.slot_of"), stub).report()
+    assert "  问题：    还没做完：练习的代码仍然抛出 NotImplementedError" in report
+    assert "  提示：    把 `# YOUR CODE HERE`" in report
+
+
+def test_the_grade_summary_in_chinese_and_in_english(speak):
+    grades = [
+        Grade("ada.ipynb", {"01.slot_of": "PASS", "01.slot_mapping": "FAIL"}),
+        Grade("bob.ipynb", {"01.slot_of": "SKIP: no GPU here", "01.slot_mapping": "PASS"}),
+    ]
+    speak("zh")
+    chinese = table(grades, width=200).splitlines()
+    assert chinese[0].split() == ["笔记本", "01.slot_mapping", "01.slot_of", "通过"]
+    assert chinese[2].split() == ["ada.ipynb", "未通过", "通过", "1/2"]
+    assert chinese[3].split() == ["bob.ipynb", "通过", "跳过", "1/2，跳过", "1", "个"]
+    assert chinese[4] == "bob.ipynb：01.slot_of 被跳过，不算通过：no GPU here"
+    # The columns line up on the screen: a Chinese character takes two columns.
+    for header, cell in (("01.slot_mapping", "未通过"), ("通过", "1/2")):
+        column = _width(chinese[0][: chinese[0].index(header)])
+        assert _width(chinese[2][: chinese[2].index(cell)]) == column
+    speak("en")
+    english = table(grades, width=200).splitlines()
+    assert english[0].split() == ["notebook", "01.slot_mapping", "01.slot_of", "passed"]
+    assert english[3].split() == ["bob.ipynb", "PASS", "SKIP", "1/2,", "1", "skipped"]
+    assert english[4] == "bob.ipynb: 01.slot_of skipped, not passed: no GPU here"
+
+
+def test_a_chinese_exercise_notebook_has_its_banner_and_stubs_in_chinese(speak, tmp_path):
+    """The notebook's own language decides (its metadata), not the language of the build."""
+    speak("en")
+    solution = ROOT / "solutions" / "zh_CN" / "01_paged_kv_cache.ipynb"
+    notebook = exercise_notebook(solution)
+    assert notebook["metadata"]["slotmap"]["language"] == "zh_CN"
+    banner = "".join(notebook["cells"][0]["source"])
+    assert banner == i18n.tr(BANNER, "zh").format(name=solution.name) != BANNER
+    assert banner.startswith("> **练习笔记本**")
+    markdown = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown"]
+    assert any(i18n.tr(STUB_ANSWER, "zh") in text for text in markdown)
+    assert not any(STUB_ANSWER in text for text in markdown)
+    # The committed one is what the build makes, and the learner's copy says it in Chinese too.
+    shipped = ROOT / "exercises" / "zh_CN" / solution.name
+    assert json.loads(shipped.read_text(encoding="utf-8")) == notebook
+    copy_to_workspace(shipped.parent, tmp_path)
+    mine = json.loads((tmp_path / solution.name).read_text(encoding="utf-8"))
+    assert "".join(mine["cells"][0]["source"]) == i18n.tr(MY_BANNER, "zh").format(
+        name=solution.name
+    )
+    assert "".join(mine["cells"][0]["source"]).startswith("> `exercises/")
+
+
+def test_an_english_exercise_notebook_stays_english_under_chinese(speak):
+    speak("zh")
+    solution = ROOT / "solutions" / "01_paged_kv_cache.ipynb"
+    notebook = exercise_notebook(solution)
+    assert "".join(notebook["cells"][0]["source"]) == BANNER.format(name=solution.name)
+    assert "language" not in notebook["metadata"]["slotmap"]
+
+
+def test_the_break_window_hint_states_the_lessons_tile(speak):
+    """A message is a literal: the hint's number is written out, and must stay TILE's."""
+    from slotmap.exercises.core import plural
+    from slotmap.exercises.lesson03 import TILE
+
+    speak("en")
+    hint = get_exercise("03.break_window").hint
+    assert hint.startswith(f"Tiles hold {plural(TILE, 'token')}: ")
