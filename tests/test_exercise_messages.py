@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import slotmap
 from slotmap import i18n
 from slotmap.exercises import get_exercise, run_check
 from slotmap.exercises.build import (
@@ -150,3 +151,33 @@ def test_the_break_window_hint_states_the_lessons_tile(speak):
     speak("en")
     hint = get_exercise("03.break_window").hint
     assert hint.startswith(f"Tiles hold {plural(TILE, 'token')}: ")
+
+
+# A judge that refines a report (which part of the window went wrong, which % the kernel used,
+# a sentinel left as the window's base) decides from what broke, never from the words: in
+# Chinese it finds the same mistake as in English.
+def test_a_refined_diagnosis_is_made_in_chinese_too(speak):
+    import test_lesson03
+    import test_lesson04
+    from lesson_helpers import failure
+
+    speak("zh")
+    sentinel = failure("03.window_kernel", test_lesson03.Variant(SENTINEL=0)).invariant
+    assert sentinel.startswith("token 8（请求 0，位置 28）应在槽位 88，实际是 60：")
+    assert "就好像窗口从逻辑块 0 开始：tile 的最后 5 个 lane 越过了请求末尾" in sentinel
+    truncating = failure("04.circular_kernel", test_lesson04.Variant(test_lesson04.TRUNCATING_MOD))
+    assert "（C 风格向零截断的 % 留下了负偏移 -3：那是前一个块的槽位）" in truncating.invariant
+
+
+@pytest.mark.skipif(not slotmap.BACKEND.interpreted, reason="loads are checked interpreted")
+def test_a_window_base_left_at_int32_max_is_named_in_chinese(speak):
+    import test_lesson09
+    from lesson_helpers import failure
+
+    speak("zh")
+    found = failure("09.fused_groups", test_lesson09.Variant(test_lesson09.NO_BASE_RESET))
+    assert found.invariant.startswith("load（第 ")
+    assert found.invariant.endswith(
+        "：请求 1 的 tile 中没有一个 lane 有槽位（每个位置都是负的），所以窗口的起点停在了 "
+        "INT32_MAX 哨兵值上，而 INT32_MAX + 1 溢出绕回成了 -2^31"
+    )
