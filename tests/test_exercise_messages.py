@@ -181,3 +181,58 @@ def test_a_window_base_left_at_int32_max_is_named_in_chinese(speak):
         "：请求 1 的 tile 中没有一个 lane 有槽位（每个位置都是负的），所以窗口的起点停在了 "
         "INT32_MAX 哨兵值上，而 INT32_MAX + 1 溢出绕回成了 -2^31"
     )
+
+
+def test_a_read_out_of_bounds_in_a_graded_kernel_keeps_what_broke():
+    """Under ``slotmap grade`` a kernel's out-of-bounds read is seen where the kernel runs and
+    comes back to the judge as data: with its kind and index, which the judge reads (lesson
+    09's sentinel diagnosis) instead of the words; anything else the kernel sends is dropped."""
+    import socket
+    import threading
+
+    from slotmap.exercises import Wrong, gradecheck
+
+    def read_far_away(read_index: object) -> None:
+        wrong = Wrong("lane 1 of the load reads block_table[-2147483648]", "in bounds", "", "")
+        wrong.kind, wrong.read_index = "out_of_bounds", read_index
+        raise wrong
+
+    def judge_side(read_index: object) -> Wrong:
+        ours, theirs = socket.socketpair()
+        kernel = threading.Thread(
+            target=gradecheck._serve_one, args=(theirs, "09.fused_groups", read_far_away, {})
+        )
+        kernel.start()
+        try:
+            gradecheck._receive(ours, trusted=False)  # the candidate's description
+            with pytest.raises(Wrong) as raised:
+                gradecheck._Channel(ours).request("call", None, (read_index,), {})
+            gradecheck._send(ours, {"op": "done", "target": "FAIL"})
+        finally:
+            kernel.join(10)
+            ours.close()
+            theirs.close()
+        return raised.value
+
+    wrong = judge_side(-(2**31))
+    assert (wrong.kind, wrong.read_index) == ("out_of_bounds", -(2**31))
+    assert wrong.invariant == "lane 1 of the load reads block_table[-2147483648]"
+
+    # A kernel is untrusted: what it sends is data, and a read_index that is no int is dropped.
+    ours, theirs = socket.socketpair()
+    forged = {"invariant": "x", "kind": "out_of_bounds", "read_index": "-2147483648"}
+
+    def forge() -> None:
+        gradecheck._receive(theirs, trusted=True)
+        gradecheck._send(theirs, {"wrong": forged})
+
+    kernel = threading.Thread(target=forge)
+    kernel.start()
+    try:
+        with pytest.raises(Wrong) as raised:
+            gradecheck._Channel(ours).request("call", None, (), {})
+    finally:
+        kernel.join(10)
+        ours.close()
+        theirs.close()
+    assert raised.value.kind == "" and not hasattr(raised.value, "read_index")
