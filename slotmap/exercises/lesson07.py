@@ -167,7 +167,7 @@ def launch_reshape_and_cache_kernel(
     num_tokens = key.shape[0]
     if num_tokens == 0:
         return
-    _, block_size, num_heads, head_dim = key_cache.shape
+    _num_blocks, block_size, num_heads, head_dim = key_cache.shape
     row = num_heads * head_dim
     checked_launch(
         kernel,
@@ -836,7 +836,7 @@ def _explain_read(case: ReadCase, tensors, out: Tensor, r: int, h: int, kernel: 
     query, key_cache, value_cache, table, lens = tensors
     if r > 0:
         first_row = table[:1].expand_as(table).contiguous()
-        o, _ = paged_decode_attention_torch(
+        o, _lse = paged_decode_attention_torch(
             query, key_cache, value_cache, first_row, lens, validate=False
         )
         if bool(_close(out[r, h], o[r, h].cpu()).all()):
@@ -853,7 +853,7 @@ def _explain_read(case: ReadCase, tensors, out: Tensor, r: int, h: int, kernel: 
     for cache in (key_cache, value_cache):
         other = torch.randn(cache.shape, generator=generator).to(cache.device) * 3
         redrawn.append(torch.where(attended[..., None, None].to(cache.device), cache, other))
-    moved, _ = launch_paged_read_kernel(kernel, query, *redrawn, table, lens)
+    moved, _moved_lse = launch_paged_read_kernel(kernel, query, *redrawn, table, lens)
     if not bool(_close(moved[r, h].cpu(), out[r, h]).all()):
         return _(
             ": it reads slots that hold none of the request's positions 0..{value} (its "
