@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slotmap.i18n import LANG_VAR
+from slotmap.i18n import LANG_VAR, _
 from slotmap.lab import COURSE_MARKER, course_root, is_course, lab_command
 
 
@@ -323,16 +323,16 @@ def lab_problem(args: argparse.Namespace) -> str | None:
     """Why ``slotmap lab`` must not start with these arguments (one line), or None."""
     root = course_root()
     if not is_course(root):
-        return (
-            f"no course here: neither {Path.cwd()} nor a folder above it, nor {root}, holds "
-            f"{COURSE_MARKER}; run slotmap lab in the slotmap checkout"
-        )
+        return _(
+            "no course here: neither {here} nor a folder above it, nor {root}, holds "
+            "{marker}; run slotmap lab in the slotmap checkout"
+        ).format(here=Path.cwd(), root=root, marker=COURSE_MARKER)
     empty = args.token == "" or sets_empty_token(args.jupyter_args)
     if empty and not args.unsafe_no_auth:
-        return (
+        return _(
             "an empty token turns authentication off: anyone who can reach the port can run "
-            f"code as you; pass a token, or add {NO_AUTH_FLAG} if you mean it"
-        )
+            "code as you; pass a token, or add {flag} if you mean it"
+        ).format(flag=NO_AUTH_FLAG)
     return None
 
 
@@ -340,7 +340,6 @@ def lab_language(args: argparse.Namespace) -> tuple[str, str, list[str]]:
     """(language, lessons folder, notes) for ``slotmap lab``: ``--lang``, else ``$SLOTMAP_LANG``,
     else the locale; the lessons in that language if they are built, else the English ones."""
     from slotmap import i18n
-    from slotmap.i18n import _
 
     lang = i18n.use(args.lang) if args.lang else i18n.use(i18n.from_environment())
     if lang == i18n.ENGLISH:
@@ -364,14 +363,14 @@ LANGUAGE_PACKS = {"zh_CN": "jupyterlab-language-pack-zh-CN"}
 
 
 def lab(args: argparse.Namespace) -> int:
-    problem = lab_problem(args)
-    if problem:
-        print(f"slotmap lab: {problem}", file=sys.stderr)
-        return 2
-    try:
+    try:  # first: it chooses the language the other lines are in
         lang, lessons, notes = lab_language(args)
     except ValueError as error:
         print(f"slotmap lab: --lang {error}", file=sys.stderr)
+        return 2
+    problem = lab_problem(args)
+    if problem:
+        print(f"slotmap lab: {problem}", file=sys.stderr)
         return 2
     for note in notes:
         print(f"slotmap lab: {note}", file=sys.stderr)
@@ -425,7 +424,7 @@ def exercises(args: argparse.Namespace) -> int:
             print(f"slotmap exercises: {error}", file=sys.stderr)
             return 2
         where = workspace or build.learner_workspace()
-        print("\n".join(messages) or f"{where}: nothing new to copy")
+        print("\n".join(messages) or _("{where}: nothing new to copy").format(where=where))
         return 0
     if args.check:
         problems = build.stale_exercises()

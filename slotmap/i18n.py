@@ -107,8 +107,11 @@ def N_(message: str) -> str:
     return message
 
 
-def tr(message: str) -> str:
+def tr(message: str, lang: str | None = None) -> str:
     """``message`` (English, marked with ``N_`` where it was defined) in the course's language
-    now, at the time it is shown. Unlike ``_``, its argument is a variable: Babel extracts the
-    literal at the ``N_``."""
-    return _catalog.gettext(message) if message else message
+    now, at the time it is shown, or in ``lang`` (a notebook's own language). Unlike ``_``, its
+    argument is a variable: Babel extracts the literal at the ``N_``."""
+    if not message:
+        return message  # gettext("") is the catalog's header
+    catalog = _catalog if lang is None else _translations(normalize(lang))
+    return catalog.gettext(message)

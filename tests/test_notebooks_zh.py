@@ -81,3 +81,6 @@ def test_chinese_exercise_runs_and_its_checks_fail(path, monkeypatch):
         if CHECK_MIME in output.get("data", {})
     ]
     assert reports
+    # ... and says why in Chinese: the learner's stubs untouched, each check reports them.
+    assert all(report.startswith("未通过 ") for report in reports), reports
+    assert any("还没做完：练习的代码仍然抛出 NotImplementedError" in r for r in reports), reports

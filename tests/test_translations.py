@@ -122,7 +122,7 @@ def test_a_complete_translation_builds_a_notebook_whose_code_is_the_english_code
     # The exercises in Chinese are cut from the solutions in Chinese, by the exercises' rule.
     exercise = json.loads((course / "exercises/zh_CN/01_x.ipynb").read_text())
     texts = ["".join(c["source"]) for c in exercise["cells"]]
-    assert "答案：*Your answer here.*" in texts
+    assert "答案：*在这里写下你的答案。*" in texts  # the stub in the notebook's language
     assert "# YOUR CODE HERE\nraise NotImplementedError()" in texts
 
 

@@ -18,6 +18,7 @@ import json
 import os
 from pathlib import Path
 
+from slotmap.i18n import ENGLISH, N_, _, tr
 from slotmap.lab import COURSE_MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,20 +45,27 @@ def learner_workspace() -> Path:
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 MD_BEGIN, MD_END = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"
-STUB_ANSWER = "*Your answer here.*"
+# In the notebook's own language (its metadata's slotmap.language), not the builder's.
+STUB_ANSWER = N_("*Your answer here.*")
 
-MY_BANNER = (
+MY_BANNER = N_(
     "> **Your copy** of `exercises/{name}`, made once by `slotmap exercises copy` (or `make "
     "lab`): edit it freely, nothing overwrites it. Fill in every `# YOUR CODE HERE`, then run "
     "the check cell below it. To start over, delete this file and run `slotmap exercises "
     "copy` again."
 )
-BANNER = (
+BANNER = N_(
     "> **Exercise notebook**, generated from `solutions/{name}` by `slotmap exercises build`: "
     "do not edit it here. Work in your own copy, `my_work/{name}` (`slotmap exercises copy` "
     "makes it; `make lab` does that for you). Fill in every `# YOUR CODE HERE`, then run the "
     "check cell below it."
 )
+
+
+def notebook_language(notebook: dict) -> str:
+    """The language a notebook is written in: its ``slotmap.language`` metadata (what
+    ``slotmap translate build`` writes), else English."""
+    return notebook.get("metadata", {}).get("slotmap", {}).get("language", ENGLISH)
 
 
 class SolutionRegionError(ValueError):
@@ -88,14 +96,14 @@ def cut_code(source: str, where: str) -> str:
     return "\n".join(out)
 
 
-def cut_markdown(source: str, where: str) -> str:
-    """Replace each markdown answer region by a placeholder."""
+def cut_markdown(source: str, where: str, stub: str = STUB_ANSWER) -> str:
+    """Replace each markdown answer region by a placeholder, ``stub``."""
     out, rest = [], source
     while MD_BEGIN in rest:
         before, _, after = rest.partition(MD_BEGIN)
         if MD_END not in after:
             raise SolutionRegionError(f"{where}: {MD_BEGIN} is never closed")
-        out.append(before + STUB_ANSWER)
+        out.append(before + stub)
         rest = after.partition(MD_END)[2]
     if MD_END in rest:
         raise SolutionRegionError(f"{where}: {MD_END} without {MD_BEGIN}")
@@ -114,13 +122,14 @@ def _lines(text: str) -> list[str]:
 def exercise_notebook(solution: Path) -> dict:
     """The exercise notebook for one solution notebook, as JSON."""
     notebook = json.loads(solution.read_text(encoding="utf-8"))
+    lang = notebook_language(notebook)
     regions = 0
     cells = [
         {
             "cell_type": "markdown",
             "id": "slotmap-banner",
             "metadata": {},
-            "source": _lines(BANNER.format(name=solution.name)),
+            "source": _lines(tr(BANNER, lang).format(name=solution.name)),
         }
     ]
     for index, cell in enumerate(notebook["cells"]):
@@ -130,7 +139,7 @@ def exercise_notebook(solution: Path) -> dict:
             stub = cut_code(source, where)
             cell = dict(cell, source=_lines(stub), outputs=[], execution_count=None)
         elif cell["cell_type"] == "markdown":
-            stub = cut_markdown(source, where)
+            stub = cut_markdown(source, where, tr(STUB_ANSWER, lang))
             cell = dict(cell, source=_lines(stub))
         else:
             stub = source
@@ -140,6 +149,8 @@ def exercise_notebook(solution: Path) -> dict:
         raise SolutionRegionError(f"{solution.name} has no {BEGIN} region: nothing to exercise")
     metadata = dict(notebook.get("metadata", {}))
     metadata["slotmap"] = {"generated_from": f"solutions/{solution.name}"}
+    if lang != ENGLISH:
+        metadata["slotmap"]["language"] = lang
     return dict(notebook, cells=cells, metadata=metadata)
 
 
@@ -187,9 +198,10 @@ class WorkspaceError(OSError):
 
 def _cannot_write(workspace: Path, error: OSError) -> WorkspaceError:
     return WorkspaceError(
-        f"cannot write your copies of the exercises in {workspace}: "
-        f"{error.strerror or error}; make {workspace} a folder you can write to "
-        f"(chmod -R u+w {workspace}) and run again"
+        _(
+            "cannot write your copies of the exercises in {workspace}: {error}; make "
+            "{workspace} a folder you can write to (chmod -R u+w {workspace}) and run again"
+        ).format(workspace=workspace, error=error.strerror or error)
     )
 
 
@@ -202,8 +214,10 @@ def copy_to_workspace(exercises: Path = EXERCISES, workspace: Path | None = None
         workspace = learner_workspace()
     if workspace.exists() and not workspace.is_dir():
         raise WorkspaceError(
-            f"{workspace} is a file, not a folder: your copies of the exercises go in a folder "
-            "there; rename or remove that file and run again"
+            _(
+                "{workspace} is a file, not a folder: your copies of the exercises go in a "
+                "folder there; rename or remove that file and run again"
+            ).format(workspace=workspace)
         )
     try:
         workspace.mkdir(parents=True, exist_ok=True)
@@ -214,15 +228,20 @@ def copy_to_workspace(exercises: Path = EXERCISES, workspace: Path | None = None
         mine = workspace / exercise.name
         if mine.exists():
             if exercise.stat().st_mtime > mine.stat().st_mtime:
-                messages.append(f"kept {mine} (yours): {exercise} changed since you copied it")
+                messages.append(
+                    _("kept {mine} (yours): {exercise} changed since you copied it").format(
+                        mine=mine, exercise=exercise
+                    )
+                )
             continue
         notebook = json.loads(exercise.read_text(encoding="utf-8"))
+        banner = tr(MY_BANNER, notebook_language(notebook)).format(name=exercise.name)
         for cell in notebook["cells"]:
             if cell.get("id") == "slotmap-banner":
-                cell["source"] = _lines(MY_BANNER.format(name=exercise.name))
+                cell["source"] = _lines(banner)
         try:
             mine.write_text(_dump(notebook), encoding="utf-8")
         except OSError as error:
             raise _cannot_write(workspace, error) from error
-        messages.append(f"new  {mine}")
+        messages.append(_("new  {mine}").format(mine=mine))
     return messages

@@ -22,13 +22,14 @@ from torch import Tensor
 
 from slotmap.backend import DEVICE
 from slotmap.exercises.core import Wrong, plural
+from slotmap.i18n import N_, _, ngettext
 from slotmap.kernels.slot_mapping import slot_mapping_args
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
 
 POISON = -999  # what every output element holds before the learner's code runs
 GUARD = 64  # poisoned elements on each side of the output: writes there are out of bounds
-SLOT_OF_HINT = (
+SLOT_OF_HINT = N_(
     "slot = block_table_row[position // block_size] * block_size + position % block_size"
 )
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -65,17 +66,17 @@ def float32_block_mistake(expected: int, got: int, block_size: int) -> str:
     slots.add(wrap_int32(float32_round(expected)))  # the slot itself through float32
     if got not in slots:
         return ""
-    return (
-        f"physical block {block} (block numbers above 2^24 occur: a table holds blocks up to "
-        f"2^31 - 1) came back as {rounded}: a float32 holds integers exactly only up to 2^24 "
-        f"= {FLOAT32_EXACT}"
-    )
+    return _(
+        "physical block {block} (block numbers above 2^24 occur: a table holds blocks up "
+        "to 2^31 - 1) came back as {rounded}: a float32 holds integers exactly only up "
+        "to 2^24 = {float32_exact}"
+    ).format(block=block, rounded=rounded, float32_exact=FLOAT32_EXACT)
 
 
-FLOAT32_BLOCK_HINT = (
-    "Keep block numbers int32 from the block-table load to the store: a float32 window (or "
-    "cast) rounds every block number above 2^24. Gather int32 values, or halves that are each "
-    "exact in float32 (exercise 03.float_gather)."
+FLOAT32_BLOCK_HINT = N_(
+    "Keep block numbers int32 from the block-table load to the store: a float32 "
+    "window (or cast) rounds every block number above 2^24. Gather int32 values, or "
+    "halves that are each exact in float32 (exercise 03.float_gather)."
 )
 
 
@@ -137,56 +138,86 @@ def explain_slot(
     physical = row[block]
     expected = physical * block_size + offset
     got_block, got_offset = divmod(got, block_size)
-    where = (
-        f"position {position} is in logical block {block} = {position} // {block_size}, "
-        f"whose physical block is {row_name}[{block}] = {physical}"
+    where = _(
+        "position {position} is in logical block {block} = {position} // {block_size}, "
+        "whose physical block is {row_name}[{block}] = {physical}"
+    ).format(
+        position=position, block=block, block_size=block_size, row_name=row_name, physical=physical
     )
     swapped = position % block_size
     if swapped < len(row) and got == row[swapped] * block_size + block:
-        invariant = (
-            f"position {position} landed in slot {got} = {row_name}[{position} % {block_size}] "
-            f"* {block_size} + {position} // {block_size}: // and % are swapped ({where}, at "
-            f"block offset {offset} = {position} % {block_size})"
+        invariant = _(
+            "position {position} landed in slot {got} = {row_name}[{position} % "
+            "{block_size}] * {block_size} + {position} // {block_size}: // and % are swapped "
+            "({where}, at block offset {offset} = {position} % {block_size})"
+        ).format(
+            position=position,
+            got=got,
+            row_name=row_name,
+            block_size=block_size,
+            where=where,
+            offset=offset,
         )
-        hint = (
+        hint = _(
             "position // block_size is the logical block (it indexes the block table); "
             "position % block_size is the offset inside the block (it is added)."
         )
-        return Wrong(invariant, f"slot {expected}", f"slot {got}", hint)
+        return Wrong(
+            invariant,
+            _("slot {expected}").format(expected=expected),
+            _("slot {got}").format(got=got),
+            hint,
+        )
     if got_block != physical:
         if got_block == block and got_block not in row:
-            invariant = (
-                f"position {position} landed in physical block {got_block}, which is its "
-                f"logical block: the block table was never consulted ({where})"
-            )
-            hint = f"The logical block indexes the block table: {row_name}[logical block]."
+            invariant = _(
+                "position {position} landed in physical block {got_block}, which is its logical "
+                "block: the block table was never consulted ({where})"
+            ).format(position=position, got_block=got_block, where=where)
+            hint = _(
+                "The logical block indexes the block table: {row_name}[logical block]."
+            ).format(row_name=row_name)
         elif block + 1 < len(row) and got_block == row[block + 1] != physical:
-            invariant = (
-                f"position {position} landed in physical block {got_block} = "
-                f"{row_name}[{block + 1}]: the logical block index is off by one ({where})"
+            invariant = _(
+                "position {position} landed in physical block {got_block} = {row_name}[{value}]: "
+                "the logical block index is off by one ({where})"
+            ).format(
+                position=position,
+                got_block=got_block,
+                row_name=row_name,
+                value=block + 1,
+                where=where,
             )
-            hint = "Logical blocks count from 0: position // block_size, with no + 1."
+            hint = _("Logical blocks count from 0: position // block_size, with no + 1.")
         elif got_block in row:
             entry = row.index(got_block)
-            invariant = (
-                f"position {position} landed in physical block {got_block} = "
-                f"{row_name}[{entry}], the entry of logical block {entry}, not of its own "
-                f"({where})"
+            invariant = _(
+                "position {position} landed in physical block {got_block} = {row_name}[{entry}], "
+                "the entry of logical block {entry}, not of its own ({where})"
+            ).format(
+                position=position, got_block=got_block, row_name=row_name, entry=entry, where=where
             )
-            hint = f"A position's physical block is {row_name}[position // block_size]."
+            hint = _("A position's physical block is {row_name}[position // block_size].").format(
+                row_name=row_name
+            )
         else:
-            invariant = (
-                f"position {position} landed in slot {got}, inside physical block {got_block}, "
-                f"but {where}"
-            )
+            invariant = _(
+                "position {position} landed in slot {got}, inside physical block {got_block}, "
+                "but {where}"
+            ).format(position=position, got=got, got_block=got_block, where=where)
             hint = SLOT_OF_HINT
     else:
-        invariant = (
-            f"position {position} landed at block offset {got_offset} inside its block, "
-            f"expected block offset {offset} = {position} % {block_size}"
-        )
-        hint = "The block offset is the remainder of position divided by block_size."
-    return Wrong(invariant, f"slot {expected}", f"slot {got}", hint)
+        invariant = _(
+            "position {position} landed at block offset {got_offset} inside its block, "
+            "expected block offset {offset} = {position} % {block_size}"
+        ).format(position=position, got_offset=got_offset, offset=offset, block_size=block_size)
+        hint = _("The block offset is the remainder of position divided by block_size.")
+    return Wrong(
+        invariant,
+        _("slot {expected}").format(expected=expected),
+        _("slot {got}").format(got=got),
+        hint,
+    )
 
 
 def _named_slot_mistake(case: SlotCase, token: int, expected: int, got: int) -> Wrong | None:
@@ -205,24 +236,48 @@ def _named_slot_mistake(case: SlotCase, token: int, expected: int, got: int) -> 
     for q, other in enumerate(case.block_table):
         if q != request and block < len(other) and got == other[block] * block_size + offset:
             return Wrong(
-                f"position {position} of request {request} landed in slot {got} = "
-                f"block_table[{q}][{block}] * {block_size} + {offset}: it read request {q}'s "
-                "row, not its own",
-                f"slot {expected}",
-                f"slot {got}",
-                "Each request reads its own row: block_table_ptr + request * block_table_stride.",
+                _(
+                    "position {position} of request {request} landed in slot {got} = "
+                    "block_table[{q}][{block}] * {block_size} + {offset}: it read request {q}'s "
+                    "row, "
+                    "not its own"
+                ).format(
+                    position=position,
+                    request=request,
+                    got=got,
+                    q=q,
+                    block=block,
+                    block_size=block_size,
+                    offset=offset,
+                ),
+                _("slot {expected}").format(expected=expected),
+                _("slot {got}").format(got=got),
+                _(
+                    "Each request reads its own row: block_table_ptr + request * "
+                    "block_table_stride."
+                ),
             )
     named = explain_slot(position, row, block_size, got, f"block_table[{request}]")
     if named.hint != SLOT_OF_HINT:
         return named
     if not 0 <= extra < block_size:
         return Wrong(
-            f"position {position} landed in slot {got} = block_table[{request}][{block}] * "
-            f"{block_size} + {extra}: an offset of {extra} is outside a block of "
-            f"{block_size} slots (the offset is {position} % {block_size} = {offset})",
-            f"slot {expected}",
-            f"slot {got}",
-            "The block offset is the remainder of position divided by block_size.",
+            _(
+                "position {position} landed in slot {got} = block_table[{request}][{block}] * "
+                "{block_size} + {extra}: an offset of {extra} is outside a block of {block_size} "
+                "slots (the offset is {position} % {block_size} = {offset})"
+            ).format(
+                position=position,
+                got=got,
+                request=request,
+                block=block,
+                block_size=block_size,
+                extra=extra,
+                offset=offset,
+            ),
+            _("slot {expected}").format(expected=expected),
+            _("slot {got}").format(got=got),
+            _("The block offset is the remainder of position divided by block_size."),
         )
     return None
 
@@ -251,63 +306,94 @@ def explain_slot_mapping(
     for index, value in enumerate(buffer[:GUARD]):
         if value != POISON:
             return Wrong(
-                f"a lane wrote slot {value} before the output (at out[{index - GUARD}])",
+                _("a lane wrote slot {value} before the output (at out[{value2}])").format(
+                    value=value, value2=index - GUARD
+                ),
                 POISON,
                 value,
-                "Mask every store: tl.store(ptr + offsets, value, mask=...).",
+                _("Mask every store: tl.store(ptr + offsets, value, mask=...)."),
+                kind="lane",
             )
     for index, value in enumerate(buffer[GUARD + length :]):
         if value == pad_id:  # no request's lane computes PAD_ID: the padding program wrote it
             return Wrong(
-                f"the padding program wrote PAD_ID {value} at out[{length + index}], past the "
-                f"end of the output ({plural(length, 'entry')})",
+                _(
+                    "the padding program wrote PAD_ID {value} at out[{value2}], past the end of "
+                    "the "
+                    "output ({entrys})"
+                ).format(value=value, value2=length + index, entrys=plural(length, N_("entry"))),
                 POISON,
                 value,
-                "The padding program's last tile runs past max_num_tokens too: mask its store "
-                "(mask = offsets < max_num_tokens).",
+                _(
+                    "The padding program's last tile runs past max_num_tokens too: mask its store "
+                    "(mask = offsets < max_num_tokens)."
+                ),
+                kind="pad_program",
             )
         if value != POISON:
             return Wrong(
-                f"a lane past the request's end wrote slot {value} at out[{length + index}], "
-                f"past the end of the output ({plural(length, 'entry')})",
+                _(
+                    "a lane past the request's end wrote slot {value} at out[{value2}], past the "
+                    "end "
+                    "of the output ({entrys})"
+                ).format(value=value, value2=length + index, entrys=plural(length, N_("entry"))),
                 POISON,
                 value,
-                "Lanes of the last tile that lie past the request's end must be masked off "
-                "(mask = offsets < end).",
+                _(
+                    "Lanes of the last tile that lie past the request's end must be masked off "
+                    "(mask "
+                    "= offsets < end)."
+                ),
+                kind="lane",
             )
     for token, value in enumerate(got):
         if value == POISON:
             if token < case.num_tokens:
-                where = f"token {token} (request {case.request_of(token)})"
-                hint = "Every token of every request needs a slot: check the tile loop's range."
+                where = _("token {token} (request {request_of})").format(
+                    token=token, request_of=case.request_of(token)
+                )
+                hint = _("Every token of every request needs a slot: check the tile loop's range.")
             else:
-                where = f"padding entry {token} (past the last real token {case.num_tokens - 1})"
-                hint = (
+                where = _("padding entry {token} (past the last real token {value})").format(
+                    token=token, value=case.num_tokens - 1
+                )
+                hint = _(
                     "Entries [num_tokens, max_num_tokens) must hold PAD_ID (in a kernel: the "
-                    "padding program's job): a captured graph reads the whole fixed-size output."
+                    "padding "
+                    "program's job): a captured graph reads the whole fixed-size output."
                 )
                 if len(case.positions) > token:
-                    where += (
-                        f"; positions holds {plural(len(case.positions), 'entry')} but only "
-                        f"the first num_tokens = {case.num_tokens} are this batch's"
+                    where += _(
+                        "; positions holds {entrys} but only the first num_tokens = {num_tokens} "
+                        "are "
+                        "this batch's"
+                    ).format(
+                        entrys=plural(len(case.positions), N_("entry")), num_tokens=case.num_tokens
                     )
-                    hint = (
-                        "The padding starts at num_tokens, not at len(positions): positions "
-                        "may be longer than the batch (an engine's buffer of max_num_tokens)."
+                    hint = _(
+                        "The padding starts at num_tokens, not at len(positions): positions may "
+                        "be "
+                        "longer than the batch (an engine's buffer of max_num_tokens)."
                     )
             return Wrong(
-                f"slot_mapping[{token}] was never written: {where}",
+                _("slot_mapping[{token}] was never written: {where}").format(
+                    token=token, where=where
+                ),
                 _short(expected, token),
                 _short(got, token),
                 hint,
+                kind="unwritten",
             )
     for token in range(case.num_tokens, length):
         if got[token] != pad_id:
             return Wrong(
-                f"padding entry {token} holds {got[token]} instead of PAD_ID {pad_id}",
+                _("padding entry {token} holds {got} instead of PAD_ID {pad_id}").format(
+                    token=token, got=got[token], pad_id=pad_id
+                ),
                 _short(expected, token),
                 _short(got, token),
-                "Only [0, num_tokens) are real tokens; the rest must be PAD_ID.",
+                _("Only [0, num_tokens) are real tokens; the rest must be PAD_ID."),
+                kind="padding",
             )
     owner: dict[int, int] = {}
     for token in range(case.num_tokens):
@@ -316,28 +402,40 @@ def explain_slot_mapping(
             continue
         if slot in owner and expected[owner[slot]] != expected[token]:
             first = owner[slot]
-            invariant = f"tokens {first} and {token} collide in slot {slot}"
-            hint = (
-                "Two different positions can never share a slot: check the block index and "
-                "the offset inside the block."
+            invariant = _("tokens {first} and {token} collide in slot {slot}").format(
+                first=first, token=token, slot=slot
+            )
+            hint = _(
+                "Two different positions can never share a slot: check the block index and the "
+                "offset inside the block."
             )
             for t in (t for t in (first, token) if expected[t] != slot):
                 rounded = float32_block_mistake(expected[t], slot, case.block_size)
                 named = _named_slot_mistake(case, t, expected[t], slot)
                 if rounded:
-                    invariant, hint = f"{invariant}: token {t}'s {rounded}", FLOAT32_BLOCK_HINT
+                    invariant, hint = (
+                        _("{invariant}: token {t}'s {rounded}").format(
+                            invariant=invariant, t=t, rounded=rounded
+                        ),
+                        FLOAT32_BLOCK_HINT,
+                    )
                     break
                 if named is not None:
                     invariant, hint = f"{invariant}: {named.invariant}", named.hint
                     break
-            return Wrong(invariant, _short(expected, token), _short(got, token), hint)
+            return Wrong(invariant, _short(expected, token), _short(got, token), hint, kind="slot")
         owner[slot] = token
     for token in range(case.num_tokens):
         if got[token] != expected[token]:
-            invariant = (
-                f"token {token} (request {case.request_of(token)}, position "
-                f"{case.positions[token]}) should be in slot {expected[token]}, "
-                f"got {got[token]}"
+            invariant = _(
+                "token {token} (request {request_of}, position {value}) should be in slot "
+                "{expected}, got {got}"
+            ).format(
+                token=token,
+                request_of=case.request_of(token),
+                value=case.positions[token],
+                expected=expected[token],
+                got=got[token],
             )
             rounded = float32_block_mistake(expected[token], got[token], case.block_size)
             if rounded:
@@ -346,6 +444,7 @@ def explain_slot_mapping(
                     _short(expected, token),
                     _short(got, token),
                     FLOAT32_BLOCK_HINT,
+                    kind="slot",
                 )
             named = _named_slot_mistake(case, token, expected[token], got[token])
             return Wrong(
@@ -353,6 +452,7 @@ def explain_slot_mapping(
                 _short(expected, token),
                 _short(got, token),
                 named.hint if named else "",
+                kind="slot",
             )
     return None
 
@@ -377,8 +477,8 @@ def judge_slot_mapping(
     returned = launcher(qsl, positions, table, case.block_size, **counts, out=out, **options)
     if isinstance(returned, Tensor) and returned.data_ptr() != out.data_ptr():
         raise Wrong(
-            "the launcher returned a new tensor instead of writing into `out`",
-            hint="Launch the kernel with out as its slot_mapping_ptr and return out.",
+            _("the launcher returned a new tensor instead of writing into `out`"),
+            hint=_("Launch the kernel with out as its slot_mapping_ptr and return out."),
         )
     wrong = explain_slot_mapping(
         case, expected, buffer.tolist(), options.get("pad_id", PAD_SLOT_ID)
@@ -436,24 +536,40 @@ def _kernel_line() -> tuple[int, str]:
     return frame.f_lineno, line
 
 
-def _describe_read(extents: list[_Extent], address: int, lane: str, lanes: int) -> str:
+def _describe_read(extents: list[_Extent], address: int, lane: str, lanes: int) -> tuple[str, int]:
     below = [e for e in extents if e.start <= address]
     near = max(below, key=lambda e: e.start) if below else min(extents, key=lambda e: e.start)
     index = (address - near.start) // near.itemsize
     lineno, code = _kernel_line()
-    where = f" at line {lineno}: {code}" if lineno else ""
-    more = f" (and {plural(lanes - 1, 'other lane')})" if lanes > 1 else ""
-    return (
-        f"lane {lane}{more} of the load{where} reads {near.name}[{index}], outside "
-        f"{near.name}'s {plural(near.entries, near.dtype + ' entry', near.dtype + ' entries')} "
-        f"[0, {near.entries}) (address {address:#x}, valid {near.start:#x}..{near.end - 1:#x})"
+    where = _(" at line {lineno}: {code}").format(lineno=lineno, code=code) if lineno else ""
+    more = (
+        _(" (and {lanes})").format(lanes=plural(lanes - 1, N_("other lane"))) if lanes > 1 else ""
     )
+    entries = ngettext("{n} {dtype} entry", "{n} {dtype} entries", near.entries).format(
+        n=near.entries, dtype=near.dtype
+    )
+    text = _(
+        "lane {lane}{more} of the load{where} reads {name}[{index}], outside {name}'s "
+        "{entries} [0, {count}) (address {address:#x}, valid {start:#x}..{last:#x})"
+    ).format(
+        lane=lane,
+        more=more,
+        where=where,
+        name=near.name,
+        index=index,
+        entries=entries,
+        count=near.entries,
+        address=address,
+        start=near.start,
+        last=near.end - 1,
+    )
+    return text, index
 
 
-OUT_OF_BOUNDS_HINT = (
+OUT_OF_BOUNDS_HINT = N_(
     "Mask every load whose lanes can point outside its tensor: tl.load(ptr + index, "
-    "mask=index < limit, other=0). The interpreter reads whatever lies there; a GPU or NPU "
-    "faults or reads garbage."
+    "mask=index < limit, other=0). The interpreter reads whatever lies there; a GPU "
+    "or NPU faults or reads garbage."
 )
 
 
@@ -463,9 +579,10 @@ COMPILED_KERNEL = (
     "sets TRITON_INTERPRET=1, which @triton.jit reads when it decorates), so Triton looked "
     "for a GPU driver and found none ('0 active drivers')"
 )
-COMPILED_KERNEL_HINT = (
-    "Restart the kernel and run the notebook from the top: the first code cell imports "
-    "slotmap.course before triton; then run your kernel's cell, then the check."
+COMPILED_KERNEL_HINT = N_(
+    "Restart the kernel and run the notebook from the top: the first code cell "
+    "imports slotmap.course before triton; then run your kernel's cell, then the "
+    "check."
 )
 
 
@@ -506,7 +623,7 @@ def checked_launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any
     extents = _extents(kernel, args, kwargs)
     builder = interpreter.interpreter_builder
     original = builder.create_masked_load
-    found: list[str] = []
+    found: list[tuple[str, int]] = []
 
     def load(ptrs: Any, mask: Any, other: Any, *rest: Any) -> Any:
         size = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
@@ -532,7 +649,10 @@ def checked_launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any
     finally:
         del builder.create_masked_load
     if found:
-        raise Wrong(found[0], "every unmasked lane inside its tensor", "", OUT_OF_BOUNDS_HINT)
+        text, index = found[0]
+        wrong = Wrong(text, _("every unmasked lane inside its tensor"), "", OUT_OF_BOUNDS_HINT)
+        wrong.kind, wrong.read_index = "out_of_bounds", index
+        raise wrong
 
 
 def launch_learner_kernel(

@@ -26,6 +26,7 @@ import html
 import importlib
 import re
 import traceback
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,18 +35,24 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import strategies as st
 
+from slotmap.i18n import N_, _, language, ngettext, tr
+
 CHECK_MIME = "application/vnd.slotmap.check+json"
 
 
 class Wrong(AssertionError):
     """Raised by a judge: which invariant broke, in words, expected vs got, and a hint."""
 
-    def __init__(self, invariant: str, expected: Any = "", got: Any = "", hint: str = ""):
+    def __init__(
+        self, invariant: str, expected: Any = "", got: Any = "", hint: str = "", kind: str = ""
+    ):
         super().__init__(invariant)
         self.invariant = invariant
         self.expected = expected
         self.got = got
         self.hint = hint
+        # What broke, for a judge that refines the report: the words are translated, this is not.
+        self.kind = kind
 
 
 class Skipped(Exception):
@@ -70,7 +77,13 @@ class RemoteError(Exception):
 
 def plural(count: int, noun: str, many: str = "") -> str:
     """``count`` and ``noun``, the noun in the plural unless ``count`` is 1: "1 entry",
-    "2 entries", "3 cases"; ``many`` gives an irregular plural."""
+    "2 entries", "3 cases"; ``many`` gives an irregular plural.
+
+    The noun is English, marked with ``N_`` where it is written (``plural(n, N_("entry"))``):
+    in a language without plurals it is translated (its measure word included: "个条目")
+    and follows the count."""
+    if language() != "en":
+        return f"{count} {tr(noun)}"
     if count == 1:
         return f"{count} {noun}"
     if not many:
@@ -140,21 +153,38 @@ class CheckResult:
         return self.passed
 
     def report(self) -> str:
+        """The verdict, in the course's language (``slotmap.i18n``)."""
         if self.skipped:
-            return f"SKIP {self.exercise}: {self.skipped}"
+            return _("{label} {exercise}: {reason}").format(
+                label=_("SKIP"), exercise=self.exercise, reason=self.skipped
+            )
         if self.passed:
-            cases = plural(self.named, "named case")
-            if self.random:
-                cases += f" and {plural(self.random, 'random one')}"
-            verb = "agrees" if (self.named, self.random) == (1, 0) else "agree"
-            return f"PASS {self.exercise}: {cases} {verb} with the reference."
+            if not self.random:
+                return ngettext(
+                    "{label} {exercise}: {named} named case agrees with the reference.",
+                    "{label} {exercise}: {named} named cases agree with the reference.",
+                    self.named,
+                ).format(label=_("PASS"), exercise=self.exercise, named=self.named)
+            return _("{label} {exercise}: {named} and {random} agree with the reference.").format(
+                label=_("PASS"),
+                exercise=self.exercise,
+                named=plural(self.named, N_("named case")),
+                random=plural(self.random, N_("random one")),
+            )
         f = self.failure
         assert f is not None
-        lines = [f"FAIL {self.exercise} on the {f.case_name}", f"  broken:   {f.invariant}"]
-        lines += [f"  input:    {f.case}"] if f.case else []
-        lines += [f"  expected: {f.expected}"] if f.expected != "" else []
-        lines += [f"  got:      {f.got}"] if f.got != "" else []
-        lines += [f"  hint:     {f.hint}"] if f.hint else []
+        lines = [
+            _("{label} {exercise} on the {case}").format(
+                label=_("FAIL"), exercise=self.exercise, case=f.case_name
+            ),
+            _("  broken:   {invariant}").format(invariant=f.invariant),
+        ]
+        lines += [_("  input:    {case}").format(case=f.case)] if f.case else []
+        lines += (
+            [_("  expected: {expected}").format(expected=f.expected)] if f.expected != "" else []
+        )
+        lines += [_("  got:      {got}").format(got=f.got)] if f.got != "" else []
+        lines += [_("  hint:     {hint}").format(hint=f.hint)] if f.hint else []
         return "\n".join(lines)
 
     def record(self) -> dict[str, Any]:
@@ -191,8 +221,8 @@ def _show(result: CheckResult, record: dict[str, Any] | None = None) -> None:
     # ("  hint:     ..." continues at the hint's column), not at the report's left edge.
     lines = []
     for line in text.splitlines():
-        label = re.match(r"\s*[a-z]+:\s+", line)
-        indent = label.end() if label else 4
+        label = re.match(r"\s*(?:[a-z]+:|[\u4e00-\u9fff]+\uff1a)\s+", line)
+        indent = _width(label.group()) if label else 4
         lines.append(
             f'<span style="display: block; padding-left: {indent}ch; '
             f'text-indent: -{indent}ch">{html.escape(line)}</span>'
@@ -206,6 +236,11 @@ def _show(result: CheckResult, record: dict[str, Any] | None = None) -> None:
         {"text/plain": text, "text/html": markup, CHECK_MIME: record or result.record()},
         raw=True,
     )
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes in a monospaced font: a CJK character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _is_library_frame(filename: str) -> bool:
@@ -234,10 +269,10 @@ def _crash(error: BaseException, hint: str) -> tuple[str, str, str, str]:
     if _is_stub(error):
         # No exercise hint yet: it would give the answer away before the first attempt.
         return (
-            "not done yet: the exercise's code still raises NotImplementedError",
+            _("not done yet: the exercise's code still raises NotImplementedError"),
             "",
             "",
-            (
+            _(
                 "replace `# YOUR CODE HERE` and the `raise NotImplementedError()` under it with "
                 "your code, run that cell, then this one"
             ),
@@ -245,11 +280,16 @@ def _crash(error: BaseException, hint: str) -> tuple[str, str, str, str]:
     where = ""
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         if not _is_library_frame(frame.filename):
-            where = f" in {frame.name}, line {frame.lineno}: {(frame.line or '').strip()}"
+            where = _(" in {function}, line {line}: {code}").format(
+                function=frame.name, line=frame.lineno, code=(frame.line or "").strip()
+            )
             break
     if isinstance(error, RemoteError):  # raised in the learner's kernel: its line is there
         where = error.where
-    return f"your code raised {type(error).__name__}: {error}{where}", "", "", hint
+    raised = _("your code raised {error}: {message}{where}").format(
+        error=type(error).__name__, message=error, where=where
+    )
+    return raised, "", "", hint
 
 
 def _skip_reason(error: BaseException) -> str:
@@ -264,9 +304,11 @@ def _skip_reason(error: BaseException) -> str:
 
 def _failure(error: BaseException, exercise: Exercise, case_name: str, case: Any) -> Failure:
     if isinstance(error, Wrong):
-        parts = (error.invariant, str(error.expected), str(error.got), error.hint or exercise.hint)
+        # A message defined at import time (N_) is translated here; a translated one is kept.
+        hint = tr(error.hint) or tr(exercise.hint)
+        parts = (tr(error.invariant), str(error.expected), str(error.got), hint)
     else:
-        parts = _crash(error, exercise.hint)
+        parts = _crash(error, tr(exercise.hint))
     invariant, expected, got, hint = parts
     return Failure(invariant, case_name, str(case), expected, got, hint)
 
@@ -282,7 +324,8 @@ def run_check(
         except Exception as error:  # a learner's code can raise anything
             result.skipped = _skip_reason(error)
             if not result.skipped:
-                result.failure = _failure(error, exercise, f"named case '{name}'", case)
+                case_name = _("named case '{name}'").format(name=tr(name))
+                result.failure = _failure(error, exercise, case_name, case)
             return result
         result.named += 1
 
@@ -313,7 +356,8 @@ def run_check(
         result.skipped = _skip_reason(error)
         if not result.skipped:
             # Hypothesis re-raises the error of the smallest failing case, and runs it last.
-            result.failure = _failure(error, exercise, "smallest random case", last.get("case"))
+            smallest = _("smallest random case")
+            result.failure = _failure(error, exercise, smallest, last.get("case"))
         return result
     result.passed = True
     return result

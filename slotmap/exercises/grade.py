@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import unicodedata
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from typing import Any
 from slotmap.exercises import sandbox
 from slotmap.exercises.build import ROOT, SOLUTIONS
 from slotmap.exercises.core import CHECK_MIME
+from slotmap.i18n import N_, _, tr
 
 CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d\.[\w.-]+)["']""")
 PACKAGE = Path(__file__).resolve().parents[1]  # the slotmap package the kernels check with
@@ -551,14 +553,31 @@ def grade_notebook(
 
 
 def _verdict(result: str) -> str:
-    """A table cell: PASS, FAIL, SKIP (its reason goes under the table) or missing."""
+    """PASS, FAIL, SKIP (its reason goes under the table) or missing."""
     return "SKIP" if result.startswith("SKIP: ") else result
+
+
+# A verdict as the table shows it, in the course's language.
+LABELS = {"PASS": N_("PASS"), "FAIL": N_("FAIL"), "SKIP": N_("SKIP")}
+
+
+def _cell(result: str) -> str:
+    verdict = _verdict(result)
+    return tr(LABELS[verdict]) if verdict in LABELS else verdict
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: a CJK character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _columns(rows: list[list[str]]) -> list[str]:
     """Rows as left-aligned columns, a rule under the first."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    widths = [max(_width(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(c + " " * (w - _width(c)) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return lines
 
@@ -566,8 +585,10 @@ def _columns(rows: list[list[str]]) -> list[str]:
 def _summary(grade: Grade) -> str:
     cells = [_verdict(r) for r in grade.results.values()]
     passed, skipped = sum(c == "PASS" for c in cells), sum(c == "SKIP" for c in cells)
-    summary = f"{passed}/{len(cells)}" + (f", {skipped} skipped" if skipped else "")
-    return summary + (" (error)" if grade.error else "")
+    summary = f"{passed}/{len(cells)}"
+    if skipped:
+        summary += _(", {skipped} skipped").format(skipped=skipped)
+    return summary + (_(" (error)") if grade.error else "")
 
 
 def table(grades: list[Grade], width: int | None = None) -> str:
@@ -579,38 +600,49 @@ def table(grades: list[Grade], width: int | None = None) -> str:
     for grade in grades:
         exercises += [e for e in grade.results if e not in exercises]
     exercises.sort()
+    notebook, exercise, passed = _("notebook"), _("exercise"), _("passed")
     wide = _columns(
-        [["notebook", *exercises, "passed"]]
+        [[notebook, *exercises, passed]]
         + [
-            [g.notebook, *(_verdict(g.results.get(e, "")) for e in exercises), _summary(g)]
+            [g.notebook, *(_cell(g.results.get(e, "")) for e in exercises), _summary(g)]
             for g in grades
         ]
     )
     tall = _columns(
-        [["exercise", *(g.notebook for g in grades)]]
-        + [[e, *(_verdict(g.results.get(e, "")) for g in grades)] for e in exercises]
-        + [["passed", *(_summary(g) for g in grades)]]
+        [[exercise, *(g.notebook for g in grades)]]
+        + [[e, *(_cell(g.results.get(e, "")) for g in grades)] for e in exercises]
+        + [[passed, *(_summary(g) for g in grades)]]
     )
     long = _columns(
-        [["notebook", "exercise", "result"]]
+        [[notebook, exercise, _("result")]]
         + [
             row
             for g in grades
-            for row in [*([g.notebook, e, _verdict(r)] for e, r in g.results.items())]
-            + [[g.notebook, "passed", _summary(g)]]
+            for row in [*([g.notebook, e, _cell(r)] for e, r in g.results.items())]
+            + [[g.notebook, passed, _summary(g)]]
         ]
     )
-    lines = next((t for t in (wide, tall) if max(len(line) for line in t) <= width), long)
+    lines = next((t for t in (wide, tall) if max(_width(line) for line in t) <= width), long)
     for grade in grades:
-        for exercise, result in grade.results.items():
+        for name, result in grade.results.items():
             if _verdict(result) == "SKIP":
-                lines.append(f"{grade.notebook}: {exercise} skipped, not passed: {result[6:]}")
+                lines.append(
+                    _("{notebook}: {exercise} skipped, not passed: {reason}").format(
+                        notebook=grade.notebook, exercise=name, reason=result[6:]
+                    )
+                )
         if grade.error:
-            lines.append(f"{grade.notebook}: could not run: {grade.error}")
+            lines.append(
+                _("{notebook}: could not run: {error}").format(
+                    notebook=grade.notebook, error=grade.error
+                )
+            )
         if grade.ignored:
             lines.append(
-                f"{grade.notebook}: {grade.ignored} check result(s) displayed by the "
-                "notebook's own code, ignored"
+                _(
+                    "{notebook}: {count} check result(s) displayed by the notebook's own code, "
+                    "ignored"
+                ).format(notebook=grade.notebook, count=grade.ignored)
             )
     return "\n".join(lines)
 

@@ -239,7 +239,12 @@ class _Channel:
                 own.untyped_storage().copy_(written.untyped_storage())
         if isinstance(reply.get("wrong"), dict):
             w = reply["wrong"]
-            raise Wrong(*(str(w.get(k, "")) for k in ("invariant", "expected", "got", "hint")))
+            wrong = Wrong(*(str(w.get(k, "")) for k in ("invariant", "expected", "got", "hint")))
+            # What broke, which the judge reads instead of the (translated) words: it only
+            # refines the report of a check that fails anyway.
+            if w.get("kind") == "out_of_bounds" and type(w.get("read_index")) is int:
+                wrong.kind, wrong.read_index = "out_of_bounds", w["read_index"]
+            raise wrong
         if isinstance(reply.get("error"), dict):
             raise _remote_error(reply["error"])
         return _decode(reply.get("value"), mine)
@@ -538,6 +543,9 @@ def _serve_one(sock: socket.socket, exercise_id: str, candidate: Any, options: d
             reply["wrong"] = {
                 k: str(getattr(wrong, k)) for k in ("invariant", "expected", "got", "hint")
             }
+            index = getattr(wrong, "read_index", None)
+            if wrong.kind == "out_of_bounds" and type(index) is int:
+                reply["wrong"].update(kind=wrong.kind, read_index=index)
         except Exception as error:  # the learner's code can raise anything
             reply["error"] = _error_info(error)
         reply["tensors"] = [t.detach() for t in tensors]

@@ -22,6 +22,7 @@ from slotmap.exercises.cases import (
     slot_cases,
 )
 from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.i18n import N_, _
 from slotmap.reference import token_slot
 
 
@@ -47,17 +48,17 @@ def slot_of_cases() -> list[tuple[str, RowCase]]:
     # Every row has a spare entry past the blocks its positions use, so that an off-by-one
     # block index reads a real (wrong) entry and is reported as such, not as an IndexError.
     return [
-        ("the first token", RowCase([7, 2], 4, [0])),
-        ("one request over two blocks", RowCase([7, 2, 5], 4, list(range(8)))),
-        ("block size 1", RowCase([3, 9, 4, 8], 1, [0, 1, 2])),
-        ("block size 3, not a power of two", RowCase([5, 0, 11, 6], 3, list(range(9)))),
-        ("a decode step late in a long request", RowCase([4, 1, 8, 3, 6, 2], 16, [83])),
+        (N_("the first token"), RowCase([7, 2], 4, [0])),
+        (N_("one request over two blocks"), RowCase([7, 2, 5], 4, list(range(8)))),
+        (N_("block size 1"), RowCase([3, 9, 4, 8], 1, [0, 1, 2])),
+        (N_("block size 3, not a power of two"), RowCase([5, 0, 11, 6], 3, list(range(9)))),
+        (N_("a decode step late in a long request"), RowCase([4, 1, 8, 3, 6, 2], 16, [83])),
         (
-            "production's blocks of 128, deep into a long request",
+            N_("production's blocks of 128, deep into a long request"),
             RowCase([9 * b % 41 for b in range(40)], 128, [0, 4099, 4999]),
         ),
         (
-            "block numbers above 2^24, up to 2^31 - 1 (blocks of 1)",
+            N_("block numbers above 2^24, up to 2^31 - 1 (blocks of 1)"),
             RowCase([2**31 - 1, 16777217, 2**30 + 3, 0], 1, [0, 1, 2]),
         ),
     ]
@@ -94,9 +95,10 @@ def judge_slot_of(slot_of: Callable[[int, list[int], int], int], case: RowCase) 
         got = _as_int(returned)
         if got is None:
             raise Wrong(
-                f"slot_of({position}, ...) returned {returned!r} "
-                f"({type(returned).__name__}), not an integer slot",
-                hint="Use integer arithmetic: // and %, not /.",
+                _(
+                    "slot_of({position}, ...) returned {returned!r} ({name}), not an integer slot"
+                ).format(position=position, returned=returned, name=type(returned).__name__),
+                hint=_("Use integer arithmetic: // and %, not /."),
             )
         expected = token_slot(position, case.block_table_row, case.block_size)
         if got != expected:
@@ -106,7 +108,7 @@ def judge_slot_of(slot_of: Callable[[int, list[int], int], int], case: RowCase) 
 register(
     Exercise(
         id="01.slot_of",
-        title="the base formula for one token",
+        title=N_("the base formula for one token"),
         cases=slot_of_cases,
         strategy=slot_of_random,
         judge=judge_slot_of,
@@ -122,25 +124,25 @@ register(
 def slot_mapping_cases() -> list[tuple[str, SlotCase]]:
     two_requests = ([0, 3, 8], [0, 1, 2, 2, 3, 4, 5, 6], [[7, 2], [5, 9]], 4)
     return [
-        ("two requests, no padding", SlotCase(*two_requests)),
-        ("two requests and a padding tail", SlotCase(*two_requests, max_num_tokens=11)),
+        (N_("two requests, no padding"), SlotCase(*two_requests)),
+        (N_("two requests and a padding tail"), SlotCase(*two_requests, max_num_tokens=11)),
         (
-            "one decode step per request",
+            N_("one decode step per request"),
             SlotCase([0, 1, 2, 3], [5, 0, 9], [[3, 8, 0], [6, 1, 0], [2, 4, 7]], 4),
         ),
         (
-            "an empty request in the middle",
+            N_("an empty request in the middle"),
             SlotCase([0, 2, 2, 5], [0, 1, 3, 4, 5], [[9, 0], [1, 0], [4, 6]], 3, 7),
         ),
         # An engine's positions buffer has room for max_num_tokens; past num_tokens it holds
         # stale positions of an earlier step: the padding starts at num_tokens, not its length.
         (
-            "a positions buffer longer than the batch",
+            N_("a positions buffer longer than the batch"),
             SlotCase([0, 3, 8], [0, 1, 2, 2, 3, 4, 5, 6, 7, 7, 7], [[7, 2], [5, 9]], 4, 11),
         ),
-        ("no tokens at all: every entry is padding", SlotCase([0, 0], [], [[3]], 4, 5)),
+        (N_("no tokens at all: every entry is padding"), SlotCase([0, 0], [], [[3]], 4, 5)),
         (
-            "block numbers above 2^24, up to 2^31 - 1 (blocks of 1)",
+            N_("block numbers above 2^24, up to 2^31 - 1 (blocks of 1)"),
             SlotCase([0, 2, 3], [0, 1, 0], [[2**31 - 1, 16777217], [2**30 + 3, 0]], 1),
         ),
     ]
@@ -149,13 +151,15 @@ def slot_mapping_cases() -> list[tuple[str, SlotCase]]:
 register(
     Exercise(
         id="01.slot_mapping",
-        title="a batch's slot mapping",
+        title=N_("a batch's slot mapping"),
         cases=slot_mapping_cases,
         strategy=lambda: slot_cases(max_requests=4, max_length=12, large_blocks=True),
         judge=judge_slot_mapping,
         hint=(
-            "For request q, tokens query_start_loc[q] .. query_start_loc[q + 1] - 1 use row q "
-            "of the block table and their own positions; the rest of out is pad_id."
+            N_(
+                "For request q, tokens query_start_loc[q] .. query_start_loc[q + 1] - 1 use row "
+                "q of the block table and their own positions; the rest of out is pad_id."
+            )
         ),
         max_examples=40,
     )

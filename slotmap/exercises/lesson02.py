@@ -23,12 +23,13 @@ from slotmap.exercises.cases import (
     slot_cases,
 )
 from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.i18n import N_, _
 
-HINT = (
-    "Each request's program walks its own tokens, from its start to its end, one tile of "
-    "TILE_BLOCK_SIZE lanes at a time, and masks the lanes that run past the end. The grid has "
-    "one program more than there are requests: that last one writes PAD_ID over the tail of "
-    "the output, from num_tokens up to max_num_tokens."
+HINT = N_(
+    "Each request's program walks its own tokens, from its start to its end, one "
+    "tile of TILE_BLOCK_SIZE lanes at a time, and masks the lanes that run past the "
+    "end. The grid has one program more than there are requests: that last one "
+    "writes PAD_ID over the tail of the output, from num_tokens up to max_num_tokens."
 )
 
 
@@ -47,11 +48,11 @@ def named_cases() -> list[tuple[str, KernelCase]]:
     two = ([0, 3, 8], [0, 1, 2, 2, 3, 4, 5, 6], [[7, 2], [5, 9]], 4)
     return [
         (
-            "one request, exactly one tile",
+            N_("one request, exactly one tile"),
             KernelCase(SlotCase([0, 4], [0, 1, 2, 3], [[7, 2]], 4), 4),
         ),
         (
-            "the last request ends in a partial tile, no padding tail",
+            N_("the last request ends in a partial tile, no padding tail"),
             KernelCase(
                 SlotCase(
                     [0, 5, 11], list(range(5)) + list(range(3, 9)), [[6, 1, 0], [3, 8, 5]], 4
@@ -59,9 +60,9 @@ def named_cases() -> list[tuple[str, KernelCase]]:
                 4,
             ),
         ),
-        ("two requests and a padding tail", KernelCase(SlotCase(*two, max_num_tokens=13), 4)),
+        (N_("two requests and a padding tail"), KernelCase(SlotCase(*two, max_num_tokens=13), 4)),
         (
-            "a request longer than three tiles",
+            N_("a request longer than three tiles"),
             KernelCase(
                 SlotCase(
                     [0, 2, 20],
@@ -74,15 +75,15 @@ def named_cases() -> list[tuple[str, KernelCase]]:
             ),
         ),
         (
-            "an empty request and a long padding tail",
+            N_("an empty request and a long padding tail"),
             KernelCase(SlotCase([0, 3, 3, 4], [0, 1, 2, 5], [[3, 0], [1, 0], [6, 2]], 3, 21), 8),
         ),
         (
-            "no tokens at all: the padding program writes every entry",
+            N_("no tokens at all: the padding program writes every entry"),
             KernelCase(SlotCase([0, 0], [], [[3]], 4, 6), 4),
         ),
         (
-            "block numbers above 2^24, up to 2^31 - 1 (blocks of 1)",
+            N_("block numbers above 2^24, up to 2^31 - 1 (blocks of 1)"),
             KernelCase(
                 SlotCase([0, 2, 3], [0, 1, 0], [[2**31 - 1, 16777217], [2**30 + 3, 0]], 1), 4
             ),
@@ -104,8 +105,10 @@ def _is_kernel(candidate: Any) -> bool:
 def judge(kernel: Any, case: KernelCase) -> None:
     if not _is_kernel(kernel):
         raise Wrong(
-            f"expected the @triton.jit kernel itself, got {type(kernel).__name__}",
-            hint="Pass the decorated function: check('02.first_kernel', first_kernel).",
+            _("expected the @triton.jit kernel itself, got {name}").format(
+                name=type(kernel).__name__
+            ),
+            hint=_("Pass the decorated function: check('02.first_kernel', first_kernel)."),
         )
     # The spare entry catches a forgotten padding program as unwritten padding.
     launcher = partial(launch_learner_kernel, kernel, tile_size=case.tile_size, spare_entry=True)
@@ -115,7 +118,7 @@ def judge(kernel: Any, case: KernelCase) -> None:
 register(
     Exercise(
         id="02.first_kernel",
-        title="the first kernel: programs, tiles, masks, padding",
+        title=N_("the first kernel: programs, tiles, masks, padding"),
         cases=named_cases,
         strategy=random_cases,
         judge=judge,

@@ -46,6 +46,7 @@ from slotmap.exercises.cases import (
     wrap_int32,
 )
 from slotmap.exercises.core import Exercise, Wrong, plural, register
+from slotmap.i18n import N_, _, tr
 from slotmap.kernels.slot_mapping import (
     _compute_slot_mapping_kernel,
     compute_slot_mapping,
@@ -113,13 +114,13 @@ def blocks_touched(tile_size: int, block_size: int) -> int:
 # ---------------------------------------------------------------------------------------------
 def _window_size_cases() -> list[tuple[str, tuple[int, int]]]:
     return [
-        ("tile 8, blocks of 4: a tile that starts mid-block touches 3 blocks", (8, 4)),
-        ("tile 16, blocks of 16", (16, 16)),
-        ("production: tile 1024, blocks of 128", (1024, 128)),
-        ("tile 8, blocks of 3", (8, 3)),
-        ("tile 16, blocks of 5", (16, 5)),
-        ("tile 8, blocks of 1", (8, 1)),
-        ("a block bigger than the tile: tile 8, blocks of 32", (8, 32)),
+        (N_("tile 8, blocks of 4: a tile that starts mid-block touches 3 blocks"), (8, 4)),
+        (N_("tile 16, blocks of 16"), (16, 16)),
+        (N_("production: tile 1024, blocks of 128"), (1024, 128)),
+        (N_("tile 8, blocks of 3"), (8, 3)),
+        (N_("tile 16, blocks of 5"), (16, 5)),
+        (N_("tile 8, blocks of 1"), (8, 1)),
+        (N_("a block bigger than the tile: tile 8, blocks of 32"), (8, 32)),
     ]
 
 
@@ -143,10 +144,10 @@ def _mid_block_failure(tile_size: int, block_size: int, window: int) -> str:
     expected = slot_mapping_oracle(qsl, pos, table, block_size).tolist()
     for token, (g, e) in enumerate(zip(got, expected, strict=True)):
         if g != e:
-            return (
-                f"; the production kernel launched with it gives position {positions[token]} "
-                f"(logical block {positions[token] // block_size}) slot {g} instead of {e}"
-            )
+            return _(
+                "; the production kernel launched with it gives position {positions} (logical "
+                "block {value}) slot {g} instead of {e}"
+            ).format(positions=positions[token], value=positions[token] // block_size, g=g, e=e)
     return ""
 
 
@@ -158,55 +159,81 @@ def judge_window_size(candidate: Callable[[int, int], int], case: tuple[int, int
             window = int(window)
         except (TypeError, ValueError):
             raise Wrong(
-                f"window_size({tile_size}, {block_size}) returned {window!r}, not an integer",
-                hint="Return a Python int (triton.cdiv and triton.next_power_of_2 give ints).",
+                _(
+                    "window_size({tile_size}, {block_size}) returned {window!r}, not an integer"
+                ).format(tile_size=tile_size, block_size=block_size, window=window),
+                hint=_("Return a Python int (triton.cdiv and triton.next_power_of_2 give ints)."),
             ) from None
     expected = window_size(tile_size, block_size)
     needed = blocks_touched(tile_size, block_size)
     if window < 1 or not _is_power_of_two(window):
         raise Wrong(
-            f"a window of {plural(window, 'entry')} is not a power of two (tile {tile_size}, "
-            f"blocks of "
-            f"{block_size})",
+            _(
+                "a window of {entrys} is not a power of two (tile {tile_size}, blocks of "
+                "{block_size})"
+            ).format(
+                entrys=plural(window, N_("entry")), tile_size=tile_size, block_size=block_size
+            ),
             expected,
             window,
-            "tl.arange needs a power-of-two length: round up with triton.next_power_of_2.",
+            _("tl.arange needs a power-of-two length: round up with triton.next_power_of_2."),
         )
     if window < needed:
         raise Wrong(
-            f"a tile of {plural(tile_size, 'contiguous position')} that starts at offset "
-            f"{block_size - 1} of a block touches {plural(needed, 'logical block')}, but the "
-            f"window holds only {plural(window, 'entry')}"
+            _(
+                "a tile of {contiguous_positions} that starts at offset {value} of a block "
+                "touches {logical_blocks}, but the window holds only {entrys}"
+            ).format(
+                contiguous_positions=plural(tile_size, N_("contiguous position")),
+                value=block_size - 1,
+                logical_blocks=plural(needed, N_("logical block")),
+                entrys=plural(window, N_("entry")),
+            )
             + _mid_block_failure(tile_size, block_size, window),
             expected,
             window,
-            "A tile that starts on a block boundary touches "
-            f"{plural(cdiv(tile_size, block_size), 'block')} here; one that starts on the last "
-            f"offset of a block ({block_size - 1}) touches the most. Count the blocks in that "
-            "worst case.",
+            _(
+                "A tile that starts on a block boundary touches {blocks} here; one that starts "
+                "on the last offset of a block ({value}) touches the most. Count the blocks in "
+                "that worst case."
+            ).format(
+                blocks=plural(cdiv(tile_size, block_size), N_("block")), value=block_size - 1
+            ),
         )
     if window > expected:
         raise Wrong(
-            f"a window of {plural(window, 'entry')} is larger than needed: every tile fits in "
-            f"{expected} (tile {tile_size}, blocks of {block_size})",
+            _(
+                "a window of {entrys} is larger than needed: every tile fits in {expected} (tile "
+                "{tile_size}, blocks of {block_size})"
+            ).format(
+                entrys=plural(window, N_("entry")),
+                expected=expected,
+                tile_size=tile_size,
+                block_size=block_size,
+            ),
             expected,
             window,
-            "Each tile loads the whole window: on Ascend it sits in the 192 KB Unified Buffer. "
-            "Hold the blocks of the worst-placed tile, rounded up to a power of two, no more.",
+            _(
+                "Each tile loads the whole window: on Ascend it sits in the 192 KB Unified "
+                "Buffer. Hold the blocks of the worst-placed tile, rounded up to a power of two, "
+                "no more."
+            ),
         )
 
 
 register(
     Exercise(
         id="03.window_size",
-        title="BLOCK_TABLE_WINDOW_SIZE",
+        title=N_("BLOCK_TABLE_WINDOW_SIZE"),
         cases=_window_size_cases,
         strategy=_window_size_strategy,
         judge=judge_window_size,
-        hint="A tile is tile_size contiguous positions. Where can its first position fall "
-        "inside a block (on a boundary, or as late as the block's last offset)? Count the blocks "
-        "the tile touches in the worst case; the window is a tl.arange, so its length is a "
-        "power of two.",
+        hint=N_(
+            "A tile is tile_size contiguous positions. Where can its first position fall "
+            "inside a block (on a boundary, or as late as the block's last offset)? Count "
+            "the blocks the tile touches in the worst case; the window is a tl.arange, so "
+            "its length is a power of two."
+        ),
         max_examples=60,
     )
 )
@@ -218,19 +245,19 @@ register(
 def _window_kernel_cases() -> list[tuple[str, SlotCase]]:
     return [
         (
-            "one request, one tile starting on a block boundary",
+            N_("one request, one tile starting on a block boundary"),
             SlotCase([0, 8], list(range(8)), [[5, 2]], 4),
         ),
         (
-            "a tile that starts mid-block (3 blocks for 8 tokens: the +1)",
+            N_("a tile that starts mid-block (3 blocks for 8 tokens: the +1)"),
             SlotCase([0, 8], list(range(2, 10)), [[5, 2, 9]], 4),
         ),
         (
-            "masked lanes: a last tile of 3 tokens, far from block 0",
+            N_("masked lanes: a last tile of 3 tokens, far from block 0"),
             SlotCase([0, 11], list(range(20, 31)), [[30 + b for b in range(16)]], 2),
         ),
         (
-            "two requests and a padding tail",
+            N_("two requests and a padding tail"),
             SlotCase(
                 [0, 5, 13],
                 [3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16],
@@ -240,19 +267,19 @@ def _window_kernel_cases() -> list[tuple[str, SlotCase]]:
             ),
         ),
         (
-            "decode steps: one token per request, deep into its row",
+            N_("decode steps: one token per request, deep into its row"),
             SlotCase([0, 1, 2, 3], [13, 0, 7], [[9, 8, 7, 6], [2, 0, 0, 0], [1, 3, 0, 0]], 4),
         ),
         # An engine's block table holds any block whose slots fit int32: a window that goes
         # through float32 rounds the ones above 2^24.
         (
-            "block numbers above 2^24: blocks of 4 numbered up to 2^29 - 1",
+            N_("block numbers above 2^24: blocks of 4 numbered up to 2^29 - 1"),
             SlotCase(
                 [0, 8], list(range(2, 10)), [[max_block_number_of(4), 16777217, 33554435]], 4
             ),
         ),
         (
-            "block numbers above 2^24: blocks of 1 numbered up to 2^31 - 1",
+            N_("block numbers above 2^24: blocks of 1 numbered up to 2^31 - 1"),
             SlotCase(
                 [0, 3, 5],
                 [0, 1, 2, 3, 4],
@@ -263,7 +290,7 @@ def _window_kernel_cases() -> list[tuple[str, SlotCase]]:
         # The window starts at the smallest logical block of the tile's valid lanes, which
         # need not be the first lane's.
         (
-            "positions out of order inside a tile: the first lane is not the smallest",
+            N_("positions out of order inside a tile: the first lane is not the smallest"),
             SlotCase(
                 [0, 3, 11], [9, 10, 11, 6, 7, 4, 5, 0, 1, 2, 3], [[1, 7, 4, 0], [5, 2, 9, 0]], 4
             ),
@@ -280,10 +307,14 @@ def _gather_error(error: Exception) -> Wrong | None:
     text = str(error)
     if "out of bounds" in text:
         return Wrong(
-            "a lane gathered outside the window: its relative block index was negative or "
-            f">= BLOCK_TABLE_WINDOW_SIZE ({text.strip()[:160]})",
-            hint="The window starts at the smallest logical block among the VALID lanes "
-            "(masked lanes offer INT32_MAX to tl.min); masked lanes gather index 0.",
+            _(
+                "a lane gathered outside the window: its relative block index was negative or >= "
+                "BLOCK_TABLE_WINDOW_SIZE ({value})"
+            ).format(value=text.strip()[:160]),
+            hint=_(
+                "The window starts at the smallest logical block among the VALID lanes (masked "
+                "lanes offer INT32_MAX to tl.min); masked lanes gather index 0."
+            ),
         )
     return None
 
@@ -306,46 +337,78 @@ def window_entry_mistake(case: SlotCase, expected: list[int], got: list[int]) ->
         first = start + (token - start) // TILE * TILE
         base = min(case.positions[t] // size for t in range(first, min(first + TILE, end)))
         lead = case.positions[first] // size
-        where = (
-            f"token {token} (request {q}, position {p}) should be in slot {expected[token]}, "
-            f"got {got[token]}: its physical block {got_block} is block_table[{q}][{entry}]"
+        where = _(
+            "token {token} (request {q}, position {p}) should be in slot {expected}, got "
+            "{got}: its physical block {got_block} is block_table[{q}][{entry}]"
+        ).format(
+            token=token,
+            q=q,
+            p=p,
+            expected=expected[token],
+            got=got[token],
+            got_block=got_block,
+            entry=entry,
         )
-        hint = (
+        hint = _(
             "The window starts at the smallest logical block among the tile's VALID lanes: "
             "tl.min(tl.where(mask, block_indices, INT32_MAX), axis=0)."
         )
         if entry == 0 < base and first + TILE > end:
             return Wrong(
-                f"{where}, as if the window started at logical block 0: the tile's last "
-                f"{plural(first + TILE - end, 'lane')} lie past the request's end and load "
-                f"position 0 (other=0); they must not lower the window's base (block {base}, "
-                "the smallest of the VALID lanes): a masked lane offers INT32_MAX to tl.min",
-                f"slot {expected[token]}",
-                f"slot {got[token]}",
+                _(
+                    "{where}, as if the window started at logical block 0: the tile's last "
+                    "{lanes} "
+                    "lie past the request's end and load position 0 (other=0); they must not "
+                    "lower "
+                    "the window's base (block {base}, the smallest of the VALID lanes): a masked "
+                    "lane offers INT32_MAX to tl.min"
+                ).format(where=where, lanes=plural(first + TILE - end, N_("lane")), base=base),
+                _("slot {expected}").format(expected=expected[token]),
+                _("slot {got}").format(got=got[token]),
                 hint,
             )
         if entry == lead != base:
             return Wrong(
-                f"{where}, the entry of the tile's first lane's logical block {lead}: the "
-                f"window starts at the first lane's block, but the tile's positions are out "
-                f"of order and its smallest logical block is {base}",
-                f"slot {expected[token]}",
-                f"slot {got[token]}",
+                _(
+                    "{where}, the entry of the tile's first lane's logical block {lead}: the "
+                    "window "
+                    "starts at the first lane's block, but the tile's positions are out of order "
+                    "and "
+                    "its smallest logical block is {base}"
+                ).format(where=where, lead=lead, base=base),
+                _("slot {expected}").format(expected=expected[token]),
+                _("slot {got}").format(got=got[token]),
                 hint,
             )
         return Wrong(
-            f"token {token} (request {q}, position {p}) should be in slot {expected[token]}, "
-            f"got {got[token]}: its physical block {got_block} is block_table[{q}][{entry}], "
-            f"the entry of logical block {entry}, not of its own logical block {block}. Its "
-            f"tile's window starts at logical block {base} (the smallest of the tile's valid "
-            f"lanes), so the lane must gather window[{block} - {base}] = window[{block - base}]; "
-            f"it got the block at window index {entry - base} of that window: the window's base "
-            "(where it is loaded) or the lane's relative index is wrong",
-            f"slot {expected[token]}",
-            f"slot {got[token]}",
-            "Ask two questions of your kernel: which logical block does the window's first "
-            "entry hold (lesson 03's min-reduction says), and how far from that entry is each "
-            "lane's own block?",
+            _(
+                "token {token} (request {q}, position {p}) should be in slot {expected}, got "
+                "{got}: its physical block {got_block} is block_table[{q}][{entry}], the entry "
+                "of logical block {entry}, not of its own logical block {block}. Its tile's "
+                "window starts at logical block {base} (the smallest of the tile's valid lanes), "
+                "so the lane must gather window[{block} - {base}] = window[{value}]; it got the "
+                "block at window index {value2} of that window: the window's base (where it is "
+                "loaded) or the lane's relative index is wrong"
+            ).format(
+                token=token,
+                q=q,
+                p=p,
+                expected=expected[token],
+                got=got[token],
+                got_block=got_block,
+                entry=entry,
+                block=block,
+                base=base,
+                value=block - base,
+                value2=entry - base,
+            ),
+            _("slot {expected}").format(expected=expected[token]),
+            _("slot {got}").format(got=got[token]),
+            _(
+                "Ask two questions of your kernel: which logical block does the window's first "
+                "entry hold (lesson 03's min-reduction says), and how far from that entry is "
+                "each lane's own block?"
+            ),
         )
     return None
 
@@ -353,8 +416,8 @@ def window_entry_mistake(case: SlotCase, expected: list[int], got: list[int]) ->
 def judge_window_kernel(kernel, case: SlotCase) -> None:
     if not hasattr(kernel, "__getitem__"):
         raise Wrong(
-            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
-            hint="Pass the kernel itself: check('03.window_kernel', window_kernel).",
+            _("expected a @triton.jit kernel, got {name}").format(name=type(kernel).__name__),
+            hint=_("Pass the kernel itself: check('03.window_kernel', window_kernel)."),
         )
     window = window_size(TILE, case.block_size)
     launcher = partial(
@@ -363,11 +426,11 @@ def judge_window_kernel(kernel, case: SlotCase) -> None:
     try:
         judge_slot_mapping(launcher, case)
     except Wrong as wrong:
-        if wrong.invariant.startswith(("token", "tokens")):  # a wrong slot: the window's?
+        if wrong.kind == "slot":  # a wrong slot: the window's?
             qsl, positions, table = case.tensors()
             counts = {"num_tokens": case.num_tokens, "max_num_tokens": case.padded_length}
             expected = slot_mapping_oracle(qsl, positions, table, case.block_size, **counts)
-            _, out = guarded_output(case.padded_length, positions.device)
+            _buffer, out = guarded_output(case.padded_length, positions.device)
             launcher(qsl, positions, table, case.block_size, **counts, out=out)
             named = window_entry_mistake(case, expected.tolist(), out.tolist())
             if named is not None:
@@ -383,13 +446,15 @@ def judge_window_kernel(kernel, case: SlotCase) -> None:
 register(
     Exercise(
         id="03.window_kernel",
-        title="the windowed gather in a kernel",
+        title=N_("the windowed gather in a kernel"),
         cases=_window_kernel_cases,
         strategy=_window_kernel_strategy,
         judge=judge_window_kernel,
-        hint="The window starts at the smallest logical block among the tile's valid lanes (a "
-        "masked lane must not lower that minimum); load BLOCK_TABLE_WINDOW_SIZE entries from "
-        "there, and gather each lane's entry by its index relative to that start.",
+        hint=N_(
+            "The window starts at the smallest logical block among the tile's valid lanes (a "
+            "masked lane must not lower that minimum); load BLOCK_TABLE_WINDOW_SIZE entries "
+            "from there, and gather each lane's entry by its index relative to that start."
+        ),
         max_examples=30,
     )
 )
@@ -398,20 +463,27 @@ register(
 # ---------------------------------------------------------------------------------------------
 # 03.break_window
 # ---------------------------------------------------------------------------------------------
-BREAK_CASE_NAME = f"your input, with tiles of {plural(TILE, 'token')}"
+
+
+def _break_case_name() -> str:
+    return _("your input, with tiles of {tokens}").format(tokens=plural(TILE, N_("token")))
 
 
 def _as_case(candidate: Any) -> SlotCase:
     case = candidate() if callable(candidate) else candidate
     if not isinstance(case, SlotCase):
         raise Wrong(
-            f"expected a SlotCase (or a function returning one), got {type(case).__name__}",
-            hint="SlotCase(query_start_loc, positions, block_table, block_size)",
+            _("expected a SlotCase (or a function returning one), got {name}").format(
+                name=type(case).__name__
+            ),
+            hint=_("SlotCase(query_start_loc, positions, block_table, block_size)"),
         )
     if case.options:
         raise Wrong(
-            f"this exercise is about the plain case: leave options empty, got {case.options}",
-            hint="No circular cache, no context parallelism: just positions and a block table.",
+            _("this exercise is about the plain case: leave options empty, got {options}").format(
+                options=case.options
+            ),
+            hint=_("No circular cache, no context parallelism: just positions and a block table."),
         )
     return case
 
@@ -424,9 +496,13 @@ def judge_break_window(candidate: Any, _label: Any = None) -> None:
         expected = slot_mapping_oracle(qsl, positions, table, case.block_size, **counts)
     except ValueError as error:
         raise Wrong(
-            f"your input is invalid for another reason than the window: {error}",
-            hint="Only the window precondition may break: every position needs a block in "
-            "its row, and query_start_loc must match the positions.",
+            _("your input is invalid for another reason than the window: {error}").format(
+                error=error
+            ),
+            hint=_(
+                "Only the window precondition may break: every position needs a block in its "
+                "row, and query_start_loc must match the positions."
+            ),
         ) from None
     device_args = case.tensors()
     try:
@@ -435,17 +511,23 @@ def judge_break_window(candidate: Any, _label: Any = None) -> None:
         message = str(error)
         if "window precondition" not in message:
             raise Wrong(
-                f"the launcher rejected your input, but not for the window: {message}",
-                hint="Only the window precondition may break.",
+                _("the launcher rejected your input, but not for the window: {message}").format(
+                    message=message
+                ),
+                hint=_("Only the window precondition may break."),
             ) from None
     else:
         raise Wrong(
-            f"the launcher accepted your input: in every tile of {plural(TILE, 'token')} the "
-            "logical blocks fit in the window",
-            "ValueError (window precondition)",
-            "no error",
-            "Put two positions whose logical blocks are at least BLOCK_TABLE_WINDOW_SIZE apart "
-            "into one tile, e.g. positions far apart in one request.",
+            _(
+                "the launcher accepted your input: in every tile of {tokens} the logical blocks "
+                "fit in the window"
+            ).format(tokens=plural(TILE, N_("token"))),
+            _("ValueError (window precondition)"),
+            _("no error"),
+            _(
+                "Put two positions whose logical blocks are at least BLOCK_TABLE_WINDOW_SIZE "
+                "apart into one tile, e.g. positions far apart in one request."
+            ),
         )
     buffer, out = guarded_output(case.padded_length, device_args[1].device)
     compute_slot_mapping(
@@ -454,21 +536,26 @@ def judge_break_window(candidate: Any, _label: Any = None) -> None:
     wrong = explain_slot_mapping(case, expected.tolist(), buffer.tolist())
     if wrong is None:
         raise Wrong(
-            "the launcher rejects your input, but the unvalidated kernel still gets every slot "
-            "right (the out-of-window lanes happen to find the same physical block)",
-            hint="Use distinct physical blocks in the block-table row.",
+            _(
+                "the launcher rejects your input, but the unvalidated kernel still gets every "
+                "slot right (the out-of-window lanes happen to find the same physical block)"
+            ),
+            hint=_("Use distinct physical blocks in the block-table row."),
         )
 
 
 register(
     Exercise(
         id="03.break_window",
-        title="an input that breaks the window precondition",
-        cases=lambda: [(BREAK_CASE_NAME, "the SlotCase you built")],
+        title=N_("an input that breaks the window precondition"),
+        cases=lambda: [(_break_case_name(), "the SlotCase you built")],
         strategy=None,
         judge=judge_break_window,
-        hint=f"Tiles hold {plural(TILE, 'token')}: make one tile need two logical blocks at least "
-        "BLOCK_TABLE_WINDOW_SIZE apart.",
+        # A message is a literal: its 8 is TILE (a test keeps them equal).
+        hint=N_(
+            "Tiles hold 8 tokens: make one tile need two logical blocks at least "
+            "BLOCK_TABLE_WINDOW_SIZE apart."
+        ),
     )
 )
 
@@ -488,8 +575,10 @@ class GatherCase:
     relative: list[int]
 
     def __str__(self) -> str:
-        lanes = plural(len(self.relative), "lane")
-        return f"window={self.window}, relative={self.relative} ({lanes} of {LANES})"
+        lanes = plural(len(self.relative), N_("lane"))
+        return _("window={window}, relative={relative} ({lanes} of {total})").format(
+            window=self.window, relative=self.relative, lanes=lanes, total=LANES
+        )
 
 
 def _inexact_half(entry: int, got: int) -> str:
@@ -498,16 +587,16 @@ def _inexact_half(entry: int, got: int) -> str:
     for bit in range(1, 32):
         high, low = entry >> bit, entry & ((1 << bit) - 1)
         for name, half, high_back, low_back in (
-            ("low", low, high << bit, float32_round(low)),
-            ("high", high, float32_round(high) << bit, low),
+            (N_("low"), low, high << bit, float32_round(low)),
+            (N_("high"), high, float32_round(high) << bit, low),
         ):
             # Put back with + or with |: a rounded half can carry into the other's bits.
             put_back = {wrap_int32(high_back + low_back), wrap_int32(high_back | low_back)}
             if abs(half) > FLOAT32_EXACT and got in put_back:
-                return (
-                    f": split at bit {bit}, its {name} half is {half}, above 2**24, and a "
-                    "float32 holds integers exactly only up to 2**24"
-                )
+                return _(
+                    ": split at bit {bit}, its {name} half is {half}, above 2**24, and a float32 "
+                    "holds integers exactly only up to 2**24"
+                ).format(bit=bit, name=tr(name), half=half)
     return ""
 
 
@@ -522,40 +611,42 @@ def _halves_mistake(entry: int, got: int) -> str:
         high, low = entry >> bit, entry & ((1 << bit) - 1)
         for kept in range(bit + 1, 32):
             if got == wrap_int32((high << bit) + (entry & ((1 << kept) - 1))):
-                return (
-                    f": the high half starts at bit {bit} but the low half keeps {kept} bits, "
-                    f"so bits {bit}..{kept - 1} are in both halves and + counts them twice"
-                )
+                return _(
+                    ": the high half starts at bit {bit} but the low half keeps {kept} bits, so "
+                    "bits "
+                    "{bit}..{value} are in both halves and + counts them twice"
+                ).format(bit=bit, kept=kept, value=kept - 1)
         for back in range(1, 32):
             put_back = {wrap_int32((high << back) | low), wrap_int32((high << back) + low)}
             if back != bit and got in put_back:
-                return (
-                    f": split at bit {bit} (high half {high}, low half {low}) but the high half "
-                    f"was put back at bit {back}"
-                )
+                return _(
+                    ": split at bit {bit} (high half {high}, low half {low}) but the high half "
+                    "was "
+                    "put back at bit {back}"
+                ).format(bit=bit, high=high, low=low, back=back)
     return ""
 
 
 def _float_gather_cases() -> list[tuple[str, GatherCase]]:
     return [
-        ("small block numbers, one entry a lane", GatherCase([5, 2, 9, 7], [0, 1, 2, 3])),
+        (N_("small block numbers, one entry a lane"), GatherCase([5, 2, 9, 7], [0, 1, 2, 3])),
         (
-            "2**24 + 1 = 16777217, the first integer a float32 cannot hold",
+            N_("2**24 + 1 = 16777217, the first integer a float32 cannot hold"),
             GatherCase([16777217, 16777216, 16777219, 5], [0, 1, 2, 3, 0]),
         ),
         (
-            "the largest int32, 2**31 - 1, and entries on either side of 2**16",
+            N_("the largest int32, 2**31 - 1, and entries on either side of 2**16"),
             GatherCase([2147483647, 65535, 65536, 131071], [0, 1, 2, 3]),
         ),
         (
-            "a window of 3 entries in a load of 4, lanes that share an entry, 3 lanes masked",
+            N_("a window of 3 entries in a load of 4, lanes that share an entry, 3 lanes masked"),
             GatherCase([33554433, 7, 16777217], [2, 2, 0, 1, 0]),
         ),
         (
-            "negative entries: -1, -2**31 and -(2**24 + 1) (the sign sits in the high bits)",
+            N_("negative entries: -1, -2**31 and -(2**24 + 1) (the sign sits in the high bits)"),
             GatherCase([-1, -2147483648, -16777217, 3], [3, 2, 1, 0]),
         ),
-        ("one entry, one lane", GatherCase([16777217], [0])),
+        (N_("one entry, one lane"), GatherCase([16777217], [0])),
     ]
 
 
@@ -617,21 +708,28 @@ def _check_gather_types(seen: list[Any] | None) -> None:
         return
     if not seen:
         raise Wrong(
-            "your kernel called no tl.gather: each lane must pick its entry from the loaded "
-            "window on chip",
-            "float32 tl.gather calls",
-            "none",
-            "Load the window once, then gather from it by relative index (lesson 03).",
+            _(
+                "your kernel called no tl.gather: each lane must pick its entry from the loaded "
+                "window on chip"
+            ),
+            _("float32 tl.gather calls"),
+            _("none"),
+            _("Load the window once, then gather from it by relative index (lesson 03)."),
         )
     for dtype in seen:
         if str(dtype) != "fp32":
             raise Wrong(
-                f"tl.gather took a window of {dtype}: released triton-ascend's tl.gather takes "
-                "only floats, and this exercise gathers float32 only",
-                "fp32",
+                _(
+                    "tl.gather took a window of {dtype}: released triton-ascend's tl.gather takes "
+                    "only floats, and this exercise gathers float32 only"
+                ).format(dtype=dtype),
+                _("fp32"),
                 str(dtype),
-                "Gather values converted with .to(tl.float32), each small enough to stay "
-                "exact in float32, and turn them back into int32 after the gather.",
+                _(
+                    "Gather values converted with .to(tl.float32), each small enough to stay "
+                    "exact "
+                    "in float32, and turn them back into int32 after the gather."
+                ),
             )
 
 
@@ -641,10 +739,12 @@ def _explain_gather(case: GatherCase, buffer: list[int]) -> None:
     if outside:
         where = outside[0] - GUARD
         raise Wrong(
-            f"your kernel wrote out[{where}], outside the {plural(lanes, 'valid lane')}",
+            _("your kernel wrote out[{where}], outside the {valid_lanes}").format(
+                where=where, valid_lanes=plural(lanes, N_("valid lane"))
+            ),
             POISON,
             buffer[outside[0]],
-            "Store only the lanes of lane_mask.",
+            _("Store only the lanes of lane_mask."),
         )
     got = buffer[GUARD : GUARD + lanes]
     for lane, (index, value) in enumerate(zip(case.relative, got, strict=True)):
@@ -654,20 +754,22 @@ def _explain_gather(case: GatherCase, buffer: list[int]) -> None:
         rounded = float32_round(entry)
         # Out of int32's range, the cast back wraps (the interpreter) or saturates (a GPU).
         if value in (wrap_int32(rounded), max(INT32_MIN, min(INT32_MAX, rounded))):
-            reason = ": a float32 holds integers exactly only up to 2**24"
-            hint = "Gather halves that are each exact in float32, and put them back together."
+            reason = _(": a float32 holds integers exactly only up to 2**24")
+            hint = _("Gather halves that are each exact in float32, and put them back together.")
         else:
             reason = _inexact_half(entry, value) or _halves_mistake(entry, value)
-            hint = "Split at one bit and put the halves back at that same bit; both halves "
-            hint += "must stay within 2**24 in size."
+            hint = _("Split at one bit and put the halves back at that same bit; both halves ")
+            hint += _("must stay within 2**24 in size.")
         if not reason and entry < 0:
-            reason = ": a negative entry, whose sign sits in its high bits"
-            hint = (
-                "On an int32, >> keeps the sign (an arithmetic shift) and & 0xFFFF keeps "
-                "the low 16 bits without it; // and % round toward zero instead."
+            reason = _(": a negative entry, whose sign sits in its high bits")
+            hint = _(
+                "On an int32, >> keeps the sign (an arithmetic shift) and & 0xFFFF keeps the low "
+                "16 bits without it; // and % round toward zero instead."
             )
         raise Wrong(
-            f"entry {entry} came back as {value}{reason} (lane {lane} gathers window[{index}])",
+            _(
+                "entry {entry} came back as {value}{reason} (lane {lane} gathers window[{index}])"
+            ).format(entry=entry, value=value, reason=reason, lane=lane, index=index),
             entry,
             value,
             hint,
@@ -677,8 +779,8 @@ def _explain_gather(case: GatherCase, buffer: list[int]) -> None:
 def judge_float_gather(kernel: Any, case: GatherCase) -> None:
     if not hasattr(kernel, "__getitem__"):
         raise Wrong(
-            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
-            hint="Pass the kernel itself: check('03.float_gather', float_gather_kernel).",
+            _("expected a @triton.jit kernel, got {name}").format(name=type(kernel).__name__),
+            hint=_("Pass the kernel itself: check('03.float_gather', float_gather_kernel)."),
         )
     length, lanes = len(case.window), len(case.relative)
     # The window sits in front of poison that no tensor argument covers: an unmasked window
@@ -707,8 +809,10 @@ def judge_float_gather(kernel: Any, case: GatherCase) -> None:
         if "out of bounds" not in str(error):
             raise
         raise Wrong(
-            f"a lane gathered outside the window of {plural(window, 'entry')}",
-            hint="Gather with each lane's relative index, as loaded: masked lanes hold 0.",
+            _("a lane gathered outside the window of {entrys}").format(
+                entrys=plural(window, N_("entry"))
+            ),
+            hint=_("Gather with each lane's relative index, as loaded: masked lanes hold 0."),
         ) from None
     _check_gather_types(seen)
     _explain_gather(case, buffer.tolist())
@@ -717,11 +821,11 @@ def judge_float_gather(kernel: Any, case: GatherCase) -> None:
 register(
     Exercise(
         id="03.float_gather",
-        title="an exact int32 gather through float32",
+        title=N_("an exact int32 gather through float32"),
         cases=_float_gather_cases,
         strategy=_float_gather_strategy,
         judge=judge_float_gather,
-        hint="Each value you gather as float32 must be an integer of at most 2**24 in size.",
+        hint=N_("Each value you gather as float32 must be an integer of at most 2**24 in size."),
         max_examples=30,
     )
 )

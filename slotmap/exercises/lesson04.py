@@ -28,6 +28,7 @@ from slotmap.exercises.cases import (
     slot_cases,
 )
 from slotmap.exercises.core import Exercise, Wrong, plural, register
+from slotmap.i18n import N_, _
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle, token_slot
 
@@ -53,34 +54,41 @@ def diagnose_ring_slot(
     if position < 0:
         why = ""
         if got == block_number * block_size + position % block_size:
-            why = f" (Python's floor % wrapped it to offset {position % block_size})"
+            why = _(" (Python's floor % wrapped it to offset {value})").format(
+                value=position % block_size
+            )
         elif truncating_mod(
             position, block_size
         ) < 0 and got == block_number * block_size + truncating_mod(position, block_size):
-            why = (
-                f" (C's truncating % left the negative offset "
-                f"{truncating_mod(position, block_size)}: a slot of the block before)"
-            )
-        return (
-            f"position {position} is in the padded tail of the sliding window: it has no slot "
-            f"and must get PAD_ID {pad_id}, got {got}{why}"
-        )
+            why = _(
+                " (C's truncating % left the negative offset {truncating_mod}: a slot of the "
+                "block before)"
+            ).format(truncating_mod=truncating_mod(position, block_size))
+        return _(
+            "position {position} is in the padded tail of the sliding window: it has no slot "
+            "and must get PAD_ID {pad_id}, got {got}{why}"
+        ).format(position=position, pad_id=pad_id, got=got, why=why)
     if got == position % block_size and block_number != 0:
-        return (
-            f"position {position} got slot {got} = position % block_size: the slot must be in "
-            f"the request's block {block_number} (slots {first}..{last})"
-        )
-    return (
-        f"position {position} in a ring of one block ({block_number}, "
-        f"{plural(block_size, 'slot')}) "
-        f"should be in slot {expected}, got {got}"
+        return _(
+            "position {position} got slot {got} = position % block_size: the slot must be in "
+            "the request's block {block_number} (slots {first}..{last})"
+        ).format(position=position, got=got, block_number=block_number, first=first, last=last)
+    return _(
+        "position {position} in a ring of one block ({block_number}, {slots}) should be "
+        "in slot {expected}, got {got}"
+    ).format(
+        position=position,
+        block_number=block_number,
+        slots=plural(block_size, N_("slot")),
+        expected=expected,
+        got=got,
     )
 
 
-RING_HINT = (
-    "Which positions can the ring never hold? Those get pad_id. Every other one keeps its "
-    "offset inside its block, in the block the table names. Test the sign before taking a "
-    "remainder: Triton's % truncates toward zero, like C's."
+RING_HINT = N_(
+    "Which positions can the ring never hold? Those get pad_id. Every other one "
+    "keeps its offset inside its block, in the block the table names. Test the sign "
+    "before taking a remainder: Triton's % truncates toward zero, like C's."
 )
 
 
@@ -90,14 +98,14 @@ RING_HINT = (
 def _ring_slot_cases() -> list[tuple[str, tuple[int, int, int, int]]]:
     # (position, block_number, block_size, pad_id)
     return [
-        ("the first lap: position 5, block 7 of 8 slots", (5, 7, 8, -1)),
-        ("a later lap wraps: position 21", (21, 7, 8, -1)),
-        ("position == block_size wraps to the first slot", (8, 7, 8, -1)),
-        ("a padded position of the window's tail: -3", (-3, 7, 8, -1)),
-        ("a padded position that is a multiple of block_size: -8", (-8, 7, 8, -1)),
-        ("block 0 is a block like any other", (13, 0, 4, -1)),
-        ("a custom pad_id", (-1, 2, 4, -7)),
-        ("a block number above 2^24: 2^28 + 3", (13, 2**28 + 3, 4, -1)),
+        (N_("the first lap: position 5, block 7 of 8 slots"), (5, 7, 8, -1)),
+        (N_("a later lap wraps: position 21"), (21, 7, 8, -1)),
+        (N_("position == block_size wraps to the first slot"), (8, 7, 8, -1)),
+        (N_("a padded position of the window's tail: -3"), (-3, 7, 8, -1)),
+        (N_("a padded position that is a multiple of block_size: -8"), (-8, 7, 8, -1)),
+        (N_("block 0 is a block like any other"), (13, 0, 4, -1)),
+        (N_("a custom pad_id"), (-1, 2, 4, -7)),
+        (N_("a block number above 2^24: 2^28 + 3"), (13, 2**28 + 3, 4, -1)),
     ]
 
 
@@ -120,8 +128,16 @@ def judge_ring_slot(candidate: Callable[..., int], case: tuple[int, int, int, in
     expected = token_slot(position, [block_number], block_size, circular=True, pad_id=pad_id)
     if not isinstance(got, int):
         raise Wrong(
-            f"ring_slot({position}, {block_number}, {block_size}, {pad_id}) returned "
-            f"{got!r}, not an integer",
+            _(
+                "ring_slot({position}, {block_number}, {block_size}, {pad_id}) returned {got!r}, "
+                "not an integer"
+            ).format(
+                position=position,
+                block_number=block_number,
+                block_size=block_size,
+                pad_id=pad_id,
+                got=got,
+            ),
             expected,
             got,
         )
@@ -133,7 +149,7 @@ def judge_ring_slot(candidate: Callable[..., int], case: tuple[int, int, int, in
 register(
     Exercise(
         id="04.ring_slot",
-        title="the slot of one position in a ring buffer",
+        title=N_("the slot of one position in a ring buffer"),
         cases=_ring_slot_cases,
         strategy=_ring_slot_strategy,
         judge=judge_ring_slot,
@@ -154,27 +170,27 @@ def _circular(query_start_loc, positions, block_table, block_size, max_num_token
 
 def _circular_kernel_cases() -> list[tuple[str, SlotCase]]:
     return [
-        ("the first lap of a ring of 8 slots", _circular([0, 6], list(range(6)), [[3]], 8)),
+        (N_("the first lap of a ring of 8 slots"), _circular([0, 6], list(range(6)), [[3]], 8)),
         (
-            "positions 5..12 cross the ring's end",
+            N_("positions 5..12 cross the ring's end"),
             _circular([0, 8], list(range(5, 13)), [[3]], 8),
         ),
         (
-            "a sliding window's padded tail: positions -3..4",
+            N_("a sliding window's padded tail: positions -3..4"),
             _circular([0, 8], list(range(-3, 5)), [[3]], 8),
         ),
         (
-            "negative multiples of the block size: -8 and -4",
+            N_("negative multiples of the block size: -8 and -4"),
             _circular([0, 3], [-8, -4, 0], [[5]], 4),
         ),
         (
-            "two requests, several laps, a padding tail",
+            N_("two requests, several laps, a padding tail"),
             _circular(
                 [0, 4, 14], [30, 31, 32, 33, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7], [[2], [9]], 4, 17
             ),
         ),
         (
-            "rings in blocks above 2^24: 2^31 - 1 (a ring of 1) and 2^24 + 1",
+            N_("rings in blocks above 2^24: 2^31 - 1 (a ring of 1) and 2^24 + 1"),
             _circular([0, 3, 7], [5, -1, 6, 0, 1, 2, 3], [[2**31 - 1], [16777217]], 1),
         ),
     ]
@@ -187,8 +203,8 @@ def _circular_kernel_strategy() -> st.SearchStrategy:
 def judge_circular_kernel(kernel, case: SlotCase) -> None:
     if not hasattr(kernel, "__getitem__"):
         raise Wrong(
-            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
-            hint="Pass the kernel itself: check('04.circular_kernel', circular_kernel).",
+            _("expected a @triton.jit kernel, got {name}").format(name=type(kernel).__name__),
+            hint=_("Pass the kernel itself: check('04.circular_kernel', circular_kernel)."),
         )
     qsl, positions, table = case.tensors()
     counts = {"num_tokens": case.num_tokens, "max_num_tokens": case.padded_length}
@@ -203,7 +219,7 @@ def judge_circular_kernel(kernel, case: SlotCase) -> None:
     wrong = explain_slot_mapping(case, expected, values)
     if wrong is None:
         return
-    if wrong.invariant.startswith(("a lane", "slot_mapping[", "padding entry")):
+    if wrong.kind in ("lane", "unwritten", "padding"):
         raise wrong  # out-of-bounds writes, unwritten elements, a bad padding tail
     got = values[GUARD : GUARD + case.padded_length]
     for token in range(case.num_tokens):
@@ -212,7 +228,9 @@ def judge_circular_kernel(kernel, case: SlotCase) -> None:
             case.positions[token], block_number, case.block_size, PAD_SLOT_ID, got[token]
         )
         if why is not None:
-            where = f"token {token} (request {case.request_of(token)})"
+            where = _("token {token} (request {request_of})").format(
+                token=token, request_of=case.request_of(token)
+            )
             raise Wrong(f"{where}: {why}", wrong.expected, wrong.got, RING_HINT)
     raise wrong
 
@@ -220,7 +238,7 @@ def judge_circular_kernel(kernel, case: SlotCase) -> None:
 register(
     Exercise(
         id="04.circular_kernel",
-        title="the circular branch of the kernel",
+        title=N_("the circular branch of the kernel"),
         cases=_circular_kernel_cases,
         strategy=_circular_kernel_strategy,
         judge=judge_circular_kernel,

@@ -38,6 +38,7 @@ from slotmap.exercises.cases import (
     slot_cases,
 )
 from slotmap.exercises.core import Exercise, Skipped, Wrong, plural, register
+from slotmap.i18n import N_, _, tr
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import slot_mapping_oracle
 
@@ -75,34 +76,42 @@ def _span(world_size: int, kv_cache_block_size: int) -> int:
 def why_owner(position: int, world_size: int, interleave: int, kv_cache_block_size: int) -> str:
     """Steps 1 and 2 for one position, in words."""
     s = five_steps(position, kv_cache_block_size, kv_cache_block_size, world_size, interleave)
-    return (
-        f"V = {kv_cache_block_size}·{world_size} = {s.virtual_block_size}, virtual offset "
-        f"{position} % {s.virtual_block_size} = {s.virtual_offset}, segment "
-        f"{s.virtual_offset} // {interleave} = {s.segment}, owner {s.segment} % {world_size} = "
-        f"{s.owner}"
+    return _(
+        "V = {kv_cache_block_size}·{world_size} = {virtual_block_size}, virtual offset "
+        "{position} % {virtual_block_size} = {virtual_offset}, segment {virtual_offset} "
+        "// {interleave} = {segment}, owner {segment} % {world_size} = {owner}"
+    ).format(
+        kv_cache_block_size=kv_cache_block_size,
+        world_size=world_size,
+        virtual_block_size=s.virtual_block_size,
+        position=position,
+        virtual_offset=s.virtual_offset,
+        interleave=interleave,
+        segment=s.segment,
+        owner=s.owner,
     )
 
 
 # ---------------------------------------------------------------------------------------------
 # 05.is_local
 # ---------------------------------------------------------------------------------------------
-IS_LOCAL_HINT = (
-    "Step 1: which virtual block (W physical blocks of kv_cache_block_size positions, one "
-    "per rank) holds p, and where does p sit inside it? Return both with the answer. Step 2: "
-    "which segment of I positions is that? The segments are dealt out to the ranks in turn, "
-    "round after round."
+IS_LOCAL_HINT = N_(
+    "Step 1: which virtual block (W physical blocks of kv_cache_block_size "
+    "positions, one per rank) holds p, and where does p sit inside it? Return both "
+    "with the answer. Step 2: which segment of I positions is that? The segments are "
+    "dealt out to the ranks in turn, round after round."
 )
 
 
 def _is_local_cases() -> list[tuple[str, CPConfig]]:
     return [
-        ("two ranks, interleave 1: positions alternate", CPConfig(2, 1, 4)),
-        ("two ranks, interleave 2", CPConfig(2, 2, 4)),
-        ("three ranks, interleave 2, kv block 4", CPConfig(3, 2, 4)),
-        ("interleave = kv block: whole blocks per rank", CPConfig(2, 4, 4)),
-        ("one rank: no context parallelism", CPConfig(1, 1, 4)),
-        ("four ranks, interleave 3, kv block 6", CPConfig(4, 3, 6)),
-        ("production sizes: eight ranks, interleave 16, kv block 64", CPConfig(8, 16, 64)),
+        (N_("two ranks, interleave 1: positions alternate"), CPConfig(2, 1, 4)),
+        (N_("two ranks, interleave 2"), CPConfig(2, 2, 4)),
+        (N_("three ranks, interleave 2, kv block 4"), CPConfig(3, 2, 4)),
+        (N_("interleave = kv block: whole blocks per rank"), CPConfig(2, 4, 4)),
+        (N_("one rank: no context parallelism"), CPConfig(1, 1, 4)),
+        (N_("four ranks, interleave 3, kv block 6"), CPConfig(4, 3, 6)),
+        (N_("production sizes: eight ranks, interleave 16, kv block 64"), CPConfig(8, 16, 64)),
     ]
 
 
@@ -119,7 +128,11 @@ def _as_bool(value: Any, call: str) -> bool:
         return bool(value)
     if type(value).__name__ == "bool_":  # numpy
         return bool(value)
-    raise Wrong(f"{call} returned {value!r}, not True or False", "True or False", repr(value))
+    raise Wrong(
+        _("{call} returned {value!r}, not True or False").format(call=call, value=value),
+        _("True or False"),
+        repr(value),
+    )
 
 
 def _as_int(value: Any, call: str, what: str) -> int:
@@ -127,7 +140,13 @@ def _as_int(value: Any, call: str, what: str) -> int:
         value = value.item()
     if type(value).__name__.startswith("int") and not isinstance(value, bool):
         return int(value)  # int, or numpy's integers
-    raise Wrong(f"{call} returned {what} {value!r}, not an integer", "an integer", repr(value))
+    raise Wrong(
+        _("{call} returned {what} {value!r}, not an integer").format(
+            call=call, what=what, value=value
+        ),
+        _("an integer"),
+        repr(value),
+    )
 
 
 def _is_local_answer(value: Any, call: str) -> tuple[int, int, bool]:
@@ -136,12 +155,16 @@ def _is_local_answer(value: Any, call: str) -> tuple[int, int, bool]:
         value = tuple(value)
     if not (isinstance(value, tuple) and len(value) == 3):
         raise Wrong(
-            f"{call} returned {value!r}, not (virtual_block, virtual_offset, stored)",
-            "(virtual_block, virtual_offset, True or False)",
+            _("{call} returned {value!r}, not (virtual_block, virtual_offset, stored)").format(
+                call=call, value=value
+            ),
+            _("(virtual_block, virtual_offset, True or False)"),
             repr(value),
-            "Return step 1's virtual block and virtual offset with the answer: under the "
-            "launchers' rule a shortcut gives the same owners, and the check reads step 1 "
-            "from them.",
+            _(
+                "Return step 1's virtual block and virtual offset with the answer: under the "
+                "launchers' rule a shortcut gives the same owners, and the check reads step 1 "
+                "from them."
+            ),
         )
     block = _as_int(value[0], call, "a virtual block")
     offset = _as_int(value[1], call, "a virtual offset")
@@ -153,12 +176,32 @@ def _check_step_one(p: int, r: int, got: tuple[int, int], case: CPConfig) -> Non
     s = five_steps(p, kv, kv, world, case.interleave)
     if got != (s.virtual_block, s.virtual_offset):
         raise Wrong(
-            f"position {p} sits in virtual block {s.virtual_block} at virtual offset "
-            f"{s.virtual_offset}, but is_local({p}, {r}, {world}, {case.interleave}, {kv}) "
-            f"gives virtual block {got[0]}, offset {got[1]}",
-            f"virtual block {s.virtual_block}, offset {s.virtual_offset} (V = {kv}·{world} = "
-            f"{s.virtual_block_size}: one physical block of {kv} per rank)",
-            f"virtual block {got[0]}, offset {got[1]}",
+            _(
+                "position {p} sits in virtual block {virtual_block} at virtual offset "
+                "{virtual_offset}, but is_local({p}, {r}, {world}, {interleave}, {kv}) gives "
+                "virtual block {got}, offset {got2}"
+            ).format(
+                p=p,
+                virtual_block=s.virtual_block,
+                virtual_offset=s.virtual_offset,
+                r=r,
+                world=world,
+                interleave=case.interleave,
+                kv=kv,
+                got=got[0],
+                got2=got[1],
+            ),
+            _(
+                "virtual block {virtual_block}, offset {virtual_offset} (V = {kv}·{world} = "
+                "{virtual_block_size}: one physical block of {kv} per rank)"
+            ).format(
+                virtual_block=s.virtual_block,
+                virtual_offset=s.virtual_offset,
+                kv=kv,
+                world=world,
+                virtual_block_size=s.virtual_block_size,
+            ),
+            _("virtual block {got}, offset {got2}").format(got=got[0], got2=got[1]),
             IS_LOCAL_HINT,
         )
 
@@ -166,17 +209,17 @@ def _check_step_one(p: int, r: int, got: tuple[int, int], case: CPConfig) -> Non
 def _pattern(owners: dict[int, int], world: int, interleave: int, kv: int) -> str:
     """A well-known wrong rule that explains every owner the candidate chose, in words."""
     rules = {
-        "p % W (as if the interleave were 1)": lambda p: p % world,
-        "(p // kv_cache_block_size) % W (whole kv blocks per rank, not segments of I)": (
+        N_("p % W (as if the interleave were 1)"): lambda p: p % world,
+        N_("(p // kv_cache_block_size) % W (whole kv blocks per rank, not segments of I)"): (
             lambda p: (p // kv) % world
         ),
-        "(p % V) // I without the final % W (the segment, not its rank)": (
+        N_("(p % V) // I without the final % W (the segment, not its rank)"): (
             lambda p: (p % (kv * world)) // interleave
         ),
     }
     for words, rule in rules.items():
         if all(rule(p) == owner for p, owner in owners.items()):
-            return f"; your owners follow {words}"
+            return _("; your owners follow {words}").format(words=tr(words))
     return ""
 
 
@@ -194,18 +237,26 @@ def judge_is_local(candidate: Callable[..., Any], case: CPConfig) -> None:
         owner = owner_of(p, world, interleave, kv)
         if not claimed:
             raise Wrong(
-                f"position {p} has no owner: is_local({p}, r, {world}, {interleave}, {kv}) is "
-                f"False for every rank r in 0..{world - 1}",
-                f"True on rank {owner} ({why_owner(p, world, interleave, kv)})",
-                "False on every rank",
+                _(
+                    "position {p} has no owner: is_local({p}, r, {world}, {interleave}, {kv}) is "
+                    "False for every rank r in 0..{value}"
+                ).format(p=p, world=world, interleave=interleave, kv=kv, value=world - 1),
+                _("True on rank {owner} ({why_owner})").format(
+                    owner=owner, why_owner=why_owner(p, world, interleave, kv)
+                ),
+                _("False on every rank"),
                 IS_LOCAL_HINT,
             )
         if len(claimed) > 1:
             ranks = ", ".join(map(str, claimed[:-1])) + f" and {claimed[-1]}"
             raise Wrong(
-                f"position {p} is claimed by ranks {ranks}: exactly one rank may store it",
-                f"only rank {owner} ({why_owner(p, world, interleave, kv)})",
-                f"ranks {claimed}",
+                _(
+                    "position {p} is claimed by ranks {ranks}: exactly one rank may store it"
+                ).format(p=p, ranks=ranks),
+                _("only rank {owner} ({why_owner})").format(
+                    owner=owner, why_owner=why_owner(p, world, interleave, kv)
+                ),
+                _("ranks {claimed}").format(claimed=claimed),
                 IS_LOCAL_HINT,
             )
         owners[p] = claimed[0]
@@ -213,10 +264,16 @@ def judge_is_local(candidate: Callable[..., Any], case: CPConfig) -> None:
         owner = owner_of(p, world, interleave, kv)
         if got != owner:
             raise Wrong(
-                f"position {p} is stored by rank {owner}, but your is_local puts it on rank "
-                f"{got}{_pattern(owners, world, interleave, kv)}",
-                f"rank {owner} ({why_owner(p, world, interleave, kv)})",
-                f"rank {got}",
+                _(
+                    "position {p} is stored by rank {owner}, but your is_local puts it on rank "
+                    "{got}{pattern}"
+                ).format(
+                    p=p, owner=owner, got=got, pattern=_pattern(owners, world, interleave, kv)
+                ),
+                _("rank {owner} ({why_owner})").format(
+                    owner=owner, why_owner=why_owner(p, world, interleave, kv)
+                ),
+                _("rank {got}").format(got=got),
                 IS_LOCAL_HINT,
             )
 
@@ -224,7 +281,7 @@ def judge_is_local(candidate: Callable[..., Any], case: CPConfig) -> None:
 register(
     Exercise(
         id="05.is_local",
-        title="steps 1 and 2: which rank stores a position",
+        title=N_("steps 1 and 2: which rank stores a position"),
         cases=_is_local_cases,
         strategy=_cp_config,
         judge=judge_is_local,
@@ -237,25 +294,28 @@ register(
 # ---------------------------------------------------------------------------------------------
 # 05.local_block_and_offset
 # ---------------------------------------------------------------------------------------------
-LOCAL_HINT = (
-    "Step 3 packs this rank's segments one after another: how many whole rounds of W·I "
-    "positions came before the virtual offset (each gave this rank I positions), plus the "
-    "offset inside the current segment. Step 4: every earlier virtual block filled one "
-    "physical block of this rank, that is kv_cache_block_size // block_size logical blocks; "
-    "the local offset then splits into a block and an offset like any position."
+LOCAL_HINT = N_(
+    "Step 3 packs this rank's segments one after another: how many whole rounds of "
+    "W·I positions came before the virtual offset (each gave this rank I positions), "
+    "plus the offset inside the current segment. Step 4: every earlier virtual block "
+    "filled one physical block of this rank, that is kv_cache_block_size // "
+    "block_size logical blocks; the local offset then splits into a block and an "
+    "offset like any position."
 )
 
 
 def _local_cases() -> list[tuple[str, CPConfig]]:
     return [
-        ("two ranks, interleave 1, blocks of 4", CPConfig(2, 1, 4, 4)),
-        ("two ranks, interleave 2, blocks of 4", CPConfig(2, 2, 4, 4)),
-        ("three ranks, interleave 2: into the third virtual block", CPConfig(3, 2, 4, 4)),
-        ("interleave = block size: whole blocks per rank", CPConfig(2, 4, 4, 4)),
-        ("hybrid blocks: a kv block of 8 holds 2 blocks of 4", CPConfig(2, 2, 8, 4)),
-        ("one rank: the plain formula", CPConfig(1, 1, 4, 4)),
+        (N_("two ranks, interleave 1, blocks of 4"), CPConfig(2, 1, 4, 4)),
+        (N_("two ranks, interleave 2, blocks of 4"), CPConfig(2, 2, 4, 4)),
+        (N_("three ranks, interleave 2: into the third virtual block"), CPConfig(3, 2, 4, 4)),
+        (N_("interleave = block size: whole blocks per rank"), CPConfig(2, 4, 4, 4)),
+        (N_("hybrid blocks: a kv block of 8 holds 2 blocks of 4"), CPConfig(2, 2, 8, 4)),
+        (N_("one rank: the plain formula"), CPConfig(1, 1, 4, 4)),
         (
-            "production sizes: four ranks, interleave 8, a kv block of 64 holds 4 blocks of 16",
+            N_(
+                "production sizes: four ranks, interleave 8, a kv block of 64 holds 4 blocks of 16"
+            ),
             CPConfig(4, 8, 64, 16),
         ),
     ]
@@ -270,7 +330,9 @@ def _local_config(draw: st.DrawFn) -> CPConfig:
 
 
 def _where(block: int, offset: int, block_size: int) -> str:
-    return f"logical block {block}, offset {offset} (local position {block * block_size + offset})"
+    return _("logical block {block}, offset {offset} (local position {value})").format(
+        block=block, offset=offset, value=block * block_size + offset
+    )
 
 
 def _block_and_offset(candidate: Callable[..., Any], call_args: tuple) -> tuple[int, int]:
@@ -279,13 +341,21 @@ def _block_and_offset(candidate: Callable[..., Any], call_args: tuple) -> tuple[
     if isinstance(got, list):
         got = tuple(got)
     if not (isinstance(got, tuple) and len(got) == 2):
-        raise Wrong(f"{call} returned {got!r}, not a (block, offset) pair", "(block, offset)", got)
+        raise Wrong(
+            _("{call} returned {got!r}, not a (block, offset) pair").format(call=call, got=got),
+            _("(block, offset)"),
+            got,
+        )
     values = []
     for value in got:
         if isinstance(value, Tensor) and value.numel() == 1:
             value = value.item()
         if not isinstance(value, int) or isinstance(value, bool):
-            raise Wrong(f"{call} returned {got!r}: block and offset must be integers")
+            raise Wrong(
+                _("{call} returned {got!r}: block and offset must be integers").format(
+                    call=call, got=got
+                )
+            )
         values.append(value)
     return values[0], values[1]
 
@@ -301,26 +371,33 @@ def judge_local_block_and_offset(candidate: Callable[..., Any], case: CPConfig) 
         rank = owner_of(p, world, interleave, kv)
         if not 0 <= offset < block_size or block < 0:
             raise Wrong(
-                f"position {p} got block offset {offset} in logical block {block}: an offset "
-                f"is in 0..{block_size - 1} and a block is >= 0",
+                _(
+                    "position {p} got block offset {offset} in logical block {block}: an offset "
+                    "is "
+                    "in 0..{value} and a block is >= 0"
+                ).format(p=p, offset=offset, block=block, value=block_size - 1),
                 _where(*divmod(local_position(p, world, interleave, kv), block_size), block_size),
-                f"logical block {block}, offset {offset}",
+                _("logical block {block}, offset {offset}").format(block=block, offset=offset),
                 LOCAL_HINT,
             )
         if (rank, block, offset) in placed:
             first = placed[(rank, block, offset)]
             raise Wrong(
-                f"positions {first} and {p} both land on rank {rank} at logical block {block}, "
-                f"offset {offset}: they would share a slot",
-                f"position {first}: "
+                _(
+                    "positions {first} and {p} both land on rank {rank} at logical block {block}, "
+                    "offset {offset}: they would share a slot"
+                ).format(first=first, p=p, rank=rank, block=block, offset=offset),
+                _("position {first}: ").format(first=first)
                 + _where(
                     *divmod(local_position(first, world, interleave, kv), block_size), block_size
                 )
-                + f"; position {p}: "
+                + _("; position {p}: ").format(p=p)
                 + _where(
                     *divmod(local_position(p, world, interleave, kv), block_size), block_size
                 ),
-                f"both at logical block {block}, offset {offset}",
+                _("both at logical block {block}, offset {offset}").format(
+                    block=block, offset=offset
+                ),
                 LOCAL_HINT,
             )
         placed[(rank, block, offset)] = p
@@ -337,13 +414,22 @@ def judge_local_block_and_offset(candidate: Callable[..., Any], case: CPConfig) 
                 if r == rank and b * block_size + o >= len(mine)
             )
             raise Wrong(
-                f"rank {rank} is not packed: its local position {hole} (logical block "
-                f"{hole // block_size}, offset {hole % block_size}) stays empty while position "
-                f"{beyond} is placed at local position "
-                f"{got_of[beyond][0] * block_size + got_of[beyond][1]}",
-                f"rank {rank}'s {plural(len(mine), 'position')} at local positions "
-                f"0..{len(mine) - 1}",
-                f"local positions {mine}",
+                _(
+                    "rank {rank} is not packed: its local position {hole} (logical block {value}, "
+                    "offset {value2}) stays empty while position {beyond} is placed at local "
+                    "position {value3}"
+                ).format(
+                    rank=rank,
+                    hole=hole,
+                    value=hole // block_size,
+                    value2=hole % block_size,
+                    beyond=beyond,
+                    value3=got_of[beyond][0] * block_size + got_of[beyond][1],
+                ),
+                _("rank {rank}'s {positions} at local positions 0..{value}").format(
+                    rank=rank, positions=plural(len(mine), N_("position")), value=len(mine) - 1
+                ),
+                _("local positions {mine}").format(mine=mine),
                 LOCAL_HINT,
             )
     for p, (block, offset) in got_of.items():
@@ -351,12 +437,26 @@ def judge_local_block_and_offset(candidate: Callable[..., Any], case: CPConfig) 
         if (block, offset) != expected:
             s = five_steps(p, block_size, kv, world, interleave)
             raise Wrong(
-                f"position {p} on rank {s.owner} should be at {_where(*expected, block_size)}, "
-                f"got {_where(block, offset, block_size)}",
-                f"vo = {s.virtual_offset}, lo = {s.local_offset}, block = {s.virtual_block}·"
-                f"{kv // block_size} + {s.local_offset} // {block_size} = {s.block}, offset "
-                f"{s.offset}",
-                f"logical block {block}, offset {offset}",
+                _("position {p} on rank {owner} should be at {where}, got {where2}").format(
+                    p=p,
+                    owner=s.owner,
+                    where=_where(*expected, block_size),
+                    where2=_where(block, offset, block_size),
+                ),
+                _(
+                    "vo = {virtual_offset}, lo = {local_offset}, block = {virtual_block}·{value} "
+                    "+ "
+                    "{local_offset} // {block_size} = {block}, offset {offset}"
+                ).format(
+                    virtual_offset=s.virtual_offset,
+                    local_offset=s.local_offset,
+                    virtual_block=s.virtual_block,
+                    value=kv // block_size,
+                    block_size=block_size,
+                    block=s.block,
+                    offset=s.offset,
+                ),
+                _("logical block {block}, offset {offset}").format(block=block, offset=offset),
                 LOCAL_HINT,
             )
 
@@ -364,7 +464,7 @@ def judge_local_block_and_offset(candidate: Callable[..., Any], case: CPConfig) 
 register(
     Exercise(
         id="05.local_block_and_offset",
-        title="steps 3 and 4: where a position goes on its rank",
+        title=N_("steps 3 and 4: where a position goes on its rank"),
         cases=_local_cases,
         strategy=_local_config,
         judge=judge_local_block_and_offset,
@@ -377,11 +477,12 @@ register(
 # ---------------------------------------------------------------------------------------------
 # 05.cp_kernel
 # ---------------------------------------------------------------------------------------------
-KERNEL_HINT = (
+KERNEL_HINT = N_(
     "The five steps of 05.is_local and 05.local_block_and_offset, on a whole tile of "
     "positions at once: step 1 the virtual block and offset, step 2 has_slot (is the "
-    "segment's rank TOTAL_CP_RANK?), step 3 the packed local offset, step 4 block_indices "
-    "(each earlier virtual block counts BLOCKS_PER_KV_BLOCK blocks) and slot_offsets."
+    "segment's rank TOTAL_CP_RANK?), step 3 the packed local offset, step 4 "
+    "block_indices (each earlier virtual block counts BLOCKS_PER_KV_BLOCK blocks) "
+    "and slot_offsets."
 )
 
 
@@ -397,15 +498,15 @@ def _cp_case(qsl, positions, table, block_size, world, interleave, kv=None, max_
 def _cp_kernel_cases() -> list[tuple[str, SlotCase]]:
     return [
         (
-            "two ranks, interleave 1, one request of 12",
+            N_("two ranks, interleave 1, one request of 12"),
             _cp_case([0, 12], list(range(12)), [[5, 2, 7]], 4, 2, 1),
         ),
         (
-            "two ranks, interleave 2, into the second virtual block",
+            N_("two ranks, interleave 2, into the second virtual block"),
             _cp_case([0, 14], list(range(14)), [[5, 2, 7]], 4, 2, 2),
         ),
         (
-            "three ranks, interleave 2, two requests, a decode step at 21",
+            N_("three ranks, interleave 2, two requests, a decode step at 21"),
             _cp_case(
                 [0, 13, 14],
                 list(range(13)) + [21],
@@ -417,10 +518,10 @@ def _cp_kernel_cases() -> list[tuple[str, SlotCase]]:
             ),
         ),
         (
-            "hybrid: a kv block of 8 holds 2 blocks of 4",
+            N_("hybrid: a kv block of 8 holds 2 blocks of 4"),
             _cp_case([0, 20], list(range(20)), [[6, 7, 2, 3, 10, 11]], 4, 2, 2, kv=8),
         ),
-        ("one rank: the plain kernel", _cp_case([0, 9], list(range(9)), [[4, 8, 1]], 4, 1, 1)),
+        (N_("one rank: the plain kernel"), _cp_case([0, 9], list(range(9)), [[4, 8, 1]], 4, 1, 1)),
     ]
 
 
@@ -466,8 +567,8 @@ def launch_cp_kernel(kernel, case: SlotCase, rank: int) -> list[int]:
 def judge_cp_kernel(kernel, case: SlotCase) -> None:
     if not hasattr(kernel, "__getitem__"):
         raise Wrong(
-            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
-            hint="Pass the kernel itself: check('05.cp_kernel', cp_kernel).",
+            _("expected a @triton.jit kernel, got {name}").format(name=type(kernel).__name__),
+            hint=_("Pass the kernel itself: check('05.cp_kernel', cp_kernel)."),
         )
     world = case.options["cp_world_size"]
     interleave = case.options["cp_interleave"]
@@ -483,10 +584,10 @@ def judge_cp_kernel(kernel, case: SlotCase) -> None:
         )
         buffer = launch_cp_kernel(kernel, case, rank)
         wrong = explain_slot_mapping(case, expected[rank], buffer)
-        if wrong is not None and wrong.invariant.startswith(
-            ("a lane", "slot_mapping[", "padding")
-        ):
-            wrong.invariant = f"on rank {rank}: {wrong.invariant}"
+        if wrong is not None and wrong.kind in ("lane", "unwritten", "padding"):
+            wrong.invariant = _("on rank {rank}: {invariant}").format(
+                rank=rank, invariant=wrong.invariant
+            )
             raise wrong  # out-of-bounds writes, unwritten elements, a bad padding tail
         got.append(buffer[GUARD : GUARD + case.padded_length])
     # The partition: every token stored by exactly one rank.
@@ -494,26 +595,40 @@ def judge_cp_kernel(kernel, case: SlotCase) -> None:
         p = case.positions[token]
         claimed = [r for r in range(world) if got[r][token] != PAD_SLOT_ID]
         owner = owner_of(p, world, interleave, kv)
-        where = f"token {token} (request {case.request_of(token)}, position {p})"
+        where = _("token {token} (request {request_of}, position {p})").format(
+            token=token, request_of=case.request_of(token), p=p
+        )
         if not claimed:
             raise Wrong(
-                f"{where} has no owner: every rank wrote PAD_ID",
-                f"a slot on rank {owner} ({why_owner(p, world, interleave, kv)})",
-                "PAD_ID on every rank",
+                _("{where} has no owner: every rank wrote PAD_ID").format(where=where),
+                _("a slot on rank {owner} ({why_owner})").format(
+                    owner=owner, why_owner=why_owner(p, world, interleave, kv)
+                ),
+                _("PAD_ID on every rank"),
                 KERNEL_HINT,
             )
         if len(claimed) > 1:
             raise Wrong(
-                f"{where} is stored by ranks {claimed}: exactly one rank may store it",
-                f"only rank {owner} ({why_owner(p, world, interleave, kv)})",
-                f"slots {[got[r][token] for r in claimed]} on ranks {claimed}",
+                _("{where} is stored by ranks {claimed}: exactly one rank may store it").format(
+                    where=where, claimed=claimed
+                ),
+                _("only rank {owner} ({why_owner})").format(
+                    owner=owner, why_owner=why_owner(p, world, interleave, kv)
+                ),
+                _("slots {value} on ranks {claimed}").format(
+                    value=[got[r][token] for r in claimed], claimed=claimed
+                ),
                 KERNEL_HINT,
             )
         if claimed[0] != owner:
             raise Wrong(
-                f"{where} is stored by rank {claimed[0]}, but it belongs to rank {owner}",
-                f"rank {owner} ({why_owner(p, world, interleave, kv)})",
-                f"rank {claimed[0]}",
+                _("{where} is stored by rank {claimed}, but it belongs to rank {owner}").format(
+                    where=where, claimed=claimed[0], owner=owner
+                ),
+                _("rank {owner} ({why_owner})").format(
+                    owner=owner, why_owner=why_owner(p, world, interleave, kv)
+                ),
+                _("rank {claimed}").format(claimed=claimed[0]),
                 KERNEL_HINT,
             )
     # On each rank: distinct positions of a request get distinct slots, and the right ones.
@@ -526,10 +641,22 @@ def judge_cp_kernel(kernel, case: SlotCase) -> None:
             if slot in seen and case.positions[seen[slot]] != case.positions[token]:
                 first = seen[slot]
                 raise Wrong(
-                    f"positions {case.positions[first]} and {case.positions[token]} (tokens "
-                    f"{first} and {token}) both land on rank {rank} in slot {slot}",
-                    f"slots {expected[rank][first]} and {expected[rank][token]}",
-                    f"slot {slot} twice",
+                    _(
+                        "positions {value} and {value2} (tokens {first} and {token}) both land "
+                        "on rank "
+                        "{rank} in slot {slot}"
+                    ).format(
+                        value=case.positions[first],
+                        value2=case.positions[token],
+                        first=first,
+                        token=token,
+                        rank=rank,
+                        slot=slot,
+                    ),
+                    _("slots {value} and {value2}").format(
+                        value=expected[rank][first], value2=expected[rank][token]
+                    ),
+                    _("slot {slot} twice").format(slot=slot),
                     KERNEL_HINT,
                 )
             seen[slot] = token
@@ -538,9 +665,20 @@ def judge_cp_kernel(kernel, case: SlotCase) -> None:
                 p = case.positions[token]
                 s = five_steps(p, case.block_size, kv, world, interleave)
                 raise Wrong(
-                    f"token {token} (position {p}) on rank {rank} should be in slot "
-                    f"{expected[rank][token]}, got {got[rank][token]}",
-                    f"slot {expected[rank][token]} (logical block {s.block}, offset {s.offset})",
+                    _(
+                        "token {token} (position {p}) on rank {rank} should be in slot {value}, "
+                        "got "
+                        "{value2}"
+                    ).format(
+                        token=token,
+                        p=p,
+                        rank=rank,
+                        value=expected[rank][token],
+                        value2=got[rank][token],
+                    ),
+                    _("slot {value} (logical block {block}, offset {offset})").format(
+                        value=expected[rank][token], block=s.block, offset=s.offset
+                    ),
                     got[rank][token],
                     KERNEL_HINT,
                 )
@@ -549,7 +687,7 @@ def judge_cp_kernel(kernel, case: SlotCase) -> None:
 register(
     Exercise(
         id="05.cp_kernel",
-        title="the context-parallel branch of the kernel",
+        title=N_("the context-parallel branch of the kernel"),
         cases=_cp_kernel_cases,
         strategy=_cp_kernel_strategy,
         judge=judge_cp_kernel,
@@ -562,19 +700,19 @@ register(
 # ---------------------------------------------------------------------------------------------
 # 05.rank_fn
 # ---------------------------------------------------------------------------------------------
-RANK_FN_HINT = (
-    "Each process runs rank_fn(ctx, batch) and sees only itself: build this rank's tensors "
-    "with batch.tensors(ctx.rank, ctx.device) (its own block table), then call "
-    "slotmap.compute_slot_mapping with the batch's kv_cache_block_size, interleave and "
-    "max_num_tokens, cp_world_size=ctx.world_size and cp_rank=ctx.rank; return the slots as "
-    "a list of ints."
+RANK_FN_HINT = N_(
+    "Each process runs rank_fn(ctx, batch) and sees only itself: build this rank's "
+    "tensors with batch.tensors(ctx.rank, ctx.device) (its own block table), then "
+    "call slotmap.compute_slot_mapping with the batch's kv_cache_block_size, "
+    "interleave and max_num_tokens, cp_world_size=ctx.world_size and "
+    "cp_rank=ctx.rank; return the slots as a list of ints."
 )
 
 
 def _rank_fn_cases() -> list[tuple[str, CPBatch]]:
     return [
         (
-            "two ranks, interleave 2, two requests, a padding tail",
+            N_("two ranks, interleave 2, two requests, a padding tail"),
             CPBatch(
                 lengths=(11, 1),
                 starts=(0, 9),
@@ -587,7 +725,7 @@ def _rank_fn_cases() -> list[tuple[str, CPBatch]]:
             ),
         ),
         (
-            "two ranks, interleave 1, hybrid: a kv block of 8 holds 2 blocks of 4",
+            N_("two ranks, interleave 1, hybrid: a kv block of 8 holds 2 blocks of 4"),
             CPBatch(
                 lengths=(13,),
                 block_size=4,
@@ -607,27 +745,30 @@ def _rank_slots(value: Any, rank: int, length: int) -> list[int]:
         isinstance(v, int) and not isinstance(v, bool) for v in value
     ):
         raise Wrong(
-            f"rank {rank}'s rank_fn returned {type(value).__name__}, not a list of slots",
-            f"a list of {plural(length, 'int')}",
+            _("rank {rank}'s rank_fn returned {name}, not a list of slots").format(
+                rank=rank, name=type(value).__name__
+            ),
+            _("a list of {ints}").format(ints=plural(length, N_("int"))),
             repr(value)[:80],
             RANK_FN_HINT,
         )
     if len(value) != length:
         raise Wrong(
-            f"rank {rank}'s rank_fn returned {plural(len(value), 'slot')}, the batch has "
-            f"max_num_tokens {length}",
-            plural(length, "slot"),
-            plural(len(value), "slot"),
+            _(
+                "rank {rank}'s rank_fn returned {slots}, the batch has max_num_tokens {length}"
+            ).format(rank=rank, slots=plural(len(value), N_("slot")), length=length),
+            plural(length, N_("slot")),
+            plural(len(value), N_("slot")),
             RANK_FN_HINT,
         )
     return list(value)
 
 
-IN_A_MODULE_HINT = (
-    "Keep the %%writefile my_rank_fn.py line at the top of the exercise's cell (it writes the "
-    "function into my_rank_fn.py next to the notebook instead of defining it here), run that "
-    "cell, then check my_rank_fn.rank_fn: a spawned rank imports the function by its "
-    "module's name."
+IN_A_MODULE_HINT = N_(
+    "Keep the %%writefile my_rank_fn.py line at the top of the exercise's cell (it "
+    "writes the function into my_rank_fn.py next to the notebook instead of defining "
+    "it here), run that cell, then check my_rank_fn.rank_fn: a spawned rank imports "
+    "the function by its module's name."
 )
 
 
@@ -649,11 +790,12 @@ def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
 
     if _defined_in_a_notebook(fn):
         raise Wrong(
-            f"{getattr(fn, '__name__', fn)!r} is defined in a notebook cell: a rank is a new "
-            "process that imports its function by module and name, and it cannot import "
-            "this notebook (each rank would die with \"Can't get attribute "
-            f"'{getattr(fn, '__name__', fn)}' on <module '__main__'>\"); rank functions must "
-            "live in a module",
+            _(
+                "{getattr!r} is defined in a notebook cell: a rank is a new process that imports "
+                "its function by module and name, and it cannot import this notebook (each rank "
+                "would die with \"Can't get attribute '{getattr}' on <module '__main__'>\"); rank "
+                "functions must live in a module"
+            ).format(getattr=getattr(fn, "__name__", fn)),
             hint=IN_A_MODULE_HINT,
         )
     world, length = batch.world_size, batch.max_num_tokens or batch.num_tokens
@@ -661,9 +803,11 @@ def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
     if available < world:
         # One rank per device: the machine, not the learner's function, is short of ranks.
         raise Skipped(
-            f"the check runs {world} ranks, one per {BACKEND.name} device, and this machine "
-            f"has {plural(available, 'device')}; it runs on a machine with {world} or more, "
-            "or on the CPU (SLOTMAP_BACKEND=cpu, where the ranks talk over gloo)"
+            _(
+                "the check runs {world} ranks, one per {name} device, and this machine has "
+                "{devices}; it runs on a machine with {world} or more, or on the CPU "
+                "(SLOTMAP_BACKEND=cpu, where the ranks talk over gloo)"
+            ).format(world=world, name=BACKEND.name, devices=plural(available, N_("device")))
         )
     try:
         returned = run_ranks(fn, world, batch, timeout_s=120)
@@ -671,7 +815,9 @@ def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
         if "Put it in a module" not in str(error):
             raise
         raise Wrong(
-            f"run_ranks cannot start {getattr(fn, '__name__', fn)!r}: {error}",
+            _("run_ranks cannot start {getattr!r}: {error}").format(
+                getattr=getattr(fn, "__name__", fn), error=error
+            ),
             hint=IN_A_MODULE_HINT,
         ) from None
     except RankFailed as error:
@@ -686,18 +832,26 @@ def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
         why = why_owner(p, *config)
         if not claimed:
             raise Wrong(
-                f"token {token} (position {p}) has no owner: every rank's slot mapping has "
-                "PAD_ID there",
-                f"a slot on rank {owner} ({why})",
-                "PAD_ID on every rank",
+                _(
+                    "token {token} (position {p}) has no owner: every rank's slot mapping has "
+                    "PAD_ID "
+                    "there"
+                ).format(token=token, p=p),
+                _("a slot on rank {owner} ({why})").format(owner=owner, why=why),
+                _("PAD_ID on every rank"),
                 RANK_FN_HINT,
             )
         if len(claimed) > 1:
             raise Wrong(
-                f"token {token} (position {p}) is stored by ranks {claimed}: exactly one rank "
-                "may store it (does every rank pass its own cp_rank?)",
-                f"only rank {owner} ({why})",
-                f"slots {[slots[r][token] for r in claimed]} on ranks {claimed}",
+                _(
+                    "token {token} (position {p}) is stored by ranks {claimed}: exactly one rank "
+                    "may "
+                    "store it (does every rank pass its own cp_rank?)"
+                ).format(token=token, p=p, claimed=claimed),
+                _("only rank {owner} ({why})").format(owner=owner, why=why),
+                _("slots {value} on ranks {claimed}").format(
+                    value=[slots[r][token] for r in claimed], claimed=claimed
+                ),
                 RANK_FN_HINT,
             )
     for rank in range(world):
@@ -705,10 +859,12 @@ def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
         if slots[rank] != expected:
             token = next(t for t in range(length) if slots[rank][t] != expected[t])
             raise Wrong(
-                f"rank {rank}'s slot mapping differs from the reference at token {token}: "
-                "each rank uses its own block table, batch.tensors(ctx.rank, ctx.device)",
-                f"slot {expected[token]}",
-                f"slot {slots[rank][token]}",
+                _(
+                    "rank {rank}'s slot mapping differs from the reference at token {token}: each "
+                    "rank uses its own block table, batch.tensors(ctx.rank, ctx.device)"
+                ).format(rank=rank, token=token),
+                _("slot {expected}").format(expected=expected[token]),
+                _("slot {value}").format(value=slots[rank][token]),
                 RANK_FN_HINT,
             )
 
@@ -716,7 +872,7 @@ def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
 register(
     Exercise(
         id="05.rank_fn",
-        title="a rank function for run_ranks: each rank's own slot mapping",
+        title=N_("a rank function for run_ranks: each rank's own slot mapping"),
         cases=_rank_fn_cases,
         strategy=None,  # every case spawns processes: named cases only
         judge=judge_rank_fn,

@@ -35,6 +35,7 @@ from torch import Tensor
 from slotmap.backend import DEVICE
 from slotmap.exercises.cases import GUARD, POISON, checked_launch
 from slotmap.exercises.core import Exercise, Wrong, plural, register
+from slotmap.i18n import N_, _
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.reference import replay_padding_oracle, slot_mappings_oracle, token_slot
 
@@ -44,10 +45,10 @@ TILE = 8  # tokens per tile in this lesson's kernel exercise
 # ---------------------------------------------------------------------------------------------
 # 06.expand_block_table
 # ---------------------------------------------------------------------------------------------
-EXPAND_HINT = (
-    "Count in attention blocks: physical KV block k holds the K/B attention blocks that "
-    "start at k * K/B (K/B = blocks_per_kv_block). Each entry of a row becomes those K/B "
-    "entries, in its place."
+EXPAND_HINT = N_(
+    "Count in attention blocks: physical KV block k holds the K/B attention blocks "
+    "that start at k * K/B (K/B = blocks_per_kv_block). Each entry of a row becomes "
+    "those K/B entries, in its place."
 )
 
 
@@ -65,7 +66,9 @@ class ExpandCase:
         return torch.tensor(rows, dtype=torch.int32, device=DEVICE)[:, : self.width]
 
     def __str__(self) -> str:
-        table = self.block_table or f"<0 rows of {plural(self.width, 'entry')}>"
+        table = self.block_table or _("<0 rows of {entries}>").format(
+            entries=plural(self.width, N_("entry"))
+        )
         text = f"block_table={table}, blocks_per_kv_block={self.blocks_per_kv_block}"
         if self.spare_columns:
             text += (
@@ -81,14 +84,14 @@ def _expand_case(rows: list[list[int]], per: int) -> ExpandCase:
 
 def _expand_cases() -> list[tuple[str, ExpandCase]]:
     return [
-        ("one request, two KV blocks of 3 attention blocks", _expand_case([[3, 1]], 3)),
-        ("two requests, 4 attention blocks a KV block", _expand_case([[3, 1], [0, 5]], 4)),
-        ("blocks_per_kv_block 1 changes nothing", _expand_case([[7, 2, 9]], 1)),
-        ("KV block 0 holds attention blocks 0 .. B - 1", _expand_case([[0, 2]], 2)),
-        ("a table without rows", ExpandCase([], 4, 3)),
-        ("large block numbers", _expand_case([[2**28, 5]], 4)),
+        (N_("one request, two KV blocks of 3 attention blocks"), _expand_case([[3, 1]], 3)),
+        (N_("two requests, 4 attention blocks a KV block"), _expand_case([[3, 1], [0, 5]], 4)),
+        (N_("blocks_per_kv_block 1 changes nothing"), _expand_case([[7, 2, 9]], 1)),
+        (N_("KV block 0 holds attention blocks 0 .. B - 1"), _expand_case([[0, 2]], 2)),
+        (N_("a table without rows"), ExpandCase([], 4, 3)),
+        (N_("large block numbers"), _expand_case([[2**28, 5]], 4)),
         (
-            "a strided table: the first columns of a persistent, wider one",
+            N_("a strided table: the first columns of a persistent, wider one"),
             ExpandCase([[3, 1], [0, 5]], 2, 2, spare_columns=3),
         ),
     ]
@@ -117,34 +120,58 @@ def diagnose_expansion(case: ExpandCase, got: list[list[int]]) -> Wrong | None:
             if values == expected:
                 continue
             j = next(i for i in range(per) if values[i] != expected[i])
-            where = (
-                f"entries [{r}, {b * per}..{b * per + per - 1}] are the attention blocks of the "
-                f"manager's entry [{r}, {b}], physical KV block {k}"
-            )
+            where = _(
+                "entries [{r}, {value}..{value2}] are the attention blocks of the manager's "
+                "entry [{r}, {b}], physical KV block {k}"
+            ).format(r=r, value=b * per, value2=b * per + per - 1, b=b, k=k)
             if values == [k] * per:
-                why = (
-                    f"{where}: they should be {expected[0]}..{expected[-1]}, got {k} (the KV "
-                    "block's own number) each time. KV blocks and attention blocks are numbered "
-                    f"in different units: attention block {k} lies in KV block {k // per}, "
-                    "another block's memory"
+                why = _(
+                    "{where}: they should be {expected}..{expected2}, got {k} (the KV block's own "
+                    "number) each time. KV blocks and attention blocks are numbered in different "
+                    "units: attention block {k} lies in KV block {value}, another block's memory"
+                ).format(
+                    where=where, expected=expected[0], expected2=expected[-1], k=k, value=k // per
                 )
             elif values == [k * per] * per:
-                why = (
-                    f"{where}: they should be {expected[0]}..{expected[-1]}, got {k * per} each "
-                    f"time: all {per} attention blocks point to the first one, so their tokens "
-                    "collide"
+                why = _(
+                    "{where}: they should be {expected}..{expected2}, got {value} each time: all "
+                    "{per} attention blocks point to the first one, so their tokens collide"
+                ).format(
+                    where=where,
+                    expected=expected[0],
+                    expected2=expected[-1],
+                    value=k * per,
+                    per=per,
                 )
             elif values == [k + i for i in range(per)]:
-                why = (
-                    f"{where}: they should be k * K/B + j = {k} * {per} + j = {expected[0]}.."
-                    f"{expected[-1]}, got {k} + j = {values[0]}..{values[-1]} (the factor "
-                    f"K/B = {per} is missing): attention block {values[0]} lies in KV block "
-                    f"{values[0] // per}"
+                why = _(
+                    "{where}: they should be k * K/B + j = {k} * {per} + j = "
+                    "{expected}..{expected2}, got {k} + j = {values}..{values2} (the factor K/B = "
+                    "{per} is missing): attention block {values} lies in KV block {value}"
+                ).format(
+                    where=where,
+                    k=k,
+                    per=per,
+                    expected=expected[0],
+                    expected2=expected[-1],
+                    values=values[0],
+                    values2=values[-1],
+                    value=values[0] // per,
                 )
             else:
-                why = (
-                    f"{where}: entry [{r}, {b * per + j}] is its attention block {j} and should "
-                    f"be k * K/B + {j} = {k} * {per} + {j} = {expected[j]}, got {values[j]}"
+                why = _(
+                    "{where}: entry [{r}, {value}] is its attention block {j} and should be k * "
+                    "K/B "
+                    "+ {j} = {k} * {per} + {j} = {expected}, got {values}"
+                ).format(
+                    where=where,
+                    r=r,
+                    value=b * per + j,
+                    j=j,
+                    k=k,
+                    per=per,
+                    expected=expected[j],
+                    values=values[j],
                 )
             return Wrong(why, expected, values, EXPAND_HINT)
     return None
@@ -158,50 +185,67 @@ def judge_expansion(candidate: Callable[[Tensor, int], Tensor], case: ExpandCase
     rows = len(case.block_table)
     shape = (rows, case.width * per)
     if not isinstance(got, Tensor):
-        raise Wrong(f"expected a torch.Tensor, got {type(got).__name__}", shape, got, EXPAND_HINT)
+        raise Wrong(
+            _("expected a torch.Tensor, got {name}").format(name=type(got).__name__),
+            shape,
+            got,
+            EXPAND_HINT,
+        )
     if not torch.equal(table, original):
         raise Wrong(
-            "your function changed the block table it was given (work on a new tensor)",
+            _("your function changed the block table it was given (work on a new tensor)"),
             original.tolist(),
             table.tolist(),
             EXPAND_HINT,
         )
     if tuple(got.shape) != shape:
         raise Wrong(
-            f"the expanded table has shape {tuple(got.shape)}, expected {shape}: each of the "
-            f"{plural(case.width, 'entry')} of a row becomes {plural(per, 'attention block')}",
+            _(
+                "the expanded table has shape {tuple}, expected {shape}: each of the {entrys} of "
+                "a row becomes {attention_blocks}"
+            ).format(
+                tuple=tuple(got.shape),
+                shape=shape,
+                entrys=plural(case.width, N_("entry")),
+                attention_blocks=plural(per, N_("attention block")),
+            ),
             shape,
             tuple(got.shape),
             EXPAND_HINT,
         )
     if got.dtype != torch.int32:
         raise Wrong(
-            f"the expanded table is {str(got.dtype).removeprefix('torch.')}: the kernels read "
-            "block tables as int32",
-            "int32",
+            _(
+                "the expanded table is {removeprefix}: the kernels read block tables as int32"
+            ).format(removeprefix=str(got.dtype).removeprefix("torch.")),
+            _("int32"),
             str(got.dtype).removeprefix("torch."),
-            "Build it in the input's dtype (torch.arange(..., dtype=block_table.dtype)).",
+            _("Build it in the input's dtype (torch.arange(..., dtype=block_table.dtype))."),
         )
     wrong = diagnose_expansion(case, got.cpu().tolist())
     if wrong is not None:
         raise wrong
     if not got.is_contiguous():
         raise Wrong(
-            f"the expanded table has the right entries but is not contiguous (strides "
-            f"{tuple(got.stride())}; a contiguous {shape[0]} x {shape[1]} table has strides "
-            f"({shape[1]}, 1)): the launchers reject it (block_table must be contiguous), since "
-            "the kernels read a row's entries side by side in memory",
-            f"strides ({shape[1]}, 1)",
-            f"strides {tuple(got.stride())}",
-            "A transpose (or expand) changes the strides, not the memory; build the result in "
-            "row order, or copy it into row order before returning it.",
+            _(
+                "the expanded table has the right entries but is not contiguous (strides "
+                "{tuple}; a contiguous {shape} x {shape2} table has strides ({shape2}, 1)): the "
+                "launchers reject it (block_table must be contiguous), since the kernels read a "
+                "row's entries side by side in memory"
+            ).format(tuple=tuple(got.stride()), shape=shape[0], shape2=shape[1]),
+            _("strides ({shape}, 1)").format(shape=shape[1]),
+            _("strides {tuple}").format(tuple=tuple(got.stride())),
+            _(
+                "A transpose (or expand) changes the strides, not the memory; build the result "
+                "in row order, or copy it into row order before returning it."
+            ),
         )
 
 
 register(
     Exercise(
         id="06.expand_block_table",
-        title="expand a block table of KV blocks into attention blocks",
+        title=N_("expand a block table of KV blocks into attention blocks"),
         cases=_expand_cases,
         strategy=_expand_strategy,
         judge=judge_expansion,
@@ -214,10 +258,11 @@ register(
 # ---------------------------------------------------------------------------------------------
 # 06.replay_padding
 # ---------------------------------------------------------------------------------------------
-REPLAY_HINT = (
-    "A lane is replayed only when several things hold at once: the request mask is one of "
-    "them; the group, the request and the position each add one. Lesson 06's section 4 "
-    "(replay padding) names them; check which end of the replayed window is open."
+REPLAY_HINT = N_(
+    "A lane is replayed only when several things hold at once: the request mask is "
+    "one of them; the group, the request and the position each add one. Lesson 06's "
+    "section 4 (replay padding) names them; check which end of the replayed window "
+    "is open."
 )
 
 
@@ -285,23 +330,23 @@ def _replay_case(
 def _replay_cases() -> list[tuple[str, ReplayCase]]:
     return [
         (
-            "one request replays positions 4..6 (replay_start 4, window 3)",
+            N_("one request replays positions 4..6 (replay_start 4, window 3)"),
             _replay_case([9], list(range(9)), [4], 3, [True]),
         ),
         (
-            "replay_start 0 means no replay",
+            N_("replay_start 0 means no replay"),
             _replay_case([4, 5], [0, 1, 2, 3, 6, 7, 8, 9, 10], [0, 7], 2, [True]),
         ),
         (
-            "only the prefix-cacheable group is padded",
+            N_("only the prefix-cacheable group is padded"),
             _replay_case([6], list(range(10, 16)), [11], 3, [True, False]),
         ),
         (
-            "the range is half-open: window 2 from position 5 pads 5 and 6, not 7",
+            N_("the range is half-open: window 2 from position 5 pads 5 and 6, not 7"),
             _replay_case([6], list(range(3, 9)), [5], 2, [False, True], padding=2),
         ),
         (
-            "three requests, shuffled positions, two groups",
+            N_("three requests, shuffled positions, two groups"),
             _replay_case(
                 [5, 3, 3],
                 [0, 1, 2, 3, 4, 3, 4, 5, 9, 7, 8],
@@ -312,10 +357,10 @@ def _replay_cases() -> list[tuple[str, ReplayCase]]:
             ),
         ),
         (
-            "a replay longer than one tile of 8",
+            N_("a replay longer than one tile of 8"),
             _replay_case([3, 14], [20, 21, 22] + list(range(30, 44)), [0, 31], 11, [True]),
         ),
-        ("window 0 pads nothing", _replay_case([4], [5, 6, 7, 8], [6], 0, [True])),
+        (N_("window 0 pads nothing"), _replay_case([4], [5, 6, 7, 8], [6], 0, [True])),
     ]
 
 
@@ -384,52 +429,80 @@ def diagnose_replay(case: ReplayCase, expected: list[list[int]], got: list[list[
                 continue
             before = case.slots[g][t]
             if t >= case.num_tokens:
-                why = (
-                    f"entry [{g}, {t}] lies in the padding tail, past the last token "
-                    f"({case.num_tokens - 1}): the replay padding must not touch it"
-                )
+                why = _(
+                    "entry [{g}, {t}] lies in the padding tail, past the last token ({value}): "
+                    "the "
+                    "replay padding must not touch it"
+                ).format(g=g, t=t, value=case.num_tokens - 1)
                 return Wrong(why, want, value, REPLAY_HINT)
             q = case.request_of(t)
             p, first, window = case.positions[t], case.replay_start[q], case.window
             token = f"token {t} (request {q}, position {p})"
             replay = f"replay_start {first}, window {window}"
             if want == PAD_SLOT_ID and value == before:
-                why = (
-                    f"{token} is replayed ({replay}: positions {first}..{first + window - 1}) "
-                    f"in group {g}, which is prefix-cacheable: its slot must become PAD_ID so "
-                    f"the shared cached block is not rewritten, but it kept slot {before}"
+                why = _(
+                    "{token} is replayed ({replay}: positions {first}..{value}) in group {g}, "
+                    "which "
+                    "is prefix-cacheable: its slot must become PAD_ID so the shared cached block "
+                    "is "
+                    "not rewritten, but it kept slot {before}"
+                ).format(
+                    token=token,
+                    replay=replay,
+                    first=first,
+                    value=first + window - 1,
+                    g=g,
+                    before=before,
                 )
             elif value == PAD_SLOT_ID and want == before:
                 if not case.prefix_cacheable[g]:
-                    why = (
-                        f"group {g} is not prefix-cacheable: every slot of it must be kept, "
-                        f"but {token} got PAD_ID"
-                    )
+                    why = _(
+                        "group {g} is not prefix-cacheable: every slot of it must be kept, but "
+                        "{token} "
+                        "got PAD_ID"
+                    ).format(g=g, token=token)
                 elif first <= 0:
-                    why = (
-                        f"request {q} has replay_start {first}, which means no replay: {token} "
-                        f"must keep slot {before}, got PAD_ID"
-                    )
+                    why = _(
+                        "request {q} has replay_start {first}, which means no replay: {token} "
+                        "must keep "
+                        "slot {before}, got PAD_ID"
+                    ).format(q=q, first=first, token=token, before=before)
                 elif p == first + window:
-                    why = (
-                        f"position {p} = replay_start {first} + window {window} is the first "
-                        f"position after the replay (the range [{first}, {first + window}) is "
-                        f"half-open): {token} must keep slot {before}, got PAD_ID"
+                    why = _(
+                        "position {p} = replay_start {first} + window {window} is the first "
+                        "position "
+                        "after the replay (the range [{first}, {value}) is half-open): {token} "
+                        "must keep "
+                        "slot {before}, got PAD_ID"
+                    ).format(
+                        p=p,
+                        first=first,
+                        window=window,
+                        value=first + window,
+                        token=token,
+                        before=before,
                     )
                 elif p < first:
-                    why = (
-                        f"position {p} comes before replay_start {first}: {token} is not "
-                        f"replayed and must keep slot {before}, got PAD_ID"
-                    )
+                    why = _(
+                        "position {p} comes before replay_start {first}: {token} is not replayed "
+                        "and "
+                        "must keep slot {before}, got PAD_ID"
+                    ).format(p=p, first=first, token=token, before=before)
                 else:
-                    why = (
-                        f"position {p} lies past the replayed positions {first}.."
-                        f"{first + window - 1}: {token} must keep slot {before}, got PAD_ID"
+                    why = _(
+                        "position {p} lies past the replayed positions {first}..{value}: {token} "
+                        "must "
+                        "keep slot {before}, got PAD_ID"
+                    ).format(
+                        p=p, first=first, value=first + window - 1, token=token, before=before
                     )
             else:
-                why = (
-                    f"entry [{g}, {t}] ({token}) changed from {before} to {value}: the replay "
-                    f"padding only ever writes PAD_ID ({PAD_SLOT_ID})"
+                why = _(
+                    "entry [{g}, {t}] ({token}) changed from {before} to {value}: the replay "
+                    "padding "
+                    "only ever writes PAD_ID ({pad_slot_id})"
+                ).format(
+                    g=g, t=t, token=token, before=before, value=value, pad_slot_id=PAD_SLOT_ID
                 )
             return Wrong(why, want, value, REPLAY_HINT)
     return None
@@ -438,27 +511,36 @@ def diagnose_replay(case: ReplayCase, expected: list[list[int]], got: list[list[
 def judge_replay(kernel, case: ReplayCase) -> None:
     if not hasattr(kernel, "__getitem__"):
         raise Wrong(
-            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
-            hint="Pass the kernel itself: check('06.replay_padding', replay_kernel).",
+            _("expected a @triton.jit kernel, got {name}").format(name=type(kernel).__name__),
+            hint=_("Pass the kernel itself: check('06.replay_padding', replay_kernel)."),
         )
     buffer = launch_replay_kernel(kernel, case)
     groups, width = len(case.slots), len(case.slots[0])
     for index, value in enumerate(buffer[:GUARD]):
         if value != POISON:
             raise Wrong(
-                f"a lane wrote {value} before slot_mappings (at {index - GUARD})",
+                _("a lane wrote {value} before slot_mappings (at {value2})").format(
+                    value=value, value2=index - GUARD
+                ),
                 POISON,
                 value,
-                "Store only where the lane is replayed (mask=...).",
+                _("Store only where the lane is replayed (mask=...)."),
             )
     for index, value in enumerate(buffer[GUARD + groups * width :]):
         if value != POISON:
             raise Wrong(
-                f"a lane wrote {value} past the end of slot_mappings "
-                f"({groups} x {plural(width, 'entry')}, at {groups * width + index})",
+                _(
+                    "a lane wrote {value} past the end of slot_mappings ({groups} x {entrys}, at "
+                    "{value2})"
+                ).format(
+                    value=value,
+                    groups=groups,
+                    entrys=plural(width, N_("entry")),
+                    value2=groups * width + index,
+                ),
                 POISON,
                 value,
-                "Store only where the lane is replayed (mask=...).",
+                _("Store only where the lane is replayed (mask=...)."),
             )
     flat = buffer[GUARD : GUARD + groups * width]
     got = [flat[g * width : (g + 1) * width] for g in range(groups)]
@@ -470,7 +552,7 @@ def judge_replay(kernel, case: ReplayCase) -> None:
 register(
     Exercise(
         id="06.replay_padding",
-        title="the lanes replay padding sets to PAD_ID",
+        title=N_("the lanes replay padding sets to PAD_ID"),
         cases=_replay_cases,
         strategy=_replay_strategy,
         judge=judge_replay,
@@ -484,12 +566,13 @@ register(
 # 06.group_switches
 # ---------------------------------------------------------------------------------------------
 STALE = 4242  # a slot an earlier step left in the persistent output buffer
-SWITCHES_HINT = (
-    "Pad first from query_start_loc[num_reqs] (the real count), not from num_tokens. A token "
-    "gets PAD_ID when its group is disabled or its request is a dummy (idx_mapping -1), "
-    "before any row is read; otherwise token_slot on the row idx_mapping[q], with the kernel "
-    "block (kernel_block_size) as its block_size, the allocation block as its "
-    "kv_cache_block_size, and the CP arguments only if the group is sharded."
+SWITCHES_HINT = N_(
+    "Pad first from query_start_loc[num_reqs] (the real count), not from num_tokens. "
+    "A token gets PAD_ID when its group is disabled or its request is a dummy "
+    "(idx_mapping -1), before any row is read; otherwise token_slot on the row "
+    "idx_mapping[q], with the kernel block (kernel_block_size) as its block_size, "
+    "the allocation block as its kv_cache_block_size, and the CP arguments only if "
+    "the group is sharded."
 )
 
 
@@ -628,29 +711,29 @@ def _group_case(
 
 def _switch_cases() -> list[tuple[str, GroupCase]]:
     return [
-        ("one request, one plain group", _group_case([5], [2], 4, 4)),
+        (N_("one request, one plain group"), _group_case([5], [2], 4, 4)),
         (
-            "a disabled (Mamba) group: PAD_ID everywhere, its poisoned table unread",
+            N_("a disabled (Mamba) group: PAD_ID everywhere, its poisoned table unread"),
             _group_case([3, 2], [0, 6], 4, 4, enabled=False),
         ),
         (
-            "a dummy request (idx_mapping -1) between two real ones",
+            N_("a dummy request (idx_mapping -1) between two real ones"),
             _group_case([2, 3, 2], [4, None, 9], 4, 4),
         ),
         (
-            "CP 2, a sharded full-attention group, rank 1",
+            N_("CP 2, a sharded full-attention group, rank 1"),
             _group_case([8], [0], 4, 4, cp=(2, 1, 1)),
         ),
         (
-            "CP 2, an unsharded sliding-window group: every position maps here",
+            N_("CP 2, an unsharded sliding-window group: every position maps here"),
             _group_case([6], [1], 4, 4, sharded=False, cp=(2, 1, 1)),
         ),
         (
-            "kernel blocks of 2 inside allocation blocks of 4, CP 2 with interleave 4",
+            N_("kernel blocks of 2 inside allocation blocks of 4, CP 2 with interleave 4"),
             _group_case([9], [3], 4, 2, cp=(2, 0, 4)),
         ),
         (
-            "chunked prefill: num_tokens 8 is a padded count, the buffer holds stale slots",
+            N_("chunked prefill: num_tokens 8 is a padded count, the buffer holds stale slots"),
             _group_case([2, 3], [5, 0], 4, 4, padded=3),
         ),
     ]
@@ -684,53 +767,67 @@ def diagnose_switches(case: GroupCase, expected: list[int], got: list[int]) -> W
             continue
         if t >= case.real:
             if value == STALE and t < case.num_tokens:
-                why = (
-                    f"entry {t} lies past the real tokens (query_start_loc[num_reqs] = "
-                    f"{case.real}) but before num_tokens = {case.num_tokens}, a padded host "
-                    f"count: it still holds {STALE}, an earlier step's slot. The padding must "
-                    "start at the real count, or the padding tokens' KV lands in live slots"
-                )
+                why = _(
+                    "entry {t} lies past the real tokens (query_start_loc[num_reqs] = {real}) but "
+                    "before num_tokens = {num_tokens}, a padded host count: it still holds "
+                    "{stale}, "
+                    "an earlier step's slot. The padding must start at the real count, or the "
+                    "padding tokens' KV lands in live slots"
+                ).format(t=t, real=case.real, num_tokens=case.num_tokens, stale=STALE)
             else:
-                why = f"entry {t} is padding, past the batch's {case.real} real tokens"
+                why = _("entry {t} is padding, past the batch's {real} real tokens").format(
+                    t=t, real=case.real
+                )
             return Wrong(why, want, value, SWITCHES_HINT)
         q = case.request_of(t)
         p = case.positions[t]
         token = f"token {t} (request {q}, position {p})"
         if not case.enabled:
-            why = (
-                f"the group is disabled (slot_mapping_enabled False): every token gets PAD_ID "
-                f"and its table is never read, but {token} got {value}"
-            )
+            why = _(
+                "the group is disabled (slot_mapping_enabled False): every token gets PAD_ID and "
+                "its table is never read, but {token} got {value}"
+            ).format(token=token, value=value)
             if value < 0 and value != PAD_SLOT_ID:
-                why += " (a slot from the group's poisoned table)"
+                why += _(" (a slot from the group's poisoned table)")
         elif case.rows[q] < 0:
-            why = (
-                f"request {q} is a dummy request (idx_mapping[{q}] = -1): it owns no blocks and "
-                f"no row may be read for it, but {token} got {value}"
-            )
+            why = _(
+                "request {q} is a dummy request (idx_mapping[{q}] = -1): it owns no blocks and "
+                "no row may be read for it, but {token} got {value}"
+            ).format(q=q, token=token, value=value)
             if value < 0 and value != PAD_SLOT_ID:
-                why += " (read from table[-1], the table's last row, poisoned here)"
+                why += _(" (read from table[-1], the table's last row, poisoned here)")
         elif value == STALE:
-            why = f"{token} was never written: it still holds {STALE}, an earlier step's slot"
+            why = _(
+                "{token} was never written: it still holds {stale}, an earlier step's slot"
+            ).format(token=token, stale=STALE)
         else:
             row = case.table[case.rows[q]]
             kernel, kv = case.kernel_block_size, case.kv_cache_block_size
             all_cp = token_slot(p, row, kernel, kv_cache_block_size=kv, **case.cp())
             on_kernel = token_slot(p, row, kernel, kv_cache_block_size=kernel, **case.cp())
             if not case.sharded and case.cp_world_size > 1 and value == all_cp:
-                why = (
-                    f"the group is not sharded (dcp_sharded False): context parallelism does "
-                    f"not split its cache, so {token} maps here by the plain formula, slot "
-                    f"{want}; got {value}, CP's answer for rank {case.cp_rank}"
-                )
+                why = _(
+                    "the group is not sharded (dcp_sharded False): context parallelism does not "
+                    "split its cache, so {token} maps here by the plain formula, slot {want}; got "
+                    "{value}, CP's answer for rank {cp_rank}"
+                ).format(token=token, want=want, value=value, cp_rank=case.cp_rank)
             elif case.sharded and kernel != kv and value == on_kernel:
-                why = (
-                    f"CP splits allocation blocks of {kv} tokens (a virtual block is {kv} * "
-                    f"{case.cp_world_size}), not kernel blocks of {kernel}: {token} should get "
-                    f"slot {want}, got {value}"
+                why = _(
+                    "CP splits allocation blocks of {kv} tokens (a virtual block is {kv} * "
+                    "{cp_world_size}), not kernel blocks of {kernel}: {token} should get slot "
+                    "{want}, got {value}"
+                ).format(
+                    kv=kv,
+                    cp_world_size=case.cp_world_size,
+                    kernel=kernel,
+                    token=token,
+                    want=want,
+                    value=value,
                 )
             else:
-                why = f"{token} should get slot {want}, got {value}"
+                why = _("{token} should get slot {want}, got {value}").format(
+                    token=token, want=want, value=value
+                )
         return Wrong(why, want, value, SWITCHES_HINT)
     return None
 
@@ -757,7 +854,9 @@ def judge_switches(candidate: Callable[..., object], case: GroupCase) -> None:
     )
     values = buffer.cpu().tolist()
     if any(v != POISON for v in values[:GUARD] + values[GUARD + case.max_num_tokens :]):
-        raise Wrong("your function wrote outside out", hint="Write only out[t] for t in range.")
+        raise Wrong(
+            _("your function wrote outside out"), hint=_("Write only out[t] for t in range.")
+        )
     wrong = diagnose_switches(case, case.expected(), values[GUARD : GUARD + case.max_num_tokens])
     if wrong is not None:
         raise wrong
@@ -766,7 +865,7 @@ def judge_switches(candidate: Callable[..., object], case: GroupCase) -> None:
 register(
     Exercise(
         id="06.group_switches",
-        title="one group's slot mapping with production's switches",
+        title=N_("one group's slot mapping with production's switches"),
         cases=_switch_cases,
         strategy=_switch_strategy,
         judge=judge_switches,

@@ -36,6 +36,7 @@ from slotmap.backend import DEVICE
 from slotmap.cp_attention import owned_positions
 from slotmap.exercises.cases import checked_launch
 from slotmap.exercises.core import Exercise, Wrong, plural, register
+from slotmap.i18n import N_, _
 from slotmap.layout import PAD_SLOT_ID
 
 POISON = -999.0  # every cache element before the learner's kernel runs
@@ -99,22 +100,26 @@ class CacheCase:
         """The layout, in words, with its strides ('' for two contiguous caches)."""
         strides = f"block_stride {self.block_stride}, slot_stride {self.slot_stride}"
         if self.layout == INTERLEAVED:
-            return (
+            return _(
                 "K and V interleaved in one [num_blocks, 2, block_size, num_heads, head_dim] "
-                f"tensor, so the cache's block stride is not block_size x slot stride ({strides})"
-            )
+                "tensor, so the cache's block stride is not block_size x slot stride ({strides})"
+            ).format(strides=strides)
         if self.layout == PADDED:
-            return (
-                f"each slot's row padded by {SLOT_PADDING} elements, so the slot stride is not "
-                f"ROW = {self.row} ({strides})"
-            )
+            return _(
+                "each slot's row padded by {slot_padding} elements, so the slot stride is not "
+                "ROW = {row} ({strides})"
+            ).format(slot_padding=SLOT_PADDING, row=self.row, strides=strides)
         return ""
 
     def __str__(self) -> str:
-        text = (
-            f"slot_mapping={self.slots}, caches of {plural(self.num_blocks, 'block')} x "
-            f"{plural(self.block_size, 'slot')} x {plural(self.num_heads, 'head')} x "
-            f"{plural(self.head_dim, 'dim')}"
+        text = _(
+            "slot_mapping={slots}, caches of {blocks} x {slots_each} x {heads} x {dims}"
+        ).format(
+            slots=self.slots,
+            blocks=plural(self.num_blocks, N_("block")),
+            slots_each=plural(self.block_size, N_("slot")),
+            heads=plural(self.num_heads, N_("head")),
+            dims=plural(self.head_dim, N_("dim")),
         )
         return text + (f", {self.layout_words()}" if self.layout != SEPARATE else "")
 
@@ -162,7 +167,7 @@ def launch_reshape_and_cache_kernel(
     num_tokens = key.shape[0]
     if num_tokens == 0:
         return
-    _, block_size, num_heads, head_dim = key_cache.shape
+    _num_blocks, block_size, num_heads, head_dim = key_cache.shape
     row = num_heads * head_dim
     checked_launch(
         kernel,
@@ -182,7 +187,9 @@ def launch_reshape_and_cache_kernel(
 
 
 def _slot_words(slot: int, case: CacheCase) -> str:
-    return f"slot {slot} (block {slot // case.block_size}, offset {slot % case.block_size})"
+    return _("slot {slot} (block {value}, offset {value2})").format(
+        slot=slot, value=slot // case.block_size, value2=slot % case.block_size
+    )
 
 
 def where_in_storage(storage: CacheStorage, case: CacheCase, buffer: int, element: int) -> str:
@@ -191,14 +198,15 @@ def where_in_storage(storage: CacheStorage, case: CacheCase, buffer: int, elemen
     relative = element - case.guard
     if relative < 0:
         rows = -(relative // case.slot_stride)
-        return (
-            f"slot {relative // case.slot_stride}, {plural(rows, 'row')} before the cache's "
-            "start (out of bounds)"
+        return _("slot {value}, {rows} before the cache's start (out of bounds)").format(
+            value=relative // case.slot_stride, rows=plural(rows, N_("row"))
         )
     if relative >= span:
         last = case.num_blocks * case.block_size - 1
         row = relative // case.slot_stride
-        return f"row {row}, past the cache's last slot {last} (out of bounds)"
+        return _("row {row}, past the cache's last slot {last} (out of bounds)").format(
+            row=row, last=last
+        )
     block, inside = divmod(relative, case.block_stride)
     owner = next(name for name, (b, _) in storage.bases.items() if b == buffer)
     half = case.block_size * case.slot_stride
@@ -207,8 +215,10 @@ def where_in_storage(storage: CacheStorage, case: CacheCase, buffer: int, elemen
     offset, column = divmod(inside, case.slot_stride)
     slot = _slot_words(block * case.block_size + offset, case)
     if column >= case.row:
-        return f"the padding after the {owner} cache's {slot}"
-    return f"the {owner} cache's {slot}" + (f", from its element {column}" if column else "")
+        return _("the padding after the {owner} cache's {slot}").format(owner=owner, slot=slot)
+    return _("the {owner} cache's {slot}").format(owner=owner, slot=slot) + (
+        _(", from its element {column}").format(column=column) if column else ""
+    )
 
 
 def _find_row(storage: CacheStorage, wanted: list[float]) -> tuple[int, int] | None:
@@ -226,15 +236,17 @@ def _layout_mistake(case: CacheCase, name: str, slot: int, element: int, base: i
     """Which stride a write to ``element`` (``base``: the cache's first slot) left out."""
     block, offset = divmod(slot, case.block_size)
     if case.layout == INTERLEAVED and element == base + slot * case.slot_stride:
-        return (
-            f": {case.layout_words()}; the {name} went to slot * slot_stride, as if blocks "
-            "were block_size slots apart"
-        )
+        return _(
+            ": {layout_words}; the {name} went to slot * slot_stride, as if blocks were "
+            "block_size slots apart"
+        ).format(layout_words=case.layout_words(), name=name)
     if case.layout == PADDED and element in (
         base + slot * case.row,
         base + block * case.block_stride + offset * case.row,
     ):
-        return f": {case.layout_words()}; the {name}'s slot was counted in rows of ROW"
+        return _(": {layout_words}; the {name}'s slot was counted in rows of ROW").format(
+            layout_words=case.layout_words(), name=name
+        )
     return ""
 
 
@@ -260,13 +272,24 @@ def explain_cache(
             found = _find_row(storage, rows[name][token]) if slot == pad_id else None
             if found is not None:
                 return Wrong(
-                    f"a padding token (token {token}, slot {slot}) wrote into the cache: its "
-                    f"{name} landed in {where_in_storage(storage, case, *found)}",
-                    "nothing written for a PAD token",
-                    f"{name} of token {token} in the cache",
-                    f"A slot of PAD_ID ({pad_id}) means: write nothing (return early, or mask "
-                    "the stores). Under context parallelism these are the tokens other ranks "
-                    "store.",
+                    _(
+                        "a padding token (token {token}, slot {slot}) wrote into the cache: its "
+                        "{name} "
+                        "landed in {where_in_storage}"
+                    ).format(
+                        token=token,
+                        slot=slot,
+                        name=name,
+                        where_in_storage=where_in_storage(storage, case, *found),
+                    ),
+                    _("nothing written for a PAD token"),
+                    _("{name} of token {token} in the cache").format(name=name, token=token),
+                    _(
+                        "A slot of PAD_ID ({pad_id}) means: write nothing (return early, or mask "
+                        "the "
+                        "stores). Under context parallelism these are the tokens other ranks "
+                        "store."
+                    ).format(pad_id=pad_id),
                 )
     # Every real token's row is in its slot.
     for token, slot in enumerate(case.slots):
@@ -283,11 +306,14 @@ def explain_cache(
             where = _slot_words(slot, case)
             if torch.equal(there, torch.tensor(rows[other][token])):
                 return Wrong(
-                    f"token {token}'s {other} was written into the {name} cache ({where}): "
-                    "key and value are swapped",
-                    f"{name} of token {token}",
-                    f"{other} of token {token}",
-                    "key_ptr goes to key_cache_ptr, value_ptr to value_cache_ptr.",
+                    _(
+                        "token {token}'s {other} was written into the {name} cache ({where}): "
+                        "key and "
+                        "value are swapped"
+                    ).format(token=token, other=other, name=name, where=where),
+                    _("{name} of token {token}").format(name=name, token=token),
+                    _("{other} of token {token}").format(other=other, token=token),
+                    _("key_ptr goes to key_cache_ptr, value_ptr to value_cache_ptr."),
                 )
             found = _find_row(storage, rows[name][token])
             if found is not None:
@@ -296,29 +322,47 @@ def explain_cache(
                 if found[0] == buffer:
                     layout = _layout_mistake(case, name, slot, found[1], base)
                 return Wrong(
-                    f"token {token}'s {name} landed in {landed} instead of the {name} cache's "
-                    f"{where}{layout}",
-                    f"slot {slot}",
+                    _(
+                        "token {token}'s {name} landed in {landed} instead of the {name} cache's "
+                        "{where}{layout}"
+                    ).format(token=token, name=name, landed=landed, where=where, layout=layout),
+                    _("slot {slot}").format(slot=slot),
                     landed,
                     hint_slot,
                 )
             if bool((there == POISON).all()):
                 return Wrong(
-                    f"token {token}'s {name} was never written: {where} still holds the poison",
-                    f"token {token}'s {name}",
-                    "poison (-999.0)",
+                    _(
+                        "token {token}'s {name} was never written: {where} still holds the poison"
+                    ).format(token=token, name=name, where=where),
+                    _("token {token}'s {name}").format(token=token, name=name),
+                    _("poison (-999.0)"),
                     hint_slot,
                 )
             wrong = int((there != mine).nonzero()[0, 0])
             head, dim = divmod(wrong, case.head_dim)
             return Wrong(
-                f"{where} holds wrong numbers for token {token}'s {name}: element {wrong} (head "
-                f"{head}, dim {dim}) is {float(there[wrong]):.4g}, expected "
-                f"{float(mine[wrong]):.4g}",
+                _(
+                    "{where} holds wrong numbers for token {token}'s {name}: element {wrong} "
+                    "(head "
+                    "{head}, dim {dim}) is {float:.4g}, expected {float2:.4g}"
+                ).format(
+                    where=where,
+                    token=token,
+                    name=name,
+                    wrong=wrong,
+                    head=head,
+                    dim=dim,
+                    float=float(there[wrong]),
+                    float2=float(mine[wrong]),
+                ),
                 f"{float(mine[wrong]):.4g}",
                 f"{float(there[wrong]):.4g}",
-                "Copy the token's whole row of num_heads * head_dim elements in order; mask the "
-                "lanes >= ROW on the loads and the stores, and never write past the row.",
+                _(
+                    "Copy the token's whole row of num_heads * head_dim elements in order; mask "
+                    "the "
+                    "lanes >= ROW on the loads and the stores, and never write past the row."
+                ),
             )
     # Nothing else changed: no stray writes into other slots, the padding or the guards.
     for index, (got, want) in enumerate(zip(storage.buffers, expected, strict=True)):
@@ -328,14 +372,22 @@ def explain_cache(
         first = changed[0]
         near = [e for e in changed if e - first < case.slot_stride]
         return Wrong(
-            f"{where_in_storage(storage, case, index, first)}, which no token writes, was "
-            f"overwritten ({plural(len(near), 'element')} there): a store wrote past a "
-            "token's row",
-            "poison (-999.0) everywhere no token writes",
-            f"{plural(len(changed), 'element')} changed",
-            f"A token's row has ROW = num_heads * head_dim = {plural(case.row, 'element')} but "
-            f"the tile has ROW_TILE = {plural(triton.next_power_of_2(case.row), 'lane')}: mask "
-            "lanes >= ROW.",
+            _(
+                "{where_in_storage}, which no token writes, was overwritten ({elements} there): "
+                "a store wrote past a token's row"
+            ).format(
+                where_in_storage=where_in_storage(storage, case, index, first),
+                elements=plural(len(near), N_("element")),
+            ),
+            _("poison (-999.0) everywhere no token writes"),
+            _("{elements} changed").format(elements=plural(len(changed), N_("element"))),
+            _(
+                "A token's row has ROW = num_heads * head_dim = {elements} but the tile has "
+                "ROW_TILE = {lanes}: mask lanes >= ROW."
+            ).format(
+                elements=plural(case.row, N_("element")),
+                lanes=plural(triton.next_power_of_2(case.row), N_("lane")),
+            ),
         )
     return None
 
@@ -343,8 +395,8 @@ def explain_cache(
 def judge_reshape_and_cache(kernel: Any, case: CacheCase) -> None:
     if not hasattr(kernel, "__getitem__"):
         raise Wrong(
-            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
-            hint="Pass the kernel itself: check('07.reshape_and_cache', your_kernel).",
+            _("expected a @triton.jit kernel, got {name}").format(name=type(kernel).__name__),
+            hint=_("Pass the kernel itself: check('07.reshape_and_cache', your_kernel)."),
         )
     key, value, slots = case.tensors()
     storage = cache_storage(case)
@@ -367,28 +419,33 @@ def judge_reshape_and_cache(kernel: Any, case: CacheCase) -> None:
 
 def _cache_cases() -> list[tuple[str, CacheCase]]:
     return [
-        ("four tokens crossing a block boundary", CacheCase([9, 10, 11, 12], 4, 4, 2, 4)),
-        ("a padding token in the middle", CacheCase([5, -1, 6], 3, 4, 2, 4, seed=1)),
+        (N_("four tokens crossing a block boundary"), CacheCase([9, 10, 11, 12], 4, 4, 2, 4)),
+        (N_("a padding token in the middle"), CacheCase([5, -1, 6], 3, 4, 2, 4, seed=1)),
         (
-            "context parallel: every other token is another rank's (PAD)",
+            N_("context parallel: every other token is another rank's (PAD)"),
             CacheCase([-1, 4, -1, 5, -1, 6], 3, 4, 1, 4, seed=2),
         ),
         (
-            "scattered slots in shuffled blocks",
+            N_("scattered slots in shuffled blocks"),
             CacheCase([13, 2, 7, 0, 15], 4, 4, 2, 2, seed=3),
         ),
-        ("3 heads of 2: a row of 6 elements, a tile of 8 lanes", CacheCase([1, 2], 2, 2, 3, 2)),
-        ("the cache's last slot", CacheCase([0, 11], 3, 4, 1, 3, seed=4)),
         (
-            "a cache whose block stride is not block_size x slot stride: K and V interleaved "
-            "in one tensor",
+            N_("3 heads of 2: a row of 6 elements, a tile of 8 lanes"),
+            CacheCase([1, 2], 2, 2, 3, 2),
+        ),
+        (N_("the cache's last slot"), CacheCase([0, 11], 3, 4, 1, 3, seed=4)),
+        (
+            N_(
+                "a cache whose block stride is not block_size x slot stride: K and V interleaved "
+                "in one tensor"
+            ),
             CacheCase([9, 2, -1, 4, 11], 3, 4, 2, 2, seed=5, layout=INTERLEAVED),
         ),
         (
-            "a cache whose slot stride is not ROW: each slot's row padded",
+            N_("a cache whose slot stride is not ROW: each slot's row padded"),
             CacheCase([5, 0, 6, -1, 11], 3, 4, 1, 3, seed=6, layout=PADDED),
         ),
-        ("no tokens at all", CacheCase([], 2, 4, 1, 2, seed=7)),
+        (N_("no tokens at all"), CacheCase([], 2, 4, 1, 2, seed=7)),
     ]
 
 
@@ -411,17 +468,18 @@ def cache_cases(draw: st.DrawFn) -> CacheCase:
     )
 
 
-CACHE_HINT = (
-    "A PAD_ID slot writes nothing. Any other slot names a physical block and an offset in it, "
-    "as lesson 01's formula builds it; find where that block and offset start in each cache "
-    "from the cache's own strides, never from block_size and ROW: the caches may be strided "
-    "(K and V interleaved in one tensor, padded slots)."
+CACHE_HINT = N_(
+    "A PAD_ID slot writes nothing. Any other slot names a physical block and an "
+    "offset in it, as lesson 01's formula builds it; find where that block and "
+    "offset start in each cache from the cache's own strides, never from block_size "
+    "and ROW: the caches may be strided (K and V interleaved in one tensor, padded "
+    "slots)."
 )
 
 register(
     Exercise(
         id="07.reshape_and_cache",
-        title="write K/V through the slot mapping",
+        title=N_("write K/V through the slot mapping"),
         cases=_cache_cases,
         strategy=cache_cases,
         judge=judge_reshape_and_cache,
@@ -499,10 +557,10 @@ def merge_problem(case: MergeCase, device: torch.device | str = DEVICE):
 
 ATOL = 1e-4
 RTOL = 1e-4
-MERGE_HINT = (
-    "Each rank's lse is a log-sum-exp over its own keys; the merged one is over every key, "
-    "and each rank's output counts by its share of that total. Subtract the largest lse "
-    "before exponentiating."
+MERGE_HINT = N_(
+    "Each rank's lse is a log-sum-exp over its own keys; the merged one is over "
+    "every key, and each rank's output counts by its share of that total. Subtract "
+    "the largest lse before exponentiating."
 )
 
 
@@ -517,8 +575,8 @@ def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], ca
     returned = merge(outs.clone(), lses.clone())
     if not (isinstance(returned, tuple | list) and len(returned) == 2):
         raise Wrong(
-            f"merge returned {type(returned).__name__}, not a pair (out, lse)",
-            "(out [num_reqs, num_heads, head_dim], lse [num_reqs, num_heads])",
+            _("merge returned {name}, not a pair (out, lse)").format(name=type(returned).__name__),
+            _("(out [num_reqs, num_heads, head_dim], lse [num_reqs, num_heads])"),
             repr(returned)[:80],
         )
     out, lse = returned
@@ -526,10 +584,12 @@ def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], ca
         if not isinstance(got, Tensor) or tuple(got.shape) != tuple(want.shape):
             shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
             raise Wrong(
-                f"the merged {what} has shape {shape}, expected {tuple(want.shape)}",
+                _("the merged {what} has shape {shape}, expected {tuple}").format(
+                    what=what, shape=shape, tuple=tuple(want.shape)
+                ),
                 tuple(want.shape),
                 shape,
-                "Reduce over the first axis (the ranks) only.",
+                _("Reduce over the first axis (the ranks) only."),
             )
     out, lse = out.detach().float().cpu(), lse.detach().float().cpu()
     outs_c, lses_c = outs.cpu(), lses.cpu()
@@ -540,30 +600,30 @@ def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], ca
         r, h = (int(i) for i in bad_numbers.nonzero()[0])
         empty_ranks = [w for w in range(case.world_size) if empty[w, r, h]]
         if len(empty_ranks) == case.world_size:
-            invariant = (
-                f"NaN in the merged output at request {r}, head {h}: the request has "
-                f"{plural(case.seq_lens[r], 'position')}, so every rank's lse is -inf; the merge "
-                "must give out 0 and lse -inf, not NaN"
-            )
-            hint = (
+            invariant = _(
+                "NaN in the merged output at request {r}, head {h}: the request has {positions}, "
+                "so every rank's lse is -inf; the merge must give out 0 and lse -inf, not NaN"
+            ).format(r=r, h=h, positions=plural(case.seq_lens[r], N_("position")))
+            hint = _(
                 "-inf - (-inf) is NaN: when the largest lse is -inf, subtract 0 instead (every "
                 "weight is then exp(-inf) = 0) and do not divide by a zero sum."
             )
         elif empty_ranks:
             w = empty_ranks[0]
-            invariant = (
-                f"NaN in the merged output at request {r}, head {h}: rank {w} owns none of the "
-                f"request's {plural(case.seq_lens[r], 'position')} (lse_{w} = -inf); its weight "
-                f"exp(lse_{w} - lse) must be 0, not NaN"
+            invariant = _(
+                "NaN in the merged output at request {r}, head {h}: rank {w} owns none of the "
+                "request's {positions} (lse_{w} = -inf); its weight exp(lse_{w} - lse) must be "
+                "0, not NaN"
+            ).format(r=r, h=h, w=w, positions=plural(case.seq_lens[r], N_("position")))
+            hint = _(
+                "-inf - (-inf) is NaN: give empty ranks weight 0 (torch.where on the weights)."
             )
-            hint = "-inf - (-inf) is NaN: give empty ranks weight 0 (torch.where on the weights)."
         else:
-            invariant = (
-                f"non-finite merged output at request {r}, head {h} although every rank has "
-                f"keys there (lse up to {float(lses_c[:, r, h].max()):.1f}): exp(lse_r) "
-                "overflows float32 above ~88"
-            )
-            hint = "Subtract the largest lse_r before exp: exp(lse_r - max_r lse_r) <= 1."
+            invariant = _(
+                "non-finite merged output at request {r}, head {h} although every rank has keys "
+                "there (lse up to {float:.1f}): exp(lse_r) overflows float32 above ~88"
+            ).format(r=r, h=h, float=float(lses_c[:, r, h].max()))
+            hint = _("Subtract the largest lse_r before exp: exp(lse_r - max_r lse_r) <= 1.")
         raise Wrong(
             invariant,
             [round(v, 4) for v in expected_out[r, h].tolist()[:4]],
@@ -578,15 +638,17 @@ def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], ca
         mean = outs_c[:, r, h].mean(dim=0)
         unnormalised = (torch.exp(lses_c[:, r, h].double())[:, None] * outs_c[:, r, h]).sum(0)
         if torch.allclose(out[r, h], mean, atol=ATOL) and case.world_size > 1:
-            why = (
-                " (it is the plain average of the ranks' outputs: each must weigh its share "
-                "of the softmax's denominator)"
+            why = _(
+                " (it is the plain average of the ranks' outputs: each must weigh its share of "
+                "the softmax's denominator)"
             )
         elif torch.allclose(out[r, h].double(), unnormalised, atol=ATOL, rtol=RTOL):
-            why = " (the weights exp(lse_r) are not divided by exp(lse): they do not sum to 1)"
+            why = _(" (the weights exp(lse_r) are not divided by exp(lse): they do not sum to 1)")
         raise Wrong(
-            f"merged output differs from dense attention by {difference:.2g} at request {r}, "
-            f"head {h}{why}; weights must be exp(lse_r - lse)",
+            _(
+                "merged output differs from dense attention by {difference:.2g} at request {r}, "
+                "head {h}{why}; weights must be exp(lse_r - lse)"
+            ).format(difference=difference, r=r, h=h, why=why),
             [round(v, 4) for v in expected_out[r, h].tolist()[:4]],
             [round(v, 4) for v in out[r, h].tolist()[:4]],
             MERGE_HINT,
@@ -596,23 +658,33 @@ def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], ca
         r, h = (int(i) for i in far.nonzero()[0])
         if torch.isneginf(expected_lse[r, h]):
             raise Wrong(
-                f"request {r}, head {h} has no keys on any rank (the request has "
-                f"{plural(case.seq_lens[r], 'position')}, every lse_r is -inf): its merged lse "
-                "must be "
-                f"-inf, got {float(lse[r, h])}",
-                "-inf",
+                _(
+                    "request {r}, head {h} has no keys on any rank (the request has {positions}, "
+                    "every lse_r is -inf): its merged lse must be -inf, got {float}"
+                ).format(
+                    r=r,
+                    h=h,
+                    positions=plural(case.seq_lens[r], N_("position")),
+                    float=float(lse[r, h]),
+                ),
+                _("-inf"),
                 f"{float(lse[r, h])}",
-                "An lse of -inf means 'no keys': the weights exp(lse_r) of such a request "
-                "sum to 0, and log 0 = -inf. Keep that value (the next merge gives the "
-                "state weight 0); a finite or +inf lse would weigh a state that saw no keys.",
+                _(
+                    "An lse of -inf means 'no keys': the weights exp(lse_r) of such a request "
+                    "sum to "
+                    "0, and log 0 = -inf. Keep that value (the next merge gives the state weight "
+                    "0); "
+                    "a finite or +inf lse would weigh a state that saw no keys."
+                ),
             )
         why = ""
         if float(lse[r, h]) == float(lses_c[:, r, h].max()) and case.world_size > 1:
-            why = " (it is the largest lse_r: the other ranks' keys add to the sum)"
+            why = _(" (it is the largest lse_r: the other ranks' keys add to the sum)")
         raise Wrong(
-            f"merged lse at request {r}, head {h} is {float(lse[r, h]):.4g}, dense attention's "
-            f"is {float(expected_lse[r, h]):.4g}{why}: the merged lse is the log-sum-exp over "
-            "every rank's keys",
+            _(
+                "merged lse at request {r}, head {h} is {float:.4g}, dense attention's is "
+                "{float2:.4g}{why}: the merged lse is the log-sum-exp over every rank's keys"
+            ).format(r=r, h=h, float=float(lse[r, h]), float2=float(expected_lse[r, h]), why=why),
             f"{float(expected_lse[r, h]):.4g}",
             f"{float(lse[r, h]):.4g}",
             MERGE_HINT,
@@ -621,22 +693,22 @@ def judge_lse_merge(merge: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], ca
 
 def _merge_cases() -> list[tuple[str, MergeCase]]:
     return [
-        ("two ranks, alternate positions", MergeCase([8], 2)),
+        (N_("two ranks, alternate positions"), MergeCase([8], 2)),
         (
-            "two ranks, unequal shares: rank 0 owns 4 positions, rank 1 owns 2",
+            N_("two ranks, unequal shares: rank 0 owns 4 positions, rank 1 owns 2"),
             MergeCase([6], 2, interleave=4, block_size=4, seed=1),
         ),
-        ("one rank: the merge is the identity", MergeCase([5, 3], 1, seed=2)),
+        (N_("one rank: the merge is the identity"), MergeCase([5, 3], 1, seed=2)),
         (
-            "a short request: ranks 1 and 2 own none of its positions (lse = -inf)",
+            N_("a short request: ranks 1 and 2 own none of its positions (lse = -inf)"),
             MergeCase([2, 13], 3, interleave=2, block_size=4, seed=3),
         ),
         (
-            "large scores: lse around 100, exp(lse) overflows float32",
+            N_("large scores: lse around 100, exp(lse) overflows float32"),
             MergeCase([7, 12], 2, query_scale=40.0, seed=4),
         ),
         (
-            "a padding request of length 0: every rank's lse is -inf",
+            N_("a padding request of length 0: every rank's lse is -inf"),
             MergeCase([3, 0], 2, seed=5),
         ),
     ]
@@ -660,7 +732,7 @@ def merge_cases(draw: st.DrawFn) -> MergeCase:
 register(
     Exercise(
         id="07.lse_merge",
-        title="merge partial attentions by log-sum-exp",
+        title=N_("merge partial attentions by log-sum-exp"),
         cases=_merge_cases,
         strategy=merge_cases,
         judge=judge_lse_merge,
@@ -750,11 +822,12 @@ def launch_paged_read_kernel(kernel: Any, query, key_cache, value_cache, block_t
     return out, lse
 
 
-READ_HINT = (
-    "Lane i of a tile is position tile_start + i of request req: valid only below seq_len. "
-    "Its logical block (the position's block number) picks an entry of row req of the block "
-    "table (rows are block_table_stride entries apart); the slot is that physical block's "
-    "first slot plus the position's offset inside its block, as the slot mapping wrote it."
+READ_HINT = N_(
+    "Lane i of a tile is position tile_start + i of request req: valid only below "
+    "seq_len. Its logical block (the position's block number) picks an entry of row "
+    "req of the block table (rows are block_table_stride entries apart); the slot is "
+    "that physical block's first slot plus the position's offset inside its block, "
+    "as the slot mapping wrote it."
 )
 
 
@@ -763,11 +836,13 @@ def _explain_read(case: ReadCase, tensors, out: Tensor, r: int, h: int, kernel: 
     query, key_cache, value_cache, table, lens = tensors
     if r > 0:
         first_row = table[:1].expand_as(table).contiguous()
-        o, _ = paged_decode_attention_torch(
+        o, _lse = paged_decode_attention_torch(
             query, key_cache, value_cache, first_row, lens, validate=False
         )
         if bool(_close(out[r, h], o[r, h].cpu()).all()):
-            return f": request {r} read its keys through row 0 of the block table, not row {r}"
+            return _(
+                ": request {r} read its keys through row 0 of the block table, not row {r}"
+            ).format(r=r)
     # Redraw the slots no request attends: an output that moves read one of them.
     attended = torch.zeros(key_cache.shape[:2], dtype=torch.bool)
     for q, length in enumerate(case.seq_lens):
@@ -778,21 +853,21 @@ def _explain_read(case: ReadCase, tensors, out: Tensor, r: int, h: int, kernel: 
     for cache in (key_cache, value_cache):
         other = torch.randn(cache.shape, generator=generator).to(cache.device) * 3
         redrawn.append(torch.where(attended[..., None, None].to(cache.device), cache, other))
-    moved, _ = launch_paged_read_kernel(kernel, query, *redrawn, table, lens)
+    moved, _moved_lse = launch_paged_read_kernel(kernel, query, *redrawn, table, lens)
     if not bool(_close(moved[r, h].cpu(), out[r, h]).all()):
-        return (
-            f": it reads slots that hold none of the request's positions 0.."
-            f"{case.seq_lens[r] - 1} (its output moves when only those slots change): a lane "
-            "at or past seq_len left unmasked, or a lane's slot computed wrong"
-        )
+        return _(
+            ": it reads slots that hold none of the request's positions 0..{value} (its "
+            "output moves when only those slots change): a lane at or past seq_len left "
+            "unmasked, or a lane's slot computed wrong"
+        ).format(value=case.seq_lens[r] - 1)
     return ""
 
 
 def judge_paged_read(kernel: Any, case: ReadCase) -> None:
     if not hasattr(kernel, "__getitem__"):
         raise Wrong(
-            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
-            hint="Pass the kernel itself: check('07.paged_read', your_kernel).",
+            _("expected a @triton.jit kernel, got {name}").format(name=type(kernel).__name__),
+            hint=_("Pass the kernel itself: check('07.paged_read', your_kernel)."),
         )
     tensors = case.tensors()
     out, lse = launch_paged_read_kernel(kernel, *tensors)
@@ -806,25 +881,40 @@ def judge_paged_read(kernel: Any, case: ReadCase) -> None:
     why = _explain_read(case, tensors, out, r, h, kernel)
     blocks = case.blocks_of(r)
     raise Wrong(
-        f"request {r}, head {h}: the output differs from attention over positions "
-        f"0..{length - 1} ({plural(length, 'position')} in {plural(blocks, 'block')} of "
-        f"{case.block_size}){why}",
-        f"out {[round(v, 4) for v in want_out[r, h].tolist()[:4]]}, lse "
-        f"{float(want_lse[r, h]):.4g}",
-        f"out {[round(v, 4) for v in out[r, h].tolist()[:4]]}, lse {float(lse[r, h]):.4g}",
+        _(
+            "request {r}, head {h}: the output differs from attention over positions "
+            "0..{value} ({positions} in {blocks} of {block_size}){why}"
+        ).format(
+            r=r,
+            h=h,
+            value=length - 1,
+            positions=plural(length, N_("position")),
+            blocks=plural(blocks, N_("block")),
+            block_size=case.block_size,
+            why=why,
+        ),
+        _("out {value}, lse {float:.4g}").format(
+            value=[round(v, 4) for v in want_out[r, h].tolist()[:4]], float=float(want_lse[r, h])
+        ),
+        _("out {value}, lse {float:.4g}").format(
+            value=[round(v, 4) for v in out[r, h].tolist()[:4]], float=float(lse[r, h])
+        ),
         READ_HINT,
     )
 
 
 def _read_cases() -> list[tuple[str, ReadCase]]:
     return [
-        ("one request of 6 in blocks of 4: a partial last block", ReadCase([6], 4)),
-        ("two requests in shuffled blocks", ReadCase([5, 9], 4, seed=1)),
-        ("blocks of 3: a tile of 8 spans three blocks", ReadCase([7, 3], 3, seed=2)),
-        ("full blocks only", ReadCase([8, 4], 4, seed=3)),
-        ("a request of length 0: out 0, lse -inf", ReadCase([0, 5], 2, seed=4)),
-        ("3 heads of 3 dims, one position", ReadCase([1, 6], 4, num_heads=3, head_dim=3, seed=5)),
-        ("a long request: 100 positions in blocks of 16", ReadCase([100, 3], 16, seed=6)),
+        (N_("one request of 6 in blocks of 4: a partial last block"), ReadCase([6], 4)),
+        (N_("two requests in shuffled blocks"), ReadCase([5, 9], 4, seed=1)),
+        (N_("blocks of 3: a tile of 8 spans three blocks"), ReadCase([7, 3], 3, seed=2)),
+        (N_("full blocks only"), ReadCase([8, 4], 4, seed=3)),
+        (N_("a request of length 0: out 0, lse -inf"), ReadCase([0, 5], 2, seed=4)),
+        (
+            N_("3 heads of 3 dims, one position"),
+            ReadCase([1, 6], 4, num_heads=3, head_dim=3, seed=5),
+        ),
+        (N_("a long request: 100 positions in blocks of 16"), ReadCase([100, 3], 16, seed=6)),
     ]
 
 
@@ -843,7 +933,7 @@ def read_cases(draw: st.DrawFn) -> ReadCase:
 register(
     Exercise(
         id="07.paged_read",
-        title="paged decode attention: walk the block table",
+        title=N_("paged decode attention: walk the block table"),
         cases=_read_cases,
         strategy=read_cases,
         judge=judge_paged_read,

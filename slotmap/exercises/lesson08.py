@@ -27,6 +27,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from slotmap.exercises.core import Exercise, Wrong, register
+from slotmap.i18n import N_, _
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "benchmarks" / "results" / "h200.json"
@@ -58,7 +59,9 @@ RELATIVE = 1e-3  # against the model itself: float arithmetic only
 
 def band_words() -> str:
     """The band in words, as exercise 08's text states it."""
-    return f"the measurement must be between {BAND[0]:.2f}× and {BAND[1]:.2f}× your prediction"
+    return _(
+        "the measurement must be between {band:.2f}× and {band2:.2f}× your prediction"
+    ).format(band=BAND[0], band2=BAND[1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,10 +189,10 @@ def _overlap_evidence() -> str:
     measured = lookup(results, "huge", 128, "direct", "graph")["us"]
     floor = latency_floor_us(results, "huge", 128)
     bandwidth = kernel_bytes(n, m) / (bandwidth_gbps(results, 128) * 1e3)
-    return (
-        f"the data: huge/128/direct measured {measured:.4g} µs, the larger is "
-        f"{max(floor, bandwidth):.3g} µs, the sum {floor + bandwidth:.3g} µs"
-    )
+    return _(
+        "the data: huge/128/direct measured {measured:.4g} µs, the larger is {max:.3g} "
+        "µs, the sum {value:.3g} µs"
+    ).format(measured=measured, max=max(floor, bandwidth), value=floor + bandwidth)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,17 +273,26 @@ def diagnose_prediction(case: TimeCase, got: float) -> str:
 
 def _number(got: object, call: str) -> float:
     if isinstance(got, bool) or not isinstance(got, numbers.Real):
-        raise Wrong(f"{call} returned {got!r}, not a number of µs", "a float", repr(got))
+        raise Wrong(
+            _("{call} returned {got!r}, not a number of µs").format(call=call, got=got),
+            _("a float"),
+            repr(got),
+        )
     value = float(got)
     if not math.isfinite(value) or value <= 0:
-        raise Wrong(f"{call} returned {value}: a time must be a positive, finite number of µs")
+        raise Wrong(
+            _("{call} returned {value}: a time must be a positive, finite number of µs").format(
+                call=call, value=value
+            )
+        )
     return value
 
 
-PREDICT_HINT = (
-    "Count the bytes from the kernel's loads and stores: what each token moves, what each "
-    "entry of an output row moves, and how many rows. Mind the units (1 GB/s is 1e3 bytes a "
-    "µs), and remember the launch floor: the slower limit is the one that binds."
+PREDICT_HINT = N_(
+    "Count the bytes from the kernel's loads and stores: what each token moves, what "
+    "each entry of an output row moves, and how many rows. Mind the units (1 GB/s is "
+    "1e3 bytes a µs), and remember the launch floor: the slower limit is the one "
+    "that binds."
 )
 
 
@@ -295,17 +307,29 @@ def judge_prediction(candidate: Callable[..., float], case: TimeCase) -> None:
             return
         speed = f"{ratio:.3g}x too fast" if ratio > 1 else f"{1 / ratio:.3g}x too slow"
         raise Wrong(
-            f"predicted {got:.4g} µs for {case.record}, measured {case.measured_us:.4g} µs: "
-            f"{speed} ({band_words()})" + (f": {why}" if why else ""),
-            f"{expected:.4g} µs (max(floor, bytes / bandwidth)); measured "
-            f"{case.measured_us:.4g} µs",
+            _(
+                "predicted {got:.4g} µs for {record}, measured {measured_us:.4g} µs: {speed} "
+                "({band_words})"
+            ).format(
+                got=got,
+                record=case.record,
+                measured_us=case.measured_us,
+                speed=speed,
+                band_words=band_words(),
+            )
+            + (f": {why}" if why else ""),
+            _(
+                "{expected:.4g} µs (max(floor, bytes / bandwidth)); measured {measured_us:.4g} µs"
+            ).format(expected=expected, measured_us=case.measured_us),
             f"{got:.4g} µs",
             PREDICT_HINT,
         )
     if not math.isclose(got, expected, rel_tol=RELATIVE):
         raise Wrong(
-            f"{call} should be {expected:.6g} µs, got {got:.6g}"
-            + (f": {why}" if why else f" ({got / expected:.3g}x the model)"),
+            _("{call} should be {expected:.6g} µs, got {got:.6g}").format(
+                call=call, expected=expected, got=got
+            )
+            + (f": {why}" if why else _(" ({value:.3g}x the model)").format(value=got / expected)),
             f"{expected:.6g} µs",
             f"{got:.6g} µs",
             PREDICT_HINT,
@@ -316,19 +340,19 @@ def _time_cases() -> list[tuple[str, TimeCase]]:
     results = committed_results()
     return [
         (
-            "decode256/128/direct: 3 KB, latency-bound",
+            N_("decode256/128/direct: 3 KB, latency-bound"),
             record_case(results, "decode256", 128, "direct"),
         ),
         (
-            "huge/128/direct: 50 MB, bandwidth-bound",
+            N_("huge/128/direct: 50 MB, bandwidth-bound"),
             record_case(results, "huge", 128, "direct"),
         ),
         (
-            "the huge shape in four groups (model)",
+            N_("the huge shape in four groups (model)"),
             TimeCase(64 * 65536, 64 * 65536, 4, 3990.0, 3.5),
         ),
         (
-            "a padded batch with two groups (model)",
+            N_("a padded batch with two groups (model)"),
             TimeCase(3_000_000, 4_194_304, 2, 4000.0, 2.0),
         ),
     ]
@@ -356,7 +380,7 @@ def _time_strategy() -> st.SearchStrategy:
 register(
     Exercise(
         id="08.predict_time",
-        title="predict a kernel's time from the bytes it moves",
+        title=N_("predict a kernel's time from the bytes it moves"),
         cases=_time_cases,
         strategy=_time_strategy,
         judge=judge_prediction,
@@ -369,9 +393,10 @@ register(
 # ---------------------------------------------------------------------------------------------
 # 08.bytes_moved
 # ---------------------------------------------------------------------------------------------
-BYTES_HINT = (
-    "Per group: 8 bytes for each real token's position (int64, read) and 4 bytes for each of "
-    "the max_num_tokens entries of the output row (int32, written, padding included)."
+BYTES_HINT = N_(
+    "Per group: 8 bytes for each real token's position (int64, read) and 4 bytes for "
+    "each of the max_num_tokens entries of the output row (int32, written, padding "
+    "included)."
 )
 
 
@@ -429,14 +454,20 @@ def judge_bytes(candidate: Callable[..., int], case: BytesCase) -> None:
     if isinstance(got, float) and got.is_integer():
         got = int(got)
     if isinstance(got, bool) or not isinstance(got, int):
-        raise Wrong(f"{call} returned {got!r}, not a whole number of bytes", "an int", repr(got))
+        raise Wrong(
+            _("{call} returned {got!r}, not a whole number of bytes").format(call=call, got=got),
+            _("an int"),
+            repr(got),
+        )
     expected = kernel_bytes(case.num_tokens, case.max_num_tokens, case.groups)
     if got == expected:
         return
     why = diagnose_bytes(case, got)
     raise Wrong(
-        f"{call} should be {expected:,} bytes, got {got:,}"
-        + (f": {why}" if why else f" ({got - expected:+,} bytes)"),
+        _("{call} should be {expected:,} bytes, got {got:,}").format(
+            call=call, expected=expected, got=got
+        )
+        + (f": {why}" if why else _(" ({value:+,} bytes)").format(value=got - expected)),
         f"{expected:,}",
         f"{got:,}",
         BYTES_HINT,
@@ -445,11 +476,11 @@ def judge_bytes(candidate: Callable[..., int], case: BytesCase) -> None:
 
 def _bytes_cases() -> list[tuple[str, BytesCase]]:
     return [
-        ("decode256: 256 requests x 1 token", BytesCase(256, 256, 1)),
-        ("huge: 64 x 65536 tokens", BytesCase(*SHAPE_TOKENS["huge"], 1)),
-        ("mixed: 6400 tokens padded to 8192", BytesCase(*SHAPE_TOKENS["mixed"], 1)),
-        ("huge, four groups in one launch", BytesCase(*SHAPE_TOKENS["huge"], 4)),
-        ("an empty batch: only the padding tail, two groups", BytesCase(0, 8, 2)),
+        (N_("decode256: 256 requests x 1 token"), BytesCase(256, 256, 1)),
+        (N_("huge: 64 x 65536 tokens"), BytesCase(*SHAPE_TOKENS["huge"], 1)),
+        (N_("mixed: 6400 tokens padded to 8192"), BytesCase(*SHAPE_TOKENS["mixed"], 1)),
+        (N_("huge, four groups in one launch"), BytesCase(*SHAPE_TOKENS["huge"], 4)),
+        (N_("an empty batch: only the padding tail, two groups"), BytesCase(0, 8, 2)),
     ]
 
 
@@ -462,7 +493,7 @@ def _bytes_strategy(draw: st.DrawFn) -> BytesCase:
 register(
     Exercise(
         id="08.bytes_moved",
-        title="the bytes one slot-mapping call moves",
+        title=N_("the bytes one slot-mapping call moves"),
         cases=_bytes_cases,
         strategy=lambda: _bytes_strategy(),
         judge=judge_bytes,

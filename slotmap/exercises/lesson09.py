@@ -22,7 +22,6 @@ guarded, every group writing row 0, rows assumed ``max_num_tokens`` apart.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +40,7 @@ from slotmap.exercises.cases import (
 )
 from slotmap.exercises.core import Exercise, Skipped, Wrong, register
 from slotmap.exercises.lesson03 import _gather_error, _is_power_of_two, _mid_block_failure
+from slotmap.i18n import N_, _
 from slotmap.layout import PAD_SLOT_ID, cdiv, next_power_of_2, window_size
 from slotmap.reference import slot_mappings_oracle
 
@@ -59,10 +59,11 @@ def group_window(tile_size: int, block_sizes: Sequence[int], circular: Sequence[
     return window_size(tile_size, min(linear)) if linear else 1
 
 
-WINDOW_HINT = (
-    "The window must hold every block a tile of any group can touch: the group with the "
-    "smallest blocks among those that are not circular sets the worst case, as in exercise "
-    "03.window_size; a circular group reads entry 0 only (1 when all are circular)."
+WINDOW_HINT = N_(
+    "The window must hold every block a tile of any group can touch: the group with "
+    "the smallest blocks among those that are not circular sets the worst case, as "
+    "in exercise 03.window_size; a circular group reads entry 0 only (1 when all are "
+    "circular)."
 )
 
 
@@ -81,12 +82,12 @@ class WindowCase:
 
 def _window_cases() -> list[tuple[str, WindowCase]]:
     return [
-        ("full attention (blocks of 4) and a ring of 8", WindowCase(8, (4, 8), (False, True))),
-        ("two paged groups, blocks of 8 and 2", WindowCase(8, (8, 2), (False, False))),
-        ("tile 1024, blocks of 128 and 16", WindowCase(1024, (128, 16), (False, False))),
-        ("a ring of 2 beside blocks of 8", WindowCase(8, (2, 8), (True, False))),
-        ("sliding windows only: two rings", WindowCase(8, (4, 8), (True, True))),
-        ("blocks of 5 and 3, tile 16", WindowCase(16, (5, 3), (False, False))),
+        (N_("full attention (blocks of 4) and a ring of 8"), WindowCase(8, (4, 8), (False, True))),
+        (N_("two paged groups, blocks of 8 and 2"), WindowCase(8, (8, 2), (False, False))),
+        (N_("tile 1024, blocks of 128 and 16"), WindowCase(1024, (128, 16), (False, False))),
+        (N_("a ring of 2 beside blocks of 8"), WindowCase(8, (2, 8), (True, False))),
+        (N_("sliding windows only: two rings"), WindowCase(8, (4, 8), (True, True))),
+        (N_("blocks of 5 and 3, tile 16"), WindowCase(16, (5, 3), (False, False))),
     ]
 
 
@@ -147,20 +148,27 @@ def judge_group_window(candidate: Callable[..., int], case: WindowCase) -> None:
     if hasattr(got, "item"):
         got = got.item()
     if isinstance(got, bool) or not isinstance(got, int):
-        raise Wrong(f"{call} returned {got!r}, not an int", "an int", repr(got), WINDOW_HINT)
+        raise Wrong(
+            _("{call} returned {got!r}, not an int").format(call=call, got=got),
+            _("an int"),
+            repr(got),
+            WINDOW_HINT,
+        )
     expected = group_window(case.tile_size, case.block_sizes, case.circular)
     if got == expected:
         return
     why = next((w for value, w in _window_mistakes(case) if value == got != expected), "")
     if not why and not _is_power_of_two(got):
-        why = "it is not a power of two (tl.arange needs one: round up with next_power_of_2)"
+        why = _("it is not a power of two (tl.arange needs one: round up with next_power_of_2)")
     linear = [s for s, r in zip(case.block_sizes, case.circular, strict=True) if not r]
     shown = ""
     if linear and got < expected and _is_power_of_two(got):
         # What the production kernel does with it, on the smallest block size's worst tile.
         shown = _mid_block_failure(case.tile_size, min(linear), got)
     raise Wrong(
-        f"{call} should be {expected}, got {got}" + (f": {why}" if why else "") + shown,
+        _("{call} should be {expected}, got {got}").format(call=call, expected=expected, got=got)
+        + (f": {why}" if why else "")
+        + shown,
         expected,
         got,
         WINDOW_HINT,
@@ -170,7 +178,7 @@ def judge_group_window(candidate: Callable[..., int], case: WindowCase) -> None:
 register(
     Exercise(
         id="09.group_window",
-        title="one window for every group",
+        title=N_("one window for every group"),
         cases=_window_cases,
         strategy=_window_strategy,
         judge=judge_group_window,
@@ -306,40 +314,46 @@ def _with_window(case: GroupsCase, window: int) -> GroupsCase:
 def _fused_cases() -> list[tuple[str, GroupsCase]]:
     return [
         (
-            "two groups: full attention (blocks of 4) and a sliding window (a ring of 8), "
-            "and a padding tail",
+            N_(
+                "two groups: full attention (blocks of 4) and a sliding window (a ring of 8), "
+                "and a padding tail"
+            ),
             _groups_case([6, 3, 1], [0, 9, 21], [4, 8], [False, True], padding=2),
         ),
         (
-            "group 1's blocks hold 2 tokens, group 0's 4",
+            N_("group 1's blocks hold 2 tokens, group 0's 4"),
             _groups_case([12, 2], [3, 7], [4, 2], [False, False]),
         ),
         (
-            "empty requests (no tokens) between the others",
+            N_("empty requests (no tokens) between the others"),
             _groups_case([0, 4, 0, 3], [0, 2, 5, 10], [2, 4], [False, True], padding=1),
         ),
         (
-            "a padding tail longer than a tile of 8",
+            N_("a padding tail longer than a tile of 8"),
             _groups_case([2, 1], [5, 0], [4, 3], [False, False], padding=13),
         ),
         (
-            "sliding windows only, positions before 0 (no slot) and a request with none after",
+            N_("sliding windows only, positions before 0 (no slot) and a request with none after"),
             _groups_case([7, 2], [-3, -2], [4, 8], [True, True], padding=2),
         ),
         (
-            "three groups, decode steps deep into their rows",
+            N_("three groups, decode steps deep into their rows"),
             _groups_case([1, 1, 1], [13, 0, 30], [4, 2, 16], [False, False, True]),
         ),
         # Only a launch of circular groups has tiles with no slot; its window need not be
         # the smallest (1 entry): a base left at INT32_MAX then forms addresses that wrap.
         (
-            "sliding windows only, a request with no position >= 0, launched with a window of "
-            "4 entries (any window that holds a tile's blocks is valid)",
+            N_(
+                "sliding windows only, a request with no position >= 0, launched with a window "
+                "of 4 entries (any window that holds a tile's blocks is valid)"
+            ),
             _with_window(_groups_case([3, 2], [0, -3], [4, 8], [True, True], padding=1), 4),
         ),
         (
-            "block numbers above 2^24: blocks of 1 numbered up to 2^31 - 1, blocks of 16 and "
-            "a ring of 8 from 2^24 + 1",
+            N_(
+                "block numbers above 2^24: blocks of 1 numbered up to 2^31 - 1, blocks of 16 and "
+                "a ring of 8 from 2^24 + 1"
+            ),
             _large_blocks(
                 _groups_case([5, 3], [0, 9], [1, 16, 8], [False, False, True], padding=1),
                 [-1, 2**24 + 1, 2**27 + 3],
@@ -456,10 +470,11 @@ def launch_fused_kernel(kernel: Any, case: GroupsCase, tile_size: int = TILE) ->
 # ---------------------------------------------------------------------------------------------
 # 09.fused_groups: what went wrong, in words
 # ---------------------------------------------------------------------------------------------
-FUSED_HINT = (
+FUSED_HINT = N_(
     "Program (g, q): row g of the output starts at slot_mappings_ptr + g * "
-    "slot_mappings_stride; group g's block size, circular flag and table are its own; program "
-    "(g, num_reqs) pads row g; a negative position (circular groups) gets PAD_ID."
+    "slot_mappings_stride; group g's block size, circular flag and table are its "
+    "own; program (g, num_reqs) pads row g; a negative position (circular groups) "
+    "gets PAD_ID."
 )
 
 
@@ -479,12 +494,10 @@ def _slots_as_if(case: GroupsCase, g: int, block_size: int) -> list[int | None]:
 
 
 def _group_name(case: GroupsCase, g: int) -> str:
-    kind = (
-        f"a ring of {case.block_sizes[g]}"
-        if case.circular[g]
-        else (f"blocks of {case.block_sizes[g]}")
+    kind = (_("a ring of {size}") if case.circular[g] else _("blocks of {size}")).format(
+        size=case.block_sizes[g]
     )
-    return f"group {g} ({kind})"
+    return _("group {g} ({kind})").format(g=g, kind=kind)
 
 
 def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int]) -> Wrong | None:
@@ -495,44 +508,62 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
     for index, value in enumerate(buffer[:GUARD]):
         if value != POISON:
             return Wrong(
-                f"a lane wrote {value} before the output (at {index - GUARD} from row 0's start)",
+                _(
+                    "a lane wrote {value} before the output (at {value2} from row 0's start)"
+                ).format(value=value, value2=index - GUARD),
                 POISON,
                 value,
-                "Mask every store, and start row g at slot_mappings_ptr + g * "
-                "slot_mappings_stride.",
+                _(
+                    "Mask every store, and start row g at slot_mappings_ptr + g * "
+                    "slot_mappings_stride."
+                ),
             )
     for index, value in enumerate(buffer[GUARD + groups * stride :]):
         if value != POISON:
             return Wrong(
-                f"a lane wrote {value} past the last group's row (at {index} after it)",
+                _("a lane wrote {value} past the last group's row (at {index} after it)").format(
+                    value=value, index=index
+                ),
                 POISON,
                 value,
-                "Mask every store (offsets < end, offsets < max_num_tokens).",
+                _("Mask every store (offsets < end, offsets < max_num_tokens)."),
             )
     for g in range(groups):
         gap = body[g * stride + length : (g + 1) * stride]
         for index, value in enumerate(gap):
             if value != POISON:
                 return Wrong(
-                    f"a lane wrote {value} just past the end of {_group_name(case, g)}'s row "
-                    f"(column {length + index}; the rows hold {length} entries and lie "
-                    f"{stride} apart here): rows are slot_mappings_stride apart, which need "
-                    "not be max_num_tokens",
+                    _(
+                        "a lane wrote {value} just past the end of {group_name}'s row (column "
+                        "{value2}; "
+                        "the rows hold {length} entries and lie {stride} apart here): rows are "
+                        "slot_mappings_stride apart, which need not be max_num_tokens"
+                    ).format(
+                        value=value,
+                        group_name=_group_name(case, g),
+                        value2=length + index,
+                        length=length,
+                        stride=stride,
+                    ),
                     POISON,
                     value,
-                    "Row g starts at slot_mappings_ptr + g * slot_mappings_stride.",
+                    _("Row g starts at slot_mappings_ptr + g * slot_mappings_stride."),
                 )
     rows = [body[g * stride : g * stride + length] for g in range(groups)]
     unwritten = [g for g in range(1, groups) if all(v == POISON for v in rows[g])]
     if unwritten and any(v != POISON for v in rows[0]):
         g = unwritten[0]
         return Wrong(
-            f"{_group_name(case, g)}'s row was never written, while row 0 was: every "
-            "group's programs wrote row 0 (the group's row offset is missing)",
+            _(
+                "{group_name}'s row was never written, while row 0 was: every group's programs "
+                "wrote row 0 (the group's row offset is missing)"
+            ).format(group_name=_group_name(case, g)),
             expected[g],
             rows[g],
-            "Row g starts at slot_mappings_ptr + group_idx * slot_mappings_stride, with "
-            "group_idx = tl.program_id(0).",
+            _(
+                "Row g starts at slot_mappings_ptr + group_idx * slot_mappings_stride, with "
+                "group_idx = tl.program_id(0)."
+            ),
         )
     for g in range(groups):
         name = _group_name(case, g)
@@ -542,14 +573,27 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
                 p = case.positions[t]
                 if p < 0 and got[t] not in (PAD_SLOT_ID, POISON):
                     return Wrong(
-                        f"{name}: token {t} (request {case.request_of(t)}) has position {p}, "
-                        f"before position 0 of its sliding window: it has no slot and must "
-                        f"get PAD_ID {PAD_SLOT_ID}, got {got[t]}",
+                        _(
+                            "{name}: token {t} (request {request_of}) has position {p}, before "
+                            "position 0 of "
+                            "its sliding window: it has no slot and must get PAD_ID "
+                            "{pad_slot_id}, got {got}"
+                        ).format(
+                            name=name,
+                            t=t,
+                            request_of=case.request_of(t),
+                            p=p,
+                            pad_slot_id=PAD_SLOT_ID,
+                            got=got[t],
+                        ),
                         want[: case.num_tokens],
                         got[: case.num_tokens],
-                        "In a circular group, has_slot = pos >= 0: keep negative positions "
-                        "away from % (Triton's % truncates toward zero: -1 % 4 is -1) and "
-                        "store PAD_ID for them.",
+                        _(
+                            "In a circular group, has_slot = pos >= 0: keep negative positions "
+                            "away from % "
+                            "(Triton's % truncates toward zero: -1 % 4 is -1) and store PAD_ID "
+                            "for them."
+                        ),
                     )
         real = got[: case.num_tokens]
         if real != want[: case.num_tokens] and POISON not in real:
@@ -561,14 +605,25 @@ def diagnose_fused(case: GroupsCase, expected: list[list[int]], buffer: list[int
                 mine = [s for s, a in zip(real, alt, strict=True) if a is not None]
                 if mine and mine == [a for a in alt if a is not None]:
                     return Wrong(
-                        f"{name}: its slots are those of blocks of {size} tokens "
-                        f"({_group_name(case, h)}'s block size), but its own blocks hold "
-                        f"{case.block_sizes[g]}: each group's programs must load their own "
-                        "group's block size",
+                        _(
+                            "{name}: its slots are those of blocks of {size} tokens "
+                            "({group_name}'s block "
+                            "size), but its own blocks hold {value}: each group's programs must "
+                            "load their "
+                            "own group's block size"
+                        ).format(
+                            name=name,
+                            size=size,
+                            group_name=_group_name(case, h),
+                            value=case.block_sizes[g],
+                        ),
                         want[: case.num_tokens],
                         real,
-                        "Load the program's own group's block size from block_sizes, and use "
-                        "it for the block index, the offset and the slot.",
+                        _(
+                            "Load the program's own group's block size from block_sizes, and use "
+                            "it for the "
+                            "block index, the offset and the slot."
+                        ),
                     )
         wrong = explain_slot_mapping(
             case.group(g), want, [POISON] * GUARD + got + [POISON] * GUARD
@@ -584,7 +639,7 @@ def _sentinel_read(case: GroupsCase, wrong: Wrong) -> Wrong | None:
     """A read about 2^31 entries away from a tensor in a launch with a slot-less tile: the window
     started at the INT32_MAX sentinel, and INT32_MAX + 1 wrapped to -2^31."""
     # The bounds check names the tensor nearest the address, which may lie either side of it.
-    read = re.search(r"reads \w+\[(-?\d+)\]", wrong.invariant)
+    read = getattr(wrong, "read_index", None) if wrong.kind == "out_of_bounds" else None
     slotless = [
         q
         for q in range(case.num_reqs)
@@ -593,16 +648,20 @@ def _sentinel_read(case: GroupsCase, wrong: Wrong) -> Wrong | None:
             p < 0 for p in case.positions[case.query_start_loc[q] : case.query_start_loc[q + 1]]
         )
     ]
-    if read is None or abs(int(read.group(1))) < 2**20 or not slotless:
+    if read is None or abs(read) < 2**20 or not slotless:
         return None
     return Wrong(
-        f"{wrong.invariant}: request {slotless[0]}'s tiles have no lane with a slot (every "
-        "position is negative), so the window's base stayed at the INT32_MAX sentinel and "
-        "INT32_MAX + 1 wrapped to -2^31",
+        _(
+            "{invariant}: request {slotless}'s tiles have no lane with a slot (every "
+            "position is negative), so the window's base stayed at the INT32_MAX sentinel "
+            "and INT32_MAX + 1 wrapped to -2^31"
+        ).format(invariant=wrong.invariant, slotless=slotless[0]),
         wrong.expected,
         wrong.got,
-        "A tile in which no lane has a slot starts its window at 0: replace a base still at "
-        "INT32_MAX by 0 before forming any address from it.",
+        _(
+            "A tile in which no lane has a slot starts its window at 0: replace a base still "
+            "at INT32_MAX by 0 before forming any address from it."
+        ),
     )
 
 
@@ -610,8 +669,10 @@ def judge_fused(kernel: Any, case: GroupsCase) -> None:
     """Launch ``kernel`` on ``case`` and raise ``Wrong`` with the first broken invariant."""
     if not hasattr(kernel, "__getitem__"):
         raise Wrong(
-            f"expected a @triton.jit kernel, got {type(kernel).__name__}",
-            hint="Pass the kernel itself: check('09.fused_groups', fused_slot_mappings_kernel).",
+            _("expected a @triton.jit kernel, got {name}").format(name=type(kernel).__name__),
+            hint=_(
+                "Pass the kernel itself: check('09.fused_groups', fused_slot_mappings_kernel)."
+            ),
         )
     try:
         buffer = launch_fused_kernel(kernel, case)
@@ -630,7 +691,7 @@ def judge_fused(kernel: Any, case: GroupsCase) -> None:
 register(
     Exercise(
         id="09.fused_groups",
-        title="the fused multi-group slot-mapping kernel",
+        title=N_("the fused multi-group slot-mapping kernel"),
         cases=_fused_cases,
         strategy=_fused_strategy,
         judge=judge_fused,
@@ -708,22 +769,38 @@ def time_verdict(m: TimeMeasurement, band: tuple[float, float] = TIME_BAND) -> W
     )
     if ratio > band[1]:
         return Wrong(
-            f"on {m.shape} with {m.groups} groups your kernel took {m.measured_us:.3g} µs a "
-            f"call in a CUDA graph, {ratio:.3g}x lesson 08's model ({model}); up to "
-            f"{band[1]:g}x passes{library}",
-            f"at most {band[1] * predicted:.3g} µs",
+            _(
+                "on {shape} with {groups} groups your kernel took {measured_us:.3g} µs a call in "
+                "a CUDA graph, {ratio:.3g}x lesson 08's model ({model}); up to {band:g}x "
+                "passes{library}"
+            ).format(
+                shape=m.shape,
+                groups=m.groups,
+                measured_us=m.measured_us,
+                ratio=ratio,
+                model=model,
+                band=band[1],
+                library=library,
+            ),
+            _("at most {value:.3g} µs").format(value=band[1] * predicted),
             f"{m.measured_us:.3g} µs",
-            "Look for work done per lane that could be done once per tile: one window load a "
-            "tile (not a load per lane in a loop), the group's metadata loaded once a program, "
-            "no Python-side loop over tokens.",
+            _(
+                "Look for work done per lane that could be done once per tile: one window load a "
+                "tile (not a load per lane in a loop), the group's metadata loaded once a "
+                "program, no Python-side loop over tokens."
+            ),
         )
     return Wrong(
-        f"on {m.shape} with {m.groups} groups your kernel took {m.measured_us:.3g} µs a call, "
-        f"{1 / ratio:.3g}x faster than lesson 08's model ({model}) allows: a kernel cannot "
-        "beat its floor by that much; did every program write its row?",
-        f"at least {band[0] * predicted:.3g} µs",
+        _(
+            "on {shape} with {groups} groups your kernel took {measured_us:.3g} µs a call, "
+            "{value:.3g}x faster than lesson 08's model ({model}) allows: a kernel cannot "
+            "beat its floor by that much; did every program write its row?"
+        ).format(
+            shape=m.shape, groups=m.groups, measured_us=m.measured_us, value=1 / ratio, model=model
+        ),
+        _("at least {value:.3g} µs").format(value=band[0] * predicted),
         f"{m.measured_us:.3g} µs",
-        "Time a kernel that passes 09.fused_groups.",
+        _("Time a kernel that passes 09.fused_groups."),
     )
 
 
@@ -764,10 +841,18 @@ def measure_fused_time(kernel: Any, shape_name: str, groups: int) -> TimeMeasure
         if not torch.equal(out, expected):
             wrong = (out != expected).nonzero()[0].tolist()
             raise Wrong(
-                f"on {shape_name} with {groups} groups, {when}, slot_mappings{wrong} is "
-                f"{int(out[wrong[0], wrong[1]])}, the reference says "
-                f"{int(expected[wrong[0], wrong[1]])}",
-                hint="Make 09.fused_groups pass first.",
+                _(
+                    "on {shape_name} with {groups} groups, {when}, slot_mappings{wrong} is {int}, "
+                    "the reference says {int2}"
+                ).format(
+                    shape_name=shape_name,
+                    groups=groups,
+                    when=when,
+                    wrong=wrong,
+                    int=int(out[wrong[0], wrong[1]]),
+                    int2=int(expected[wrong[0], wrong[1]]),
+                ),
+                hint=_("Make 09.fused_groups pass first."),
             )
 
     out.fill_(POISON)
@@ -801,7 +886,7 @@ def gpu_timing() -> bool:
 
 def _time_cases() -> list[tuple[str, Any]]:
     if not gpu_timing():
-        return [("one correctness run (the timing needs a GPU)", None)]
+        return [(N_("one correctness run (the timing needs a GPU)"), None)]
     return [
         (f"{shape}, {groups} groups, in a CUDA graph", (shape, groups))
         for shape, groups in TIME_SHAPES
@@ -825,11 +910,13 @@ def judge_time(kernel: Any, case: tuple[str, int] | None) -> None:
 register(
     Exercise(
         id="09.fused_groups_time",
-        title="the fused kernel against lesson 08's timing model (GPU)",
+        title=N_("the fused kernel against lesson 08's timing model (GPU)"),
         cases=_time_cases,
         strategy=None,
         judge=judge_time,
-        hint="Make 09.fused_groups pass first; then one window load a tile, metadata once a "
-        "program.",
+        hint=N_(
+            "Make 09.fused_groups pass first; then one window load a tile, metadata once a "
+            "program."
+        ),
     )
 )
