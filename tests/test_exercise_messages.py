@@ -62,7 +62,7 @@ def test_a_wrong_answer_is_explained_in_chinese(speak, exercise_id):
     speak("zh")
     report = failure_report(exercise_id)
     first, broken = report.splitlines()[:2]
-    assert first.startswith(f"未通过 {exercise_id}，出错的是命名用例「"), report
+    assert first.startswith(f"未通过 {exercise_id}，出错的是具名用例「"), report
     assert CJK.search(first.partition("「")[2]), report  # the case's name, translated
     assert broken.startswith("  问题：    ") and CJK.search(broken), report
 
@@ -79,7 +79,7 @@ def test_a_pass_and_a_stub_read_in_chinese(speak):
     speak("zh")
     passed = run_check(get_exercise("01.slot_of"), lambda p, row, b: row[p // b] * b + p % b)
     assert re.fullmatch(
-        r"通过 01\.slot_of：\d+ 个命名用例和 \d+ 个随机用例都与参考实现一致。", passed.report()
+        r"通过 01\.slot_of：\d+ 个具名用例和 \d+ 个随机用例都与参考实现一致。", passed.report()
     )
 
     def stub(*args: object) -> int:

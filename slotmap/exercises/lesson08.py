@@ -505,7 +505,6 @@ register(
 
 # ---------------------------------------------------------------------------------------------
 # 08.serving_path: which launch path a serving loop takes, from the committed host ladder.
-# Its learner-facing strings stay plain English literals here, at the end of the file.
 # ---------------------------------------------------------------------------------------------
 COMMITTED_HOST = ROOT / "benchmarks" / "results" / "h200-host-run19.json"
 # The paths a loop can take, simplest first: the JIT needs nothing, the mapper needs its
@@ -550,7 +549,9 @@ class PathCase:
 
     def __str__(self) -> str:
         ladder = ", ".join(f"{path} {us:g} µs" for path, us in self.host_us)
-        return f"{self.steps_per_second:g} steps a second, share {self.share:g}, host_us {ladder}"
+        return _("{rate:g} steps a second, share {share:g}, host_us {ladder}").format(
+            rate=self.steps_per_second, share=self.share, ladder=ladder
+        )
 
 
 def _path_mistakes(case: PathCase) -> list[tuple[str, str]]:
@@ -564,33 +565,41 @@ def _path_mistakes(case: PathCase) -> list[tuple[str, str]]:
     return [
         (
             first_fitting(share * 1e3 / rate),
-            "the step's period was taken in milliseconds: a loop of S steps a second has "
-            "1e6 / S µs a step, and the ladder is in µs",
+            _(
+                "the step's period was taken in milliseconds: a loop of S steps a second has "
+                "1e6 / S µs a step, and the ladder is in µs"
+            ),
         ),
         (
             first_fitting(1e6 / rate),
-            "the whole step was given to the slot mapping: it may take only its share of "
-            "the step (share x 1e6 / steps_per_second µs)",
+            _(
+                "the whole step was given to the slot mapping: it may take only its share of "
+                "the step (share x 1e6 / steps_per_second µs)"
+            ),
         ),
         (
             first_fitting(share / 100 * 1e6 / rate),
-            "share is a fraction (0.05 is 5%), not a percentage",
+            _("share is a fraction (0.05 is 5%), not a percentage"),
         ),
         (
             first_fitting(budget, tuple(reversed(PATHS))),
-            "the cheapest path was taken even though a simpler one fits: a graph needs a "
-            "captured graph per token bucket and padded batches, the mapper its buffers; "
-            "take the simplest path that fits the budget",
+            _(
+                "the cheapest path was taken even though a simpler one fits: a graph needs a "
+                "captured graph per token bucket and padded batches, the mapper its buffers; "
+                "take the simplest path that fits the budget"
+            ),
         ),
         (
             "graph" if first_fitting(budget) == NO_PATH else first_fitting(budget),
-            "no path fits this budget, not even a graph replay: the answer is 'none' (the "
-            "loop must run fewer steps a second or give the mapping a larger share)",
+            _(
+                "no path fits this budget, not even a graph replay: the answer is 'none' (the "
+                "loop must run fewer steps a second or give the mapping a larger share)"
+            ),
         ),
     ]
 
 
-SERVING_PATH_HINT = (
+SERVING_PATH_HINT = N_(
     "The budget is share x 1e6 / steps_per_second µs a step. Try the paths from the simplest "
     "('jit', then 'mapper', then 'graph') and take the first whose host µs fits; 'none' if "
     "none does."
@@ -603,8 +612,10 @@ def judge_path(candidate: Callable[..., str], case: PathCase) -> None:
     got = candidate(dict(host_us), rate, share)
     if got not in (*PATHS, NO_PATH):
         raise Wrong(
-            f"{call} returned {got!r}: the answer is one of 'jit', 'mapper', 'graph' or 'none'",
-            "a path's name",
+            _(
+                "{call} returned {got!r}: the answer is one of 'jit', 'mapper', 'graph' or 'none'"
+            ).format(call=call, got=got),
+            _("a path's name"),
             repr(got),
             SERVING_PATH_HINT,
         )
@@ -617,8 +628,10 @@ def judge_path(candidate: Callable[..., str], case: PathCase) -> None:
     )
     budget = step_budget_us(rate, share)
     raise Wrong(
-        f"{call} should be {expected!r}, got {got!r} (a budget of {budget:.4g} µs a step)"
-        + (f": {why}" if why else ""),
+        _(
+            "{call} should be {expected!r}, got {got!r} (a budget of {budget:.4g} µs a step)"
+        ).format(call=call, expected=expected, got=got, budget=budget)
+        + (_(": {why}").format(why=why) if why else ""),
         repr(expected),
         repr(got),
         SERVING_PATH_HINT,
@@ -632,12 +645,12 @@ def _path_case(rate: float, share: float, host_us: dict[str, float] | None = Non
 
 def _path_cases() -> list[tuple[str, PathCase]]:
     return [
-        ("50 steps a second, 5% of each step", _path_case(50, 0.05)),
-        ("1,000 steps a second, 5% of each step", _path_case(1000, 0.05)),
-        ("4,000 steps a second, 5% of each step", _path_case(4000, 0.05)),
-        ("10,000 steps a second, 5% of each step", _path_case(10000, 0.05)),
-        ("20,000 steps a second, 5% of each step", _path_case(20000, 0.05)),
-        ("2,000 steps a second, 2% of each step", _path_case(2000, 0.02)),
+        (N_("50 steps a second, 5% of each step"), _path_case(50, 0.05)),
+        (N_("1,000 steps a second, 5% of each step"), _path_case(1000, 0.05)),
+        (N_("4,000 steps a second, 5% of each step"), _path_case(4000, 0.05)),
+        (N_("10,000 steps a second, 5% of each step"), _path_case(10000, 0.05)),
+        (N_("20,000 steps a second, 5% of each step"), _path_case(20000, 0.05)),
+        (N_("2,000 steps a second, 2% of each step"), _path_case(2000, 0.02)),
     ]
 
 
@@ -654,7 +667,7 @@ def _path_strategy(draw: st.DrawFn) -> PathCase:
 register(
     Exercise(
         id="08.serving_path",
-        title="choose a serving loop's launch path from the host ladder",
+        title=N_("choose a serving loop's launch path from the host ladder"),
         cases=_path_cases,
         strategy=lambda: _path_strategy(),
         judge=judge_path,
