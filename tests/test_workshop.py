@@ -544,6 +544,57 @@ def test_collect_copies_only_each_learners_own_regular_files(tmp_path, system_us
     assert f"{ada}, {cy} 01_paged_kv_cache.ipynb: the same file, byte for byte" in out
 
 
+def test_collect_takes_a_chinese_learners_copies_and_never_a_linked_folder(
+    tmp_path, system_users, capsys
+):
+    """A learner who worked in Chinese has their work in my_work/zh_CN: it is collected (and
+    holds the room's passes); a zh_CN that is a link to a classmate's folder is not followed."""
+    import pwd
+
+    from slotmap.cli import main
+    from slotmap.workshop import accounts
+
+    suffix = os.urandom(2).hex()
+    ada, bob = f"ada{suffix}", f"bob{suffix}"
+    registry = accounts.Registry(tmp_path / "state" / accounts.REGISTRY_FILE)
+    chinese = {}
+    for name in (ada, bob):
+        uid = system_users(name)
+        registry.add(name, uid)
+        course = Path(pwd.getpwnam(name).pw_dir) / "slotmap-course"
+        chinese[name] = course / "my_work" / "zh_CN"
+        if name == ada:
+            chinese[name].mkdir(parents=True)
+            (chinese[name] / "01_paged_kv_cache.ipynb").write_bytes(_notebook("ada 的答案"))
+        else:
+            chinese[name].parent.mkdir(parents=True)
+            chinese[name].symlink_to(chinese[ada])
+        for path in (course, *course.rglob("*")):
+            os.lchown(path, uid, uid)
+
+    into = tmp_path / "collected"
+    code = main(["workshop", "collect", "--into", str(into), "--state", str(tmp_path / "state")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    copy = into / ada / "zh_CN" / "01_paged_kv_cache.ipynb"
+    assert copy.read_bytes() == _notebook("ada 的答案")
+    assert os.lstat(copy).st_mode & 0o777 == 0o600
+    assert os.lstat(copy.parent).st_mode & 0o777 == 0o700
+    assert f"skipped   {bob} zh_CN: zh_CN: cannot open as a folder without following" in out
+    assert not (into / bob / "zh_CN").exists()
+
+    # The room's pass for ada holds: slotmap grade graded her Chinese notebook.
+    cells = {"01.slot_of": {"state": "pass", "message": ""}}
+    room = {"learners": [{"learner": ada, "idle_seconds": 1, "cells": cells}]}
+    grades = [
+        {"notebook": f"{ada}/zh_CN/01_paged_kv_cache.ipynb", "results": {"01.slot_of": "PASS"}}
+    ]
+    (tmp_path / "room.json").write_text(json.dumps(room))
+    (tmp_path / "grades.json").write_text(json.dumps(grades))
+    arguments = ["--room", str(tmp_path / "room.json"), "--grades", str(tmp_path / "grades.json")]
+    assert main(["workshop", "confirm", *arguments]) == 0, capsys.readouterr().out
+
+
 def test_the_systemd_unit_keeps_learners_across_a_restart():
     import configparser
 
