@@ -815,6 +815,7 @@ def test_the_hub_asks_each_learner_english_or_chinese(tmp_path, monkeypatch):
     import re
 
     from jupyterhub.spawner import SimpleLocalProcessSpawner
+    from tornado.web import HTTPError
 
     monkeypatch.setenv("SLOTMAP_HUB_HOMES", str(tmp_path / "homes" / "{username}"))
     monkeypatch.setenv("SLOTMAP_HUB_LANG", "zh")  # the room's default
@@ -844,20 +845,27 @@ def test_the_hub_asks_each_learner_english_or_chinese(tmp_path, monkeypatch):
     with pytest.raises(ValueError):
         spawner({}).run_options_from_form({"lang": ["klingon"]})
 
-    # The server of a learner who chose Chinese, and of one who chose English.
-    chinese = spawner({"lang": "zh_CN"})
-    chinese.run_pre_spawn_hook()
+    # The server of a learner who chose Chinese, and of one who chose English (the hub
+    # applies the options, then runs the pre-spawn hook).
+    def apply(options: dict) -> SimpleLocalProcessSpawner:
+        made = spawner(options)
+        asyncio.run(made._run_apply_user_options(made.user_options))
+        made.run_pre_spawn_hook()
+        return made
+
+    chinese = apply({"lang": "zh_CN"})
     assert chinese.environment["SLOTMAP_LANG"] == "zh_CN"
     assert chinese.environment["SLOTMAP_COURSE_SOURCE"] == str(ROOT)
     assert chinese.default_url == "/lab/tree/my_work/zh_CN"
-    english = spawner({"lang": "en"})
-    english.run_pre_spawn_hook()
+    english = apply({"lang": "en"})
     assert english.environment["SLOTMAP_LANG"] == "en"
     assert english.default_url == "/lab/tree/my_work"
     # A REST start without options: the room's language.
-    default = spawner({})
-    default.run_pre_spawn_hook()
+    default = apply({})
     assert default.environment["SLOTMAP_LANG"] == "zh_CN"
+    with pytest.raises(HTTPError) as refused:  # a REST request's body, not the form's
+        apply({"lang": "klingon"})
+    assert refused.value.status_code == 400
 
     # The dashboard speaks the hub's language (the instructor's), not a learner's.
     services = {service["name"]: service for service in config.JupyterHub.services}

@@ -156,11 +156,15 @@ c.Spawner.options_form = lambda spawner: language.options_form(spawner.user_opti
 c.Spawner.options_from_form = language.options_from_form
 
 
-def _speak_chosen_language(spawner) -> None:
-    """The learner's server in their language: $SLOTMAP_LANG, and opening on their copies."""
-    lang = language.chosen_language(spawner.user_options, ROOM_LANG)
+def _speak_chosen_language(spawner, user_options) -> None:
+    """The learner's server in their language: $SLOTMAP_LANG, and opening on their copies
+    (a language the course does not have: the hub answers 400)."""
+    lang = language.chosen_language(user_options, ROOM_LANG)
     environment, spawner.default_url = language.server_settings(lang, COURSE)
     spawner.environment = {**spawner.environment, **environment}
+
+
+c.Spawner.apply_user_options = _speak_chosen_language
 
 
 # The Jupyter server's own settings for the course: a kernel that ran nothing for
@@ -190,7 +194,6 @@ if HOMES:
         name = spawner.user.name
         if name not in ADMINS and accounts.name_problem(name):
             raise PermissionError(accounts.name_problem(name))
-        _speak_chosen_language(spawner)
 
     c.Spawner.pre_spawn_hook = _check_learner
 else:
@@ -201,7 +204,6 @@ else:
         """The learner's system user, made and recorded on first login; never an account
         the hub did not create (the hub runs as root)."""
         accounts.prepare_account(spawner.user.name, REGISTRY, ADMINS)
-        _speak_chosen_language(spawner)
 
     c.Spawner.pre_spawn_hook = _create_learner
 
