@@ -337,6 +337,14 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
         if browser:
             assert browser_checks == {"01.slot_of": True, "01.slot_mapping": True}
 
+        # The hub keeps the choice: with their server stopped, the form offers 中文 again.
+        token = results[CHINESE][0]
+        assert drive.hub_api(hub.url, token, "DELETE", f"/users/{CHINESE}/server").ok
+        drive.wait_stopped(hub.url, token, CHINESE)
+        session = drive.login(hub.url, CHINESE, PASSWORD)
+        form = session.get(f"{hub.url}/hub/spawn", timeout=30)
+        assert 'value="zh_CN" id="lang-zh_CN" checked' in form.text, form.text[-2000:]
+
         # Each learner's work is in their own home, and the records of their checks with it;
         # as system users, each server and kernel ran as the learner, never as root.
         everyone = [*LEARNERS, BROWSER_LEARNER] if browser else list(LEARNERS)
