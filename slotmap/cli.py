@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slotmap.i18n import LANG_VAR, _
-from slotmap.lab import COURSE_MARKER, course_root, is_course, lab_command
+from slotmap.lab import (
+    COURSE_MARKER,
+    course_root,
+    exercise_copies,
+    is_course,
+    lab_command,
+    lessons_folder,
+)
 
 
 def _version(distribution: str) -> str | None:
@@ -352,10 +359,10 @@ def lab_language(args: argparse.Namespace) -> tuple[str, str, list[str]]:
             )
             + " (pip install -e '.[lab]')"
         )
-    if not any((course_root() / "notebooks" / lang).glob("[0-9][0-9]_*.ipynb")):
+    lessons = lessons_folder(course_root(), lang)
+    if lessons == "notebooks":
         notes.append(_("the lessons are not translated yet: opening the English ones"))
-        return lang, "notebooks", notes
-    return lang, f"notebooks/{lang}", notes
+    return lang, lessons, notes
 
 
 # JupyterLab's interface in each language the course speaks.
@@ -390,12 +397,7 @@ def lab(args: argparse.Namespace) -> int:
     if (root / "exercises").is_dir():
         from slotmap.exercises.build import EXERCISES, WorkspaceError, copy_to_workspace
 
-        # Each language's exercises have their own copies (my_work/, my_work/zh_CN/):
-        # switching language never touches the other's work.
-        copies = [(EXERCISES, root / "my_work")]
-        if (EXERCISES / lang).is_dir():
-            copies.append((EXERCISES / lang, root / "my_work" / lang))
-        for exercises_folder, workspace in copies:
+        for exercises_folder, workspace in exercise_copies(EXERCISES, root / "my_work", lang):
             try:
                 messages = copy_to_workspace(exercises_folder, workspace)
             except WorkspaceError as error:

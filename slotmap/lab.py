@@ -66,6 +66,24 @@ def keep_course_notebooks_clean(model: dict, path: str, contents_manager, **kwar
         notebook.get("metadata", {}).pop("widgets", None)
 
 
+def lessons_folder(root: Path, lang: str) -> str:
+    """The lessons to open in ``lang``, relative to the course's ``root``: ``notebooks/<lang>``
+    once they are built, else the English ``notebooks``."""
+    if lang != "en" and any((Path(root) / "notebooks" / lang).glob("[0-9][0-9]_*.ipynb")):
+        return f"notebooks/{lang}"
+    return "notebooks"
+
+
+def exercise_copies(exercises: Path, workspace: Path, lang: str) -> list[tuple[Path, Path]]:
+    """(exercises folder, the learner's copies of it) for a course in ``lang``: the English
+    ones always (``my_work/``), and the language's own in a folder of their own
+    (``my_work/zh_CN/``), so that switching language never touches the other's work."""
+    copies = [(Path(exercises), Path(workspace))]
+    if lang != "en" and (Path(exercises) / lang).is_dir():
+        copies.append((Path(exercises) / lang, Path(workspace) / lang))
+    return copies
+
+
 LOCALE_PLUGIN = "@jupyterlab/translation-extension:plugin"
 
 

@@ -544,6 +544,57 @@ def test_collect_copies_only_each_learners_own_regular_files(tmp_path, system_us
     assert f"{ada}, {cy} 01_paged_kv_cache.ipynb: the same file, byte for byte" in out
 
 
+def test_collect_takes_a_chinese_learners_copies_and_never_a_linked_folder(
+    tmp_path, system_users, capsys
+):
+    """A learner who worked in Chinese has their work in my_work/zh_CN: it is collected (and
+    holds the room's passes); a zh_CN that is a link to a classmate's folder is not followed."""
+    import pwd
+
+    from slotmap.cli import main
+    from slotmap.workshop import accounts
+
+    suffix = os.urandom(2).hex()
+    ada, bob = f"ada{suffix}", f"bob{suffix}"
+    registry = accounts.Registry(tmp_path / "state" / accounts.REGISTRY_FILE)
+    chinese = {}
+    for name in (ada, bob):
+        uid = system_users(name)
+        registry.add(name, uid)
+        course = Path(pwd.getpwnam(name).pw_dir) / "slotmap-course"
+        chinese[name] = course / "my_work" / "zh_CN"
+        if name == ada:
+            chinese[name].mkdir(parents=True)
+            (chinese[name] / "01_paged_kv_cache.ipynb").write_bytes(_notebook("ada 的答案"))
+        else:
+            chinese[name].parent.mkdir(parents=True)
+            chinese[name].symlink_to(chinese[ada])
+        for path in (course, *course.rglob("*")):
+            os.lchown(path, uid, uid)
+
+    into = tmp_path / "collected"
+    code = main(["workshop", "collect", "--into", str(into), "--state", str(tmp_path / "state")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    copy = into / ada / "zh_CN" / "01_paged_kv_cache.ipynb"
+    assert copy.read_bytes() == _notebook("ada 的答案")
+    assert os.lstat(copy).st_mode & 0o777 == 0o600
+    assert os.lstat(copy.parent).st_mode & 0o777 == 0o700
+    assert f"skipped   {bob} zh_CN: zh_CN: cannot open as a folder without following" in out
+    assert not (into / bob / "zh_CN").exists()
+
+    # The room's pass for ada holds: slotmap grade graded her Chinese notebook.
+    cells = {"01.slot_of": {"state": "pass", "message": ""}}
+    room = {"learners": [{"learner": ada, "idle_seconds": 1, "cells": cells}]}
+    grades = [
+        {"notebook": f"{ada}/zh_CN/01_paged_kv_cache.ipynb", "results": {"01.slot_of": "PASS"}}
+    ]
+    (tmp_path / "room.json").write_text(json.dumps(room))
+    (tmp_path / "grades.json").write_text(json.dumps(grades))
+    arguments = ["--room", str(tmp_path / "room.json"), "--grades", str(tmp_path / "grades.json")]
+    assert main(["workshop", "confirm", *arguments]) == 0, capsys.readouterr().out
+
+
 def test_the_systemd_unit_keeps_learners_across_a_restart():
     import configparser
 
@@ -688,3 +739,140 @@ def test_make_hub_refuses_an_environment_learners_cannot_run(tmp_path):
     assert f"{closed} (mode 700) is closed to other users" in made.stderr
     assert f"rm -rf {venv} && make hub PYTHON=/usr/bin/python3.11" in made.stderr
     assert not (venv / ".workshop-hub.stamp").exists()
+
+
+def _chinese_course(folder: Path) -> Path:
+    """A small course in both languages: exercise 01 and lesson 01, and their Chinese."""
+    course = _course(folder, {"01_a.ipynb": "exercise 1"}, {"01_a.ipynb": "lesson 1"})
+    (course / "exercises" / "zh_CN").mkdir()
+    (course / "notebooks" / "zh_CN").mkdir()
+    notebook = {"cells": [{"cell_type": "code", "id": "slotmap-banner", "source": "练习 1"}]}
+    (course / "exercises" / "zh_CN" / "01_a.ipynb").write_text(json.dumps(notebook))
+    (course / "notebooks" / "zh_CN" / "01_a.ipynb").write_text("第 1 课")
+    return course
+
+
+def test_a_learner_switching_language_keeps_the_work_of_both(tmp_path):
+    from slotmap.workshop import sync_course
+
+    source = _chinese_course(tmp_path / "source")
+    mine = tmp_path / "ada" / "slotmap-course"
+    messages = sync_course(source, mine)  # English: no Chinese copies
+    assert not (mine / "my_work" / "zh_CN").exists()
+    messages = sync_course(source, mine, "zh_CN")
+    assert f"new  {mine / 'my_work' / 'zh_CN' / '01_a.ipynb'}" in messages
+    assert "练习 1" not in (mine / "my_work" / "01_a.ipynb").read_text()
+    assert (mine / "notebooks" / "zh_CN" / "01_a.ipynb").read_text() == "第 1 课"
+    (mine / "my_work" / "01_a.ipynb").write_text("ada's answer")
+    (mine / "my_work" / "zh_CN" / "01_a.ipynb").write_text("ada 的答案")
+    for lang in ("en", "zh_CN", "en"):
+        sync_course(source, mine, lang)
+        assert (mine / "my_work" / "01_a.ipynb").read_text() == "ada's answer"
+        assert (mine / "my_work" / "zh_CN" / "01_a.ipynb").read_text() == "ada 的答案"
+
+
+def test_a_chinese_learners_server_has_jupyterlab_and_the_lessons_in_chinese(
+    tmp_path, monkeypatch
+):
+    from slotmap import workshop
+    from slotmap.lab import LOCALE_PLUGIN
+
+    source = _chinese_course(tmp_path / "source")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home" / ".cache"))
+    monkeypatch.setenv("SLOTMAP_COURSE_SOURCE", str(source))
+    monkeypatch.setattr(workshop.os, "geteuid", lambda: 1000)  # the learner, not root
+    monkeypatch.delenv("SLOTMAP_WORKSPACE", raising=False)  # the server sets both
+    monkeypatch.delenv("JUPYTERLAB_SETTINGS_DIR", raising=False)
+    started = []
+
+    def exec_server(path, command):  # the server itself is the real-hub test's
+        started.append((command, dict(os.environ)))
+
+    monkeypatch.setattr(workshop.os, "execv", exec_server)
+    monkeypatch.chdir(tmp_path)
+    for lang in ("zh_CN", "en"):
+        monkeypatch.setenv("SLOTMAP_LANG", lang)
+        assert workshop.learner_server([]) == 0
+    (chinese, environment), (english, _) = started
+    course = tmp_path / "home" / "slotmap-course"
+    assert environment["SLOTMAP_LANG"] == "zh_CN"
+    assert environment["SLOTMAP_WORKSPACE"] == str(course / "my_work")
+    assert (course / "my_work" / "zh_CN" / "01_a.ipynb").is_file()
+    assert "--LabApp.default_url=/lab/tree/notebooks/zh_CN" in chinese
+    settings = [option for option in chinese if option.startswith("--LabApp.app_settings_dir=")]
+    assert len(settings) == 1
+    overrides = Path(settings[0].split("=", 1)[1]) / "overrides.json"
+    assert json.loads(overrides.read_text())[LOCALE_PLUGIN]["locale"] == "zh_CN"
+    # Back in English: the English lessons and menus, and the Chinese copies still there.
+    assert "--LabApp.default_url=/lab/tree/notebooks" in english
+    assert not [option for option in english if "app_settings_dir" in option]
+    assert (course / "my_work" / "zh_CN" / "01_a.ipynb").is_file()
+
+
+def test_the_hub_asks_each_learner_english_or_chinese(tmp_path, monkeypatch):
+    import asyncio
+    import re
+
+    from jupyterhub.spawner import SimpleLocalProcessSpawner
+    from tornado.web import HTTPError
+
+    monkeypatch.setenv("SLOTMAP_HUB_HOMES", str(tmp_path / "homes" / "{username}"))
+    monkeypatch.setenv("SLOTMAP_HUB_LANG", "zh")  # the room's default
+    monkeypatch.setenv("SLOTMAP_LANG", "zh_CN")  # the instructor's, who starts the hub
+    config = _load_hub_config(tmp_path, monkeypatch)
+
+    def spawner(user_options: dict) -> SimpleLocalProcessSpawner:
+        made = SimpleLocalProcessSpawner(config=config, user_options=user_options)
+        made.user = SimpleNamespace(name="ada")  # what the hook reads of the hub's user
+        return made
+
+    def offered(user_options: dict) -> dict[str, bool]:
+        form = asyncio.run(spawner(user_options).get_options_form())
+        choices = re.findall(
+            r'<input type="radio" name="lang" value="([^"]+)"[^>]*?( checked)?>', form
+        )
+        return {value: bool(checked) for value, checked in choices}
+
+    # Never chose: the room's language; the last choice after that, whatever the room's.
+    assert offered({}) == {"en": False, "zh_CN": True}
+    assert offered({"lang": "en"}) == {"en": True, "zh_CN": False}
+    assert offered({"lang": "klingon"}) == {"en": False, "zh_CN": True}
+    form = asyncio.run(spawner({}).get_options_form())
+    assert "English" in form and "中文" in form
+    assert spawner({}).run_options_from_form({"lang": ["zh_CN"]}) == {"lang": "zh_CN"}
+    assert spawner({}).run_options_from_form({"lang": ["en"]}) == {"lang": "en"}
+    with pytest.raises(ValueError):
+        spawner({}).run_options_from_form({"lang": ["klingon"]})
+
+    # The server of a learner who chose Chinese, and of one who chose English (the hub
+    # applies the options, then runs the pre-spawn hook).
+    def apply(options: dict) -> SimpleLocalProcessSpawner:
+        made = spawner(options)
+        asyncio.run(made._run_apply_user_options(made.user_options))
+        made.run_pre_spawn_hook()
+        return made
+
+    chinese = apply({"lang": "zh_CN"})
+    assert chinese.environment["SLOTMAP_LANG"] == "zh_CN"
+    assert chinese.environment["SLOTMAP_COURSE_SOURCE"] == str(ROOT)
+    assert chinese.default_url == "/lab/tree/my_work/zh_CN"
+    english = apply({"lang": "en"})
+    assert english.environment["SLOTMAP_LANG"] == "en"
+    assert english.default_url == "/lab/tree/my_work"
+    # A REST start without options: the room's language.
+    default = apply({})
+    assert default.environment["SLOTMAP_LANG"] == "zh_CN"
+    with pytest.raises(HTTPError) as refused:  # a REST request's body, not the form's
+        apply({"lang": "klingon"})
+    assert refused.value.status_code == 400
+
+    # The dashboard speaks the hub's language (the instructor's), not a learner's.
+    services = {service["name"]: service for service in config.JupyterHub.services}
+    assert services["workshop-dashboard"]["environment"]["SLOTMAP_LANG"] == "zh_CN"
+
+
+def test_the_hub_refuses_a_room_language_the_course_does_not_have(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLOTMAP_HUB_LANG", "fr")
+    with pytest.raises(SystemExit, match="SLOTMAP_HUB_LANG"):
+        _load_hub_config(tmp_path, monkeypatch)

@@ -7,14 +7,16 @@ otherwise every learner runs as the test's user under temporary homes.
 First the refusals: root, ROOT, nobody, daemon and an existing account the hub did not
 create (a real one, made and deleted by the test) are refused at the login page with a
 message that says why, "zhang_wei" with the naming rules, and nothing is spawned; the hub's
-state is root's only. Then four learners log in. Three run lesson 01 and their copy of
-exercise 01 through the Jupyter server's REST API and kernel websocket
+state is root's only. Then four learners log in. The second chooses 中文 in the form the
+hub shows before it starts a server, in Chromium: their JupyterLab opens on their Chinese
+copies with its menus in Chinese. Three run lesson 01 and their copy of exercise 01 (the
+second, the Chinese ones) through the Jupyter server's REST API and kernel websocket
 (``slotmap.workshop.drive``), one of them with a wrong ``slot_of`` on purpose; the fourth
-logs in through the hub's login page in Debian's Chromium (tests/browser_lab.py's recipe)
-and fills in exercise 01 in JupyterLab. The dashboard then shows the room to the
-instructor, and answers 403 to a learner's token. The hub is restarted (as systemd would):
-a learner's server lives on and answers through the new hub. Everything is stopped, and no
-process of the test is left.
+logs in through the hub's login page in Debian's Chromium (tests/browser_lab.py's recipe),
+keeps the room's English in the form, and fills in exercise 01 in JupyterLab. The dashboard
+then shows the room to the instructor, and answers 403 to a learner's token. The hub is
+restarted (as systemd would): a learner's server lives on and answers through the new hub.
+Everything is stopped, and no process of the test is left.
 
 One test function: a module-scoped hub would be started once per pytest-xdist worker.
 Needs ``jupyterhub`` (the workshop extra) and ``configurable-http-proxy`` (``make hub``);
@@ -45,6 +47,8 @@ SUFFIX = os.urandom(2).hex()
 LEARNERS = tuple(f"{name}{SUFFIX}" for name in ("ada", "bob", "cy"))  # the REST API's
 BROWSER_LEARNER = f"dee{SUFFIX}"
 WRONG = LEARNERS[2]  # fails 01.slot_of on purpose
+CHINESE = LEARNERS[1]  # chooses 中文 as their server starts
+LESSON = "01_paged_kv_cache.ipynb"
 OUTSIDER = f"other{SUFFIX}"  # an account of the machine the hub did not create
 pytestmark = pytest.mark.timeout(900)
 
@@ -86,18 +90,24 @@ def _start(hub: drive.LocalHub, name: str) -> str:
 def _run_learner(hub: drive.LocalHub, name: str, results: dict, errors: dict) -> None:
     """Log in, start the server, run lesson 01 and exercise 01 through the kernel protocol."""
     try:
-        token = _start(hub, name)
+        token = _start(hub, name)  # the Chinese learner's is running already: their choice
         server = f"{hub.url}/user/{name}"
-        lesson = "notebooks/01_paged_kv_cache.ipynb"
+        folder = "zh_CN/" if name == CHINESE else ""
+        lesson = f"notebooks/{folder}{LESSON}"
+        notebook = drive.get_notebook(server, token, lesson)
         kernel = drive.Kernel(server, token, lesson)
         try:
-            for code in drive.code_cells(drive.get_notebook(server, token, lesson)):
+            spoken = kernel.execute("import os; print(os.environ['SLOTMAP_LANG'])").outputs
+            assert spoken[0]["text"].strip() == ("zh_CN" if folder else "en"), (name, spoken)
+            for code in drive.code_cells(notebook):
                 run = kernel.execute(code)
                 assert not run.error, f"{name}, lesson 01: {run.error}"
         finally:
             kernel.close()
+        if folder:  # the Chinese lesson: its title is the translation's
+            assert "分页" in "".join(notebook["cells"][0]["source"]), notebook["cells"][0]
         answers = _exercise_answers(wrong=name == WRONG)
-        checks, error = drive.run_exercise(server, token, answers)
+        checks, error = drive.run_exercise(server, token, answers, f"my_work/{folder}{LESSON}")
         assert not error, f"{name}, exercise 01: {error}"
         results[name] = (token, checks)
     except BaseException as error:  # noqa: BLE001 - reported by the test's thread
@@ -140,7 +150,11 @@ def _browser_learner(hub: drive.LocalHub, tmp_path: Path) -> dict[str, bool]:
             page.fill("#username_input", BROWSER_LEARNER)
             page.fill("#password_input", PASSWORD)
             page.click("#login_submit")
-            # The hub sends the browser on to the learner's JupyterLab.
+            # The hub asks for the course's language, offering the room's (English), and
+            # then sends the browser on to the learner's JupyterLab.
+            page.wait_for_url("**/hub/spawn**")
+            assert page.locator("input[name=lang]:checked").get_attribute("value") == "en"
+            page.click("#spawn_form [type=submit]")
             page.wait_for_url(f"**/user/{BROWSER_LEARNER}/lab**", timeout=180_000)
             server = type("Server", (), {"url": f"{hub.url}/user/{BROWSER_LEARNER}"})()
             server.token = token
@@ -156,6 +170,40 @@ def _browser_learner(hub: drive.LocalHub, tmp_path: Path) -> dict[str, bool]:
             settings = home / ".jupyter" / "lab" / "user-settings"
             assert json.loads((settings / LAB_NOTIFICATIONS).read_text())["fetchNews"] == "false"
             return notebook.check_records()
+        finally:
+            context.close()
+
+
+def _chinese_learner_starts(hub: drive.LocalHub, tmp_path: Path) -> list[str]:
+    """CHINESE logs in through the hub's page in Chromium and chooses 中文 in the form the
+    hub shows before it starts their server; their JupyterLab opens on their Chinese copies
+    of the exercises. Returns the labels of JupyterLab's menu bar."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-zh"),
+            executable_path=chromium_path(),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 900},
+        )
+        try:
+            context.set_default_timeout(60_000)
+            page = context.new_page()
+            page.goto(f"{hub.url}/hub/login")
+            page.fill("#username_input", CHINESE)
+            page.fill("#password_input", PASSWORD)
+            page.click("#login_submit")
+            page.wait_for_url("**/hub/spawn**")
+            assert "中文" in page.inner_text("#spawn_form")
+            page.check("input[name=lang][value=zh_CN]")
+            with SPAWNING:
+                page.click("#spawn_form [type=submit]")
+                page.wait_for_url(f"**/user/{CHINESE}/lab/tree/my_work/zh_CN**", timeout=400_000)
+            labels = page.locator(".lm-MenuBar-itemLabel")
+            labels.first.wait_for()
+            return labels.all_inner_texts()
         finally:
             context.close()
 
@@ -259,6 +307,17 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
         assert added.status_code == 400, added.text
         assert hub.learners() == {}
 
+        # The Chinese learner starts their server in the hub's form (in Chromium; without
+        # a browser, through the REST API with the form's options).
+        if browser:
+            menus = " ".join(_chinese_learner_starts(hub, tmp_path))
+            assert "帮助" in menus and "Help" not in menus, menus  # JupyterLab's own menus
+        else:
+            token = drive.api_token(hub.url, drive.login(hub.url, CHINESE, PASSWORD), CHINESE)
+            started = drive.hub_api(
+                hub.url, token, "POST", f"/users/{CHINESE}/server", json={"lang": "zh_CN"}
+            )
+            assert started.status_code in (201, 202), started.text
         results: dict = {}
         errors: dict = {}
         threads = [
@@ -277,6 +336,14 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
             assert results[name][1] == {"01.slot_of": ok, "01.slot_mapping": ok}, name
         if browser:
             assert browser_checks == {"01.slot_of": True, "01.slot_mapping": True}
+
+        # The hub keeps the choice: with their server stopped, the form offers 中文 again.
+        token = results[CHINESE][0]
+        assert drive.hub_api(hub.url, token, "DELETE", f"/users/{CHINESE}/server").ok
+        drive.wait_stopped(hub.url, token, CHINESE)
+        session = drive.login(hub.url, CHINESE, PASSWORD)
+        form = session.get(f"{hub.url}/hub/spawn", timeout=30)
+        assert 'value="zh_CN" id="lang-zh_CN" checked' in form.text, form.text[-2000:]
 
         # Each learner's work is in their own home, and the records of their checks with it;
         # as system users, each server and kernel ran as the learner, never as root.

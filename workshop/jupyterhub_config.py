@@ -11,7 +11,11 @@
 # - One JupyterLab per learner, started by `slotmap workshop learner-server` as that learner
 #   (never as root): it copies the course into ~/slotmap-course on first login, brings files
 #   the learner never changed up to date on later ones, and never touches my_work/ once it
-#   exists. Idle kernels are shut down after $SLOTMAP_HUB_KERNEL_IDLE seconds (1200).
+#   exists. Idle kernels are shut down after $SLOTMAP_HUB_KERNEL_IDLE seconds (1800).
+# - Each learner chooses English or 中文 when their server starts (the hub's form; the room's
+#   default is $SLOTMAP_HUB_LANG, en or zh; their last choice is offered again): a server in
+#   Chinese has the lessons, its own exercise copies (my_work/zh_CN) and JupyterLab's menus in
+#   Chinese. The dashboard speaks $SLOTMAP_LANG, the hub's own (the instructor's language).
 # - $SLOTMAP_HUB_HOMES (a path with {username}) instead runs every learner as the hub's own
 #   user with that home (SimpleLocalProcessSpawner: no isolation between learners; for tests
 #   as a non-root user only, never with a real room; as root it refuses to start learners).
@@ -34,7 +38,7 @@ from pathlib import Path
 from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
 from jupyterhub.handlers.login import LoginHandler
 
-from slotmap.workshop import accounts, proxy, state_folder
+from slotmap.workshop import accounts, language, proxy, state_folder
 
 c = get_config()  # noqa: F821 - JupyterHub's config loader defines it
 
@@ -61,6 +65,10 @@ c.ConfigurableHTTPProxy.pid_file = str(STATE / "jupyterhub-proxy.pid")
 for _admin in ADMINS:
     if _problem := accounts.account_problem(_admin, REGISTRY, ADMINS):
         sys.exit(f"SLOTMAP_HUB_ADMINS: {_problem}")
+try:
+    ROOM_LANG = language.room_language()  # what the form offers a learner who never chose
+except ValueError as _error:
+    sys.exit(f"{language.ROOM_VARIABLE}: {_error}")
 
 
 PORTS = proxy.Ports.from_environment()
@@ -141,6 +149,24 @@ c.Spawner.cmd = [PYTHON, "-m", "slotmap", "workshop", "learner-server"]
 c.Spawner.default_url = "/lab/tree/my_work"
 c.Spawner.environment = {"SLOTMAP_COURSE_SOURCE": str(COURSE)}
 c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL", "SLOTMAP_BACKEND", "SLOTMAP_LAUNCH_POLICY"]
+# Each learner chooses the course's language as their server starts; JupyterHub keeps the
+# choice (its database) and the form offers it again. A start through the REST API without
+# options reuses it too.
+c.Spawner.options_form = lambda spawner: language.options_form(spawner.user_options, ROOM_LANG)
+c.Spawner.options_from_form = language.options_from_form
+
+
+def _speak_chosen_language(spawner, user_options) -> None:
+    """The learner's server in their language: $SLOTMAP_LANG, and opening on their copies
+    (a language the course does not have: the hub answers 400)."""
+    lang = language.chosen_language(user_options, ROOM_LANG)
+    environment, spawner.default_url = language.server_settings(lang, COURSE)
+    spawner.environment = {**spawner.environment, **environment}
+
+
+c.Spawner.apply_user_options = _speak_chosen_language
+
+
 # The Jupyter server's own settings for the course: a kernel that ran nothing for
 # $SLOTMAP_HUB_KERNEL_IDLE seconds is shut down, open tab or not (about 0.4 GB each; a cell
 # re-run brings it back), and no news or update pop-ups over the learners' notebooks.
@@ -200,6 +226,8 @@ c.JupyterHub.services = [
         "environment": {
             "SLOTMAP_HUB_WORKSPACES": WORKSPACES,
             "SLOTMAP_COURSE_SOURCE": str(COURSE),
+            # The room in the instructor's language: the hub's own, not a learner's choice.
+            "SLOTMAP_LANG": os.environ.get("SLOTMAP_LANG", ""),
         },
         "oauth_no_confirm": True,
         "display": True,

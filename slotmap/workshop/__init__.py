@@ -3,10 +3,11 @@
 * ``sync_course`` gives a learner their own course copy (``~/slotmap-course``): every course
   file they do not have is copied, a file they never changed is brought up to date, a file
   they changed is kept; then ``copy_to_workspace`` gives them ``my_work/`` by ``slotmap lab``'s
-  rule (a copy once, never overwritten).
+  rule (a copy once, never overwritten), and ``my_work/zh_CN/`` when they work in Chinese.
 * ``learner_server`` is what the hub starts for each learner: it syncs their copy as that
   learner, then becomes ``jupyterhub-singleuser`` with the options ``slotmap lab`` uses, on
-  the course copy, with ``$SLOTMAP_WORKSPACE`` pointing at their ``my_work/``.
+  the course copy, with ``$SLOTMAP_WORKSPACE`` pointing at their ``my_work/``, in the language
+  ``$SLOTMAP_LANG`` says (``slotmap.workshop.language``: the learner's choice on the hub).
 * ``slotmap.workshop.dashboard`` is the instructor's live view; ``slotmap.workshop.preflight``
   the check an instructor runs before the room arrives; ``slotmap.workshop.commands`` the
   ``slotmap workshop`` command, above them all.
@@ -27,6 +28,7 @@ from slotmap.exercises.build import (
     WORKSPACE_VARIABLE,
     copy_to_workspace,
 )
+from slotmap.lab import exercise_copies
 
 # What a learner's copy holds of the course: the lessons, the exercises, the solutions, and
 # the workshop's slide decks (so that the instructor's own server on the hub has them too).
@@ -56,9 +58,10 @@ def course_files(source: Path) -> list[Path]:
     return found
 
 
-def sync_course(source: Path, target: Path) -> list[str]:
+def sync_course(source: Path, target: Path, lang: str = "en") -> list[str]:
     """Bring the learner's course copy ``target`` up to date with the course at ``source``,
-    never overwriting what the learner changed, then give them ``my_work/``.
+    never overwriting what the learner changed, then give them ``my_work/`` (and, in a
+    language other than English, that language's exercises in ``my_work/<lang>/``).
 
     A course file missing from ``target`` is copied; one whose bytes are still those last
     copied is replaced by a newer version; one the learner edited is kept (and said so).
@@ -88,7 +91,8 @@ def sync_course(source: Path, target: Path) -> list[str]:
         shutil.copyfile(origin, mine)
         copied[key] = new
     manifest_path.write_text(json.dumps(copied, indent=1, sort_keys=True), encoding="utf-8")
-    messages += copy_to_workspace(target / "exercises", target / "my_work")
+    for exercises, workspace in exercise_copies(target / "exercises", target / "my_work", lang):
+        messages += copy_to_workspace(exercises, workspace)
     return messages
 
 
@@ -109,15 +113,16 @@ def state_folder() -> Path:
     return Path(os.environ.get(STATE_VARIABLE) or "/var/lib/slotmap-hub")
 
 
-def learner_server_command(course: Path, extra: list[str]) -> list[str]:
-    """``jupyterhub-singleuser`` on ``course`` with ``slotmap lab``'s server options (never
-    ``--allow-root``: a learner's server never runs as root)."""
-    from slotmap.lab import lab_command
+def learner_server_command(course: Path, extra: list[str], lang: str = "en") -> list[str]:
+    """``jupyterhub-singleuser`` on ``course`` with ``slotmap lab``'s server options in
+    ``lang`` (JupyterLab's menus in it; never ``--allow-root``: a learner's server never runs
+    as root)."""
+    from slotmap.lab import lab_command, lessons_folder
 
     cwd = Path.cwd()
     os.chdir(course)  # lab_command serves the course it is in
     try:
-        lab = lab_command(allow_root=False)
+        lab = lab_command(allow_root=False, lang=lang, lessons=lessons_folder(course, lang))
     finally:
         os.chdir(cwd)
     # The hub says where to listen ($JUPYTERHUB_SERVICE_URL): drop the lab's own address.
@@ -145,13 +150,17 @@ def learner_server(extra: list[str]) -> int:
     if os.geteuid() == 0:
         print("slotmap workshop learner-server: refused: a learner's server never runs as root")
         return 2
+    from slotmap import i18n
+
+    lang = i18n.from_environment()  # the learner's choice: the hub sets $SLOTMAP_LANG
     course = learner_course()
     settings = os.environ.get("JUPYTERLAB_SETTINGS_DIR")
     quiet_lab_settings(Path(settings) if settings else Path.home() / ".jupyter/lab/user-settings")
-    for message in sync_course(course_source(), course):
+    for message in sync_course(course_source(), course, lang):
         print(f"slotmap workshop: {message}", flush=True)
-    os.environ[WORKSPACE_VARIABLE] = str(course / "my_work")
-    command = learner_server_command(course, extra)
+    os.environ[WORKSPACE_VARIABLE] = str(course / "my_work")  # both languages' records go here
+    os.environ[i18n.LANG_VAR] = lang  # the kernels speak it too
+    command = learner_server_command(course, extra, lang)
     os.chdir(course)
     os.execv(command[0], command)
     return 0  # not reached

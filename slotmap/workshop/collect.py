@@ -2,7 +2,9 @@
 without following anything a learner controls.
 
 For every account the hub created (its record, ``slotmap.workshop.accounts.Registry``), the
-``*.ipynb`` files directly in ``~/slotmap-course/my_work`` are copied into ``DEST/<learner>/``.
+``*.ipynb`` files directly in ``~/slotmap-course/my_work`` are copied into ``DEST/<learner>/``,
+and those of a learner who worked in Chinese, directly in ``my_work/zh_CN``, into
+``DEST/<learner>/zh_CN/`` (``slotmap grade`` grades them against the same solutions).
 Every folder on the way and every file is opened with ``O_NOFOLLOW`` (a symbolic link is
 refused, never followed) and checked on the open descriptor (``fstat``): a folder or a
 regular file owned by that learner, a file of at most ``max_bytes``. Files are opened
@@ -24,6 +26,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slotmap.i18n import ENGLISH, LANGUAGES
 from slotmap.workshop.accounts import REGISTRY_FILE, Registry
 
 MAX_BYTES = 20_000_000  # a notebook with its outputs; a course notebook is well below 1 MB
@@ -133,22 +136,46 @@ def collect_learner(
         except OSError as error:
             report.skip(learner, "/".join(WORKSPACE), str(error))
             return
-        folder = dest / learner
-        _private_folder(folder)
-        copied = report.copied.setdefault(learner, {})
-        for name in sorted(os.listdir(fds[-1])):
-            if not name.endswith(".ipynb") or name.startswith("."):
+        work = fds[-1]
+        _copy_notebooks(learner, uid, work, dest / learner, "", report, max_bytes)
+        # The copies of the exercises in another language: my_work/zh_CN (slotmap.lab).
+        for lang in LANGUAGES:
+            if lang == ENGLISH:
                 continue
             try:
-                data = read_own_file(name, fds[-1], uid, max_bytes)
+                os.stat(lang, dir_fd=work, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # never worked in that language
+            try:
+                fds.append(_open_folder(lang, uid, work))
             except OSError as error:
-                report.skip(learner, name, str(error))
+                report.skip(learner, lang, str(error))
                 continue
-            _write_private(folder / name, data)
-            copied[name] = hashlib.sha256(data).hexdigest()
+            _copy_notebooks(
+                learner, uid, fds[-1], dest / learner / lang, f"{lang}/", report, max_bytes
+            )
     finally:
         for fd in reversed(fds):
             os.close(fd)
+
+
+def _copy_notebooks(
+    learner: str, uid: int, fd: int, folder: Path, prefix: str, report: Report, max_bytes: int
+) -> None:
+    """Copy the notebooks directly in the open folder ``fd`` into ``folder`` (recorded as
+    ``prefix`` + their name)."""
+    _private_folder(folder)
+    copied = report.copied.setdefault(learner, {})
+    for name in sorted(os.listdir(fd)):
+        if not name.endswith(".ipynb") or name.startswith("."):
+            continue
+        try:
+            data = read_own_file(name, fd, uid, max_bytes)
+        except OSError as error:
+            report.skip(learner, prefix + name, str(error))
+            continue
+        _write_private(folder / name, data)
+        copied[prefix + name] = hashlib.sha256(data).hexdigest()
 
 
 def collect(dest: Path, accounts: dict[str, int], max_bytes: int = MAX_BYTES) -> Report:
