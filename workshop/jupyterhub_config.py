@@ -19,6 +19,8 @@
 # - $SLOTMAP_HUB_HOMES (a path with {username}) instead runs every learner as the hub's own
 #   user with that home (SimpleLocalProcessSpawner: no isolation between learners; for tests
 #   as a non-root user only, never with a real room; as root it refuses to start learners).
+# - Limits: under systemd, each learner's server is a systemd unit with MemoryMax and CPUQuota
+#   (slotmap.workshop.limits: $SLOTMAP_HUB_MEM_LIMIT, $SLOTMAP_HUB_CPU_LIMIT); else none.
 # - Services: the idle culler stops a server idle for $SLOTMAP_HUB_IDLE_TIMEOUT seconds (3600);
 #   the dashboard (`slotmap workshop dashboard`, /services/workshop-dashboard/) is the
 #   instructors' live view of the room, open to the admins only.
@@ -38,7 +40,7 @@ from pathlib import Path
 from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
 from jupyterhub.handlers.login import LoginHandler
 
-from slotmap.workshop import accounts, language, proxy, state_folder
+from slotmap.workshop import accounts, language, limits, proxy, state_folder
 
 c = get_config()  # noqa: F821 - JupyterHub's config loader defines it
 
@@ -206,6 +208,13 @@ else:
         accounts.prepare_account(spawner.user.name, REGISTRY, ADMINS)
 
     c.Spawner.pre_spawn_hook = _create_learner
+
+# Under systemd each learner's server is the unit jupyter-<name>, with MemoryMax and CPUQuota
+# ($SLOTMAP_HUB_MEM_LIMIT, $SLOTMAP_HUB_CPU_LIMIT); elsewhere the log says limits are off.
+try:
+    limits.configure(c, os.environ)
+except ValueError as _bad_limit:
+    sys.exit(str(_bad_limit))
 
 # The services run as the hub's user (root on a VM: the dashboard reads every learner's home).
 DASHBOARD = "workshop-dashboard"

@@ -9,7 +9,8 @@ Memory: every Python process of the course takes about 0.4 GB. A learner holds t
 and a lesson's kernel (2 processes); lessons 05 and 07 also start up to 3 ranks from the
 kernel (5 processes). It says OK when everyone fits at that peak, TIGHT when only the
 2-process floor fits, and fails only below the floor. The cores get advice only (from an
-extrapolation).
+extrapolation). The learners' memory and CPU limits (``slotmap.workshop.limits``) are
+reported, on or off and why; only a bad value of their variables fails it.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-GB_PER_PROCESS = 0.4
-PROCESSES_FLOOR = 2  # the learner's server and one kernel
-PROCESSES_PEAK = 5  # ... and lesson 05's or 07's three ranks
+from slotmap.workshop import limits
+from slotmap.workshop.limits import GB_PER_PROCESS, PROCESSES_FLOOR, PROCESSES_PEAK
+
 # The load measurement's extrapolation (benchmarks/results/workshop-load.md): widget redraws
 # under 1 s at p95 with 2 busy learners a core, 8 learners a core when 1 in 4 is busy.
 LEARNERS_PER_CORE = 8
@@ -125,6 +127,14 @@ def python_line() -> tuple[bool, str]:
     )
 
 
+def limits_line(environ: Mapping[str, str] = os.environ, systemd: Path = limits.SYSTEMD):
+    """Whether the learners' limits are set right (on, or off for a reason), as a line."""
+    try:
+        return True, limits.read(environ, systemd).line()
+    except ValueError as error:
+        return False, f"limits       FAIL: {error}"
+
+
 def trial_learner(timeout: float = 400) -> str:
     """A real test learner on a hub of its own (the workshop's config on loopback, free
     ports, a private temporary state, as root a real system user): log in, spawn, run lesson
@@ -208,11 +218,14 @@ def preflight(learners: int) -> int:
     memory = Memory(learners, available_gb())
     print(memory.line())
     print(cpu_line(learners, os.cpu_count() or 1))
+    limits_ok, line = limits_line()
+    print(line)
     trial = "not run: fix the lines above first"
     if python_ok and not missing:
         print("test learner (log in, spawn, lesson 01, a check, the dashboard, remove) ...")
         trial = trial_learner()
     print(f"test learner {'PASS' if not trial else 'FAIL: ' + trial}")
     ok = doctor.returncode == 0 and python_ok and not missing and memory.ok and not trial
+    ok = ok and limits_ok
     print(f"preflight: {'ready' if ok else 'NOT ready'}")
     return 0 if ok else 1

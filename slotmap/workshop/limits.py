@@ -1,0 +1,148 @@
+"""The learners' resource limits on the one-machine hub, set the way the Littlest JupyterHub
+sets them: each learner's server is a transient systemd unit ``jupyter-<name>``
+(jupyterhub-systemdspawner) with ``MemoryMax`` and ``CPUQuota``. It needs systemd as the
+machine's init; without it (a container, WSL, a test machine), with ``$SLOTMAP_HUB_HOMES`` or
+with ``$SLOTMAP_HUB_SPAWNER=local``, the servers stay plain processes (LocalProcessSpawner)
+and nothing limits them: the hub's log and ``slotmap workshop preflight`` say so and why.
+
+- ``$SLOTMAP_HUB_MEM_LIMIT``: a learner's ``MemoryMax``, a size with systemd's suffixes K, M,
+  G, T (powers of 1024). The default is the measured peak of a learner below with half again
+  as headroom: ``DEFAULT_MEMORY``.
+- ``$SLOTMAP_HUB_CPU_LIMIT``: a learner's cores (``CPUQuota`` = cores x 100 %), 2 by default.
+
+The measured size of a learner (benchmarks/results/workshop-load.md): every Python process
+of the course takes about 0.4 GB; a learner holds their server and a lesson's kernel, and
+lessons 05 and 07 start up to 3 ranks from the kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+GB_PER_PROCESS = 0.4
+PROCESSES_FLOOR = 2  # the learner's server and one kernel
+PROCESSES_PEAK = 5  # ... and lesson 05's or 07's three ranks
+# Above the measured peak: a kernel's arrays grow with what a learner tries, and the limit
+# should stop a runaway, not the lesson.
+HEADROOM = 1.5
+DEFAULT_MEMORY = f"{math.ceil(PROCESSES_PEAK * GB_PER_PROCESS * HEADROOM)}G"
+DEFAULT_CPU = 2.0
+# sd_booted(3): this folder exists only when systemd is the running init.
+SYSTEMD = Path("/run/systemd/system")
+UNIT = "jupyter-{USERNAME}"  # TLJH's name: `systemctl status jupyter-<name>`
+MEMORY_VARIABLE = "SLOTMAP_HUB_MEM_LIMIT"
+CPU_VARIABLE = "SLOTMAP_HUB_CPU_LIMIT"
+SPAWNER_VARIABLE = "SLOTMAP_HUB_SPAWNER"
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([KMGT])")
+_POWERS = {"K": 1, "M": 2, "G": 3, "T": 4}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What each learner's server may use, or why nothing limits it (``off``)."""
+
+    memory: str  # systemd's MemoryMax, "3G"
+    cpu: float  # cores
+    off: str = ""  # why the limits are not enforced; "" when systemd enforces them
+
+    @property
+    def memory_bytes(self) -> int:
+        number, suffix = _SIZE.fullmatch(self.memory).groups()
+        return int(float(number) * 1024 ** _POWERS[suffix])
+
+    @property
+    def cpu_quota(self) -> str:
+        return f"{int(self.cpu * 100)}%"
+
+    def line(self) -> str:
+        """The pre-flight's line."""
+        if self.off:
+            return f"limits       OFF: {self.off}; learners share the machine's memory and cores"
+        return (
+            f"limits       OK: each learner's server is the systemd unit jupyter-<name> with "
+            f"MemoryMax={self.memory} and CPUQuota={self.cpu_quota}"
+        )
+
+
+def _memory(text: str) -> str:
+    match = _SIZE.fullmatch(text.strip().upper())
+    if not match:
+        raise ValueError(f"{MEMORY_VARIABLE}={text!r}: not a size like 3G or 2500M")
+    memory = match.group(1) + match.group(2)
+    floor = PROCESSES_FLOOR * GB_PER_PROCESS
+    if Limits(memory, DEFAULT_CPU).memory_bytes < floor * 1e9:
+        raise ValueError(
+            f"{MEMORY_VARIABLE}={text!r}: below {floor:.1f} GB, what a learner's server and "
+            "one kernel take"
+        )
+    return memory
+
+
+def _cpu(text: str) -> float:
+    try:
+        cores = float(text)
+    except ValueError:
+        cores = math.nan
+    if not math.isfinite(cores) or cores < 0.01:
+        raise ValueError(f"{CPU_VARIABLE}={text!r}: not a number of cores like 2 or 0.5")
+    return cores
+
+
+def read(environ: Mapping[str, str], systemd: Path = SYSTEMD) -> Limits:
+    """The limits the environment asks for on this machine (``systemd``: the folder that
+    exists when systemd is the init); ``ValueError`` with a one-line reason for a bad value."""
+    memory = _memory(environ.get(MEMORY_VARIABLE) or DEFAULT_MEMORY)
+    cpu = _cpu(environ.get(CPU_VARIABLE) or str(DEFAULT_CPU))
+    spawner = environ.get(SPAWNER_VARIABLE, "")
+    if spawner not in ("", "local", "systemd"):
+        raise ValueError(f"{SPAWNER_VARIABLE}={spawner!r}: not systemd, local or unset")
+    off = ""
+    if spawner == "local":
+        off = f"{SPAWNER_VARIABLE}=local"
+    elif environ.get("SLOTMAP_HUB_HOMES"):
+        off = "$SLOTMAP_HUB_HOMES runs every learner as the hub's own user"
+    elif not systemd.is_dir():
+        off = f"systemd is not this machine's init ({systemd} is missing)"
+    elif find_spec("systemdspawner") is None:
+        raise ValueError(
+            "systemd is this machine's init but jupyterhub-systemdspawner is not installed: "
+            f"pip install -e '.[workshop]', or {SPAWNER_VARIABLE}=local to run without limits"
+        )
+    if off and spawner == "systemd":
+        raise ValueError(f"{SPAWNER_VARIABLE}=systemd, but {off}")
+    return Limits(memory, cpu, off)
+
+
+def configure(c: Any, environ: Mapping[str, str], systemd: Path = SYSTEMD) -> Limits:
+    """Put the learners' servers under systemd with their limits, keeping what ``c.Spawner``
+    already says (the command, its environment, the pre-spawn hook that makes the learner's
+    account); or leave the spawner as it is and log why nothing is limited."""
+    limits = read(environ, systemd)
+    log = logging.getLogger("JupyterHub")
+    if limits.off:
+        log.warning("Per-learner memory and CPU limits are OFF: %s", limits.off)
+        return limits
+    c.JupyterHub.spawner_class = "systemd"
+    # Set on the systemd spawner only: a local one would advertise limits it does not hold.
+    c.SystemdSpawner.mem_limit = limits.memory
+    c.SystemdSpawner.cpu_limit = limits.cpu
+    c.SystemdSpawner.unit_name_template = UNIT
+    c.SystemdSpawner.username_template = "{USERNAME}"  # the learner's own system user
+    c.SystemdSpawner.dynamic_users = False
+    c.SystemdSpawner.isolate_tmp = True  # no learner reads another's /tmp
+    c.SystemdSpawner.disable_user_sudo = True  # NoNewPrivileges: no sudo, no setuid
+    c.SystemdSpawner.default_shell = "/bin/bash"  # the shell the learner's account has
+    log.info(
+        "Per-learner limits: systemd units %s with MemoryMax=%s, CPUQuota=%s",
+        UNIT,
+        limits.memory,
+        limits.cpu_quota,
+    )
+    return limits
