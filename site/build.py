@@ -441,6 +441,17 @@ def assemble(lang: str, pages, executed, src: Path) -> None:  # noqa: ANN001
     prepare_index(lang, pages, src / "index.md")
 
 
+def prune_mathjax(out: Path) -> None:
+    """MathJax as the pages load it: tex-chtml.js and what it loads on demand (TeX
+    extensions, the CHTML fonts, the menu's accessibility parts), not MathJax's other
+    combined builds nor its SVG output (about two thirds of its 24 MB)."""
+    mathjax = out / "_static" / "mathjax"
+    for path in mathjax.glob("*.js"):
+        if path.name != "tex-chtml.js":
+            path.unlink()
+    shutil.rmtree(mathjax / "output" / "svg", ignore_errors=True)
+
+
 def sphinx(lang: str, src: Path, out: Path, log=print) -> None:
     env = dict(os.environ, SLOTMAP_SITE_LANG=lang, SLOTMAP_BACKEND="cpu")
     env.pop("TRITON_INTERPRET", None)
@@ -448,6 +459,7 @@ def sphinx(lang: str, src: Path, out: Path, log=print) -> None:
     command += ["-d", str(src.parent / f"doctrees-{lang}"), str(src), str(out)]
     start = time.perf_counter()
     subprocess.run(command, env=env, check=True, cwd=ROOT)
+    prune_mathjax(out)
     log(f"site: sphinx [{lang}] {time.perf_counter() - start:.0f} s")
 
 

@@ -283,6 +283,11 @@ def test_every_page_loads_with_images_and_links_in_a_browser(site, server, brows
                     for src, decoded in page.evaluate(IMAGES)
                     if not decoded
                 ]
+                # MathJax, from the site's own _static/, typeset every formula.
+                if page.locator(".math").count():
+                    page.locator("mjx-container").first.wait_for(state="attached")
+                    if page.locator(".math mjx-container").count() < page.locator(".math").count():
+                        failures.append(f"{lang}/{name}: a formula was not typeset")
                 anchors[f"/{lang}/{name}"] = set(page.evaluate(IDS))
                 for link in page.evaluate(LINKS):
                     parts = urllib.parse.urlsplit(link)
