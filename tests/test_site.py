@@ -37,8 +37,11 @@ import pytest
 from browser_lab import chromium_path, launch_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "site"))
-import build as site_build  # noqa: E402  (site/build.py: not a package, "site" is stdlib's)
+# site/build.py by its path, under a name of its own: "site" is the standard library's module
+# and "build" a common package's name.
+_spec = importlib.util.spec_from_file_location("slotmap_site_build", ROOT / "site" / "build.py")
+site_build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(site_build)
 
 UNDER_CI = bool(os.environ.get("CI"))
 LANGS = ("en", "zh_CN")
