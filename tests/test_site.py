@@ -1,7 +1,8 @@
 """The published course site (``make site``, ``site/build.py``), read as a learner reads it.
 
 The test builds the REDUCED site (``--reduced``: two lessons and one exercise a language, and
-every doc page) into a temporary folder, executing its notebooks on the CPU (about a minute
+every doc page) into a temporary folder, with no network (a network namespace with loopback
+only, where it can make one), executing its notebooks on the CPU (about a minute
 and a half on two cores, cold), and checks the files: both languages have the same pages, every
 lesson shows its outputs, its widgets as snapshots and a "run it live" box, and no solution
 region of ``solutions/`` appears anywhere. Then a local static server serves it, and Debian's
@@ -65,6 +66,16 @@ def _missing(reason: str):
     pytest.skip(reason)
 
 
+def offline(command: list[str]) -> list[str]:
+    """``command`` in a network namespace of its own with loopback only (the kernels talk to
+    the build over it), where ``unshare`` can make one (root, or unprivileged user namespaces):
+    the build needs no network. Elsewhere, ``command`` as it is."""
+    tools = shutil.which("unshare") and shutil.which("ip")
+    if not tools or subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode:
+        return command
+    return ["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$@"', "offline", *command]
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     if BUILT:
@@ -75,7 +86,7 @@ def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site") / "html"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     subprocess.run(
-        [sys.executable, str(ROOT / "site" / "build.py"), "--reduced", "--out", str(out)],
+        offline([sys.executable, str(ROOT / "site" / "build.py"), "--reduced", "--out", str(out)]),
         check=True,
         cwd=ROOT,
         env=env,
