@@ -113,8 +113,8 @@ TEXT = {
         "title": "slotmap：KV 缓存槽位映射课程",
         "intro": (
             "LLM 推理引擎如何把每个 token 的逻辑位置映射到物理 KV 缓存槽位，配有在 NVIDIA GPU、"
-            "昇腾 NPU 和 CPU 上运行的 Triton kernel。下面每一课都在构建本站时于 CPU 上从头到尾"
-            "运行过：每个输出和图都与“全部运行”的结果相同。交互图以默认设置下的快照显示。"
+            "昇腾 NPU 和 CPU 上运行的 Triton 算子。下面每一课都在构建本站时于 CPU 上从头到尾"
+            "运行过：每个输出和图都与“运行所有单元格”的结果相同。交互图以默认设置下的快照显示。"
         ),
         "lessons": "课程",
         "exercises": "练习",
@@ -123,7 +123,7 @@ TEXT = {
         "api_intro": "由库的 docstring 生成（英文）。",
         "live_title": "在线运行",
         "live": (
-            "本页是构建本站时在 CPU 上运行的{kind}。要改变输入、拖动滑块、自己运行单元格，"
+            "本页是构建本站时在 CPU 上运行的{kind}。要改变输入、拖动滑块、亲自运行单元格，"
             "请在 JupyterLab 中打开 `{path}`，任选其一：\n\n"
             "- 在工作坊的 **JupyterHub** 上（地址由组织者提供；见 `workshop/README.md`）；\n"
             "- 在 **Binder** 或任意 BinderHub 上，使用 `workshop/binder` 构建的镜像；\n"
@@ -137,8 +137,8 @@ TEXT = {
             "`my_work/{name}`，供你完成。"
         ),
         "snapshot": (
-            "此交互图在默认设置下的静态快照（{settings}）。随控件变化而重绘的实时版本需要运行中的 "
-            "kernel：见本页顶部的“在线运行”。"
+            "此交互图在默认设置下的静态快照（{settings}）。随控件变化而重绘的实时版本需要运行中的"
+            "内核：见本页顶部的“在线运行”。"
         ),
         "no_settings": "无控件",
         "untranslated": "本页尚无中文翻译，以英文显示。",
