@@ -349,3 +349,24 @@ def test_search_finds_a_word(server, browser, lang, word):
         assert not problems, problems
     finally:
         page.close()
+
+
+def test_the_sites_root_leads_to_the_english_home(server, browser):
+    page, problems = _visit(browser, f"{server}/")
+    try:
+        page.wait_for_url(f"{server}/en/index.html")
+        assert page.locator("#lang-switch").get_attribute("href") == "../zh_CN/index.html"
+        assert not problems, problems
+    finally:
+        page.close()
+
+
+def test_the_cache_key_is_the_notebook_its_language_and_the_library(tmp_path):
+    notebook = tmp_path / "lesson.ipynb"
+    notebook.write_bytes((ROOT / "notebooks" / f"{LESSONS[0]}.ipynb").read_bytes())
+    key = site_build.cache_key(notebook, "en", "library")
+    assert key == site_build.cache_key(notebook, "en", "library")
+    assert key != site_build.cache_key(notebook, "zh_CN", "library")
+    assert key != site_build.cache_key(notebook, "en", "library changed")
+    notebook.write_bytes(notebook.read_bytes().replace(b"# ", b"#  ", 1))
+    assert key != site_build.cache_key(notebook, "en", "library")
