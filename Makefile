@@ -10,6 +10,10 @@
 #
 #   make lab COURSE_LANG=zh   the course in Chinese (slotmap lab --lang zh)
 #
+#   make site              the course as a static site, in English and Chinese, every lesson
+#                          executed on the CPU (cached in _build/site-cache): _build/site/.
+#                          docs/site.md says how to publish it.
+#
 #   make ascend-ir         a second environment, .venv-ascend, with triton-ascend's compiler
 #                          (no CANN, no NPU): every kernel the course launches on the NPU is
 #                          lowered by it. `make test` builds it and runs tests/ascend in it.
@@ -75,6 +79,8 @@ ASCEND_LOG := $(ASCEND_VENV)/tests-ascend.log
 
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup browser ascend-ir hub
+	@# After the others: two pip runs in one environment at once would race.
+	@$(MAKE) --no-print-directory site-env
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	@echo '$(ASCEND_SUITE) > $(ASCEND_LOG) &'
@@ -84,6 +90,28 @@ test:
 	wait $$ascend; ascend=$$?; \
 	echo "tests/ascend, beside the main suite ($(ASCEND_LOG)):"; cat $(ASCEND_LOG); \
 	exit $$(( main != 0 || ascend != 0 ))
+
+# The course site (site/build.py, docs/site.md): the site extra in $(VENV), then the build.
+# SITE_ARGS: e.g. --reduced (two lessons and one exercise a language, as tests/test_site.py
+# builds), --out DIR, --jobs N (notebooks executed at once; default: one a core).
+# make site-publish SITE_DEST=user@host:/var/www/slotmap: the built site copied there.
+SITE_STAMP := $(VENV)/.site.stamp
+SITE_ARGS ?=
+SITE_DEST ?=
+.PHONY: site site-env site-publish
+site-env: $(SITE_STAMP)
+
+$(SITE_STAMP): pyproject.toml $(STAMP)
+	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[site]"
+	touch $@
+
+site: site-env
+	$(VENV_PY) site/build.py $(SITE_ARGS)
+
+site-publish: site
+	@if [ -z "$(SITE_DEST)" ]; then \
+	  echo "error: say where: make site-publish SITE_DEST=user@host:/var/www/slotmap" >&2; exit 1; fi
+	rsync -a --delete _build/site/ "$(SITE_DEST)/"
 
 # The compile-only environment: triton-ascend 3.2.0 (which needs pybind11 and does not say
 # so), a CPU torch and slotmap. Never the same environment as upstream triton.
