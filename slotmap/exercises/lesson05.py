@@ -248,7 +248,9 @@ def judge_is_local(candidate: Callable[..., Any], case: CPConfig) -> None:
                 IS_LOCAL_HINT,
             )
         if len(claimed) > 1:
-            ranks = ", ".join(map(str, claimed[:-1])) + f" and {claimed[-1]}"
+            ranks = _("{first} and {last}").format(
+                first=", ".join(map(str, claimed[:-1])), last=claimed[-1]
+            )
             raise Wrong(
                 _(
                     "position {p} is claimed by ranks {ranks}: exactly one rank may store it"
