@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slotmap.i18n import CHINESE
-from slotmap.translate.notebooks import COMPLETE, listed_complete, read_catalog, write_catalog
+from slotmap.translate.notebooks import (
+    COMPLETE,
+    carry_translation,
+    listed_complete,
+    read_catalog,
+    write_catalog,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # The documents a translation is made from, relative to the repository's root.
@@ -293,28 +299,7 @@ def update_documents(lang: str = CHINESE, root: Path = ROOT) -> list[Path]:
                     message = moved[block.text]
                 elif message is not None and message.id in texts:
                     message = None  # its English moved to another block: this one is new
-            comments = [block.kind]
-            if message is None:
-                new.add(block.text, "", context=block.key, auto_comments=comments)
-            elif message.id == block.text:
-                new.add(
-                    block.text,
-                    message.string,
-                    context=block.key,
-                    flags=message.flags,
-                    auto_comments=comments,
-                )
-            else:
-                previous = message.previous_id if message.fuzzy and message.previous_id else None
-                flags = set(message.flags) | ({"fuzzy"} if message.string else set())
-                new.add(
-                    block.text,
-                    message.string,
-                    context=block.key,
-                    flags=flags,
-                    auto_comments=comments,
-                    previous_id=previous or (message.id if message.string else ()),
-                )
+            carry_translation(new, block.text, block.key, message, [block.kind])
         before = path.read_bytes() if path.exists() else None
         write_catalog(path, new)
         if path.read_bytes() != before:

@@ -156,26 +156,34 @@ def update_translations(lang: str = CHINESE, root: Path = ROOT) -> list[Path]:
         current = {cell_id for cell_id, _ in cells}
         moved = {m.id: m for cid, m in entries.items() if cid not in current and m.string}
         for cell_id, english in cells:
-            message = entries.get(cell_id) or moved.get(english)
-            if message is None:
-                new.add(english, "", context=cell_id)
-            elif message.id == english:
-                new.add(english, message.string, context=cell_id, flags=message.flags)
-            else:
-                previous = message.previous_id if message.fuzzy and message.previous_id else None
-                flags = {"fuzzy"} if message.string else set()
-                new.add(
-                    english,
-                    message.string,
-                    context=cell_id,
-                    flags=flags,
-                    previous_id=previous or (message.id if message.string else ()),
-                )
+            carry_translation(new, english, cell_id, entries.get(cell_id) or moved.get(english))
         before = path.read_bytes() if path.exists() else None
         write_catalog(path, new)
         if path.read_bytes() != before:
             written.append(path)
     return written
+
+
+def carry_translation(new, english: str, key: str, message, comments=()) -> None:  # noqa: ANN001
+    """Add ``english`` under ``key`` to the catalog ``new``, with the translation ``message``
+    held (None: none yet): as it was when its English is unchanged, else marked fuzzy with the
+    English it was made from, so that a translator sees what changed."""
+    comments = list(comments)
+    if message is None:
+        new.add(english, "", context=key, auto_comments=comments)
+    elif message.id == english:
+        new.add(english, message.string, context=key, flags=message.flags, auto_comments=comments)
+    else:
+        previous = message.previous_id if message.fuzzy and message.previous_id else None
+        flags = (set(message.flags) - {"fuzzy"}) | ({"fuzzy"} if message.string else set())
+        new.add(
+            english,
+            message.string,
+            context=key,
+            flags=flags,
+            auto_comments=comments,
+            previous_id=previous or (message.id if message.string else ()),
+        )
 
 
 def listed_complete(lang: str = CHINESE, root: Path = ROOT) -> list[str]:
