@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from slotmap.i18n import _
 from slotmap.layout import (
     PAD_SLOT_ID,
     PRODUCTION_TILE,
@@ -438,7 +439,10 @@ def cp_slot_mapping_rank(ctx: RankContext, batch: CPBatch) -> RankEvidence:
     rows = table.cpu().tolist()
     local = local_layout(values, batch, rows)
     collisions = _collisions(values, n, PAD_SLOT_ID)
-    notes = [f"tokens {a} and {b} collide in slot {s} on rank {rank}" for a, b, s in collisions]
+    notes = [
+        _("tokens {a} and {b} collide in slot {s} on rank {rank}").format(a=a, b=b, s=s, rank=rank)
+        for a, b, s in collisions
+    ]
     packed = True
     starts = batch.query_start_loc
     config = (batch.world_size, rank, batch.interleave, batch.kv_cache_block_size)
@@ -449,12 +453,18 @@ def cp_slot_mapping_rank(ctx: RankContext, batch: CPBatch) -> RankEvidence:
         )
         if mine != want:
             packed = False
-            notes.append(f"request {q} on rank {rank}: local positions {mine}, expected {want}")
+            notes.append(
+                _("request {q} on rank {rank}: local positions {mine}, expected {want}").format(
+                    q=q, rank=rank, mine=mine, want=want
+                )
+            )
     counts = count.cpu().tolist()
     for token, c in enumerate(counts):
         if c != 1:
             notes.append(
-                f"token {token} (position {batch.positions[token]}) is stored by {c} ranks"
+                _("token {token} (position {position}) is stored by {count} ranks").format(
+                    token=token, position=batch.positions[token], count=c
+                )
             )
     padding_ok = all(v == PAD_SLOT_ID for v in values[n:])
     agrees = values == expected

@@ -776,3 +776,12 @@ def test_a_rank_refuses_a_batch_for_another_world():
     ctx = RankContext(0, 3, torch.device("cpu"), "cpu", "gloo")
     with pytest.raises(ValueError, match="the batch is for 2 ranks, the group has 3"):
         cp.cp_slot_mapping_rank(ctx, REJECTED)
+
+
+@needs2
+def test_the_ranks_say_what_broke_in_the_learners_language(monkeypatch):
+    # Each rank is a process of its own: it speaks what $SLOTMAP_LANG says, as a kernel does.
+    monkeypatch.setenv("SLOTMAP_LANG", "zh")
+    unchecked = cp.CPBatch(**{**REJECTED.__dict__, "skip_launcher_checks": True})
+    results = run_ranks(cp.cp_slot_mapping_rank, 2, unchecked, timeout_s=90)
+    assert "token 4 和 token 8 在 rank 0 上撞在了同一个槽位 4" in results[0].notes
