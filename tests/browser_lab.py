@@ -290,7 +290,9 @@ class NotebookPage:
         """Run > Run All Cells, then wait until every code cell has run and the kernel idles."""
         since = self.page.evaluate(MAX_EXECUTION_COUNT, self.path)
         self.page.locator("#jp-menu-panel, .jp-MenuBar").first.wait_for()
-        self.page.get_by_role("menuitem", name=RUN_MENU[self.server.lang], exact=True).click()
+        self.page.get_by_role(
+            "menuitem", name=RUN_MENU[getattr(self.server, "lang", "en")], exact=True
+        ).click()
         self.page.locator("li.lm-Menu-item[data-command='runmenu:run-all']").click()
         self.page.wait_for_function(ALL_RAN, arg=[self.path, since], timeout=timeout_ms)
 
