@@ -907,6 +907,13 @@ def _hint_text(node: ast.AST, constants: dict[str, object]) -> str | None:
         return "".join(parts)
     if isinstance(node, ast.Name) and isinstance(constants.get(node.id), str):
         return constants[node.id]
+    # A translated message, _("...") or N_("..."), reads as its English; .format's fields as x.
+    if isinstance(node, ast.Call) and ast.unparse(node.func) in ("_", "N_", "tr") and node.args:
+        return _hint_text(node.args[0], constants)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if node.func.attr == "format":
+            text = _hint_text(node.func.value, constants)
+            return None if text is None else re.sub(r"\{[^{}]*\}", "x", text)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _hint_text(node.left, constants), _hint_text(node.right, constants)
         return None if left is None or right is None else left + right
@@ -918,9 +925,9 @@ def exercise_hints(path: Path) -> list[str]:
     ``Wrong(...)``'s hint (its keyword or fourth argument)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     constants = {
-        target.id: node.value.value
+        target.id: text
         for node in tree.body
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        if isinstance(node, ast.Assign) and (text := _hint_text(node.value, {})) is not None
         for target in node.targets
         if isinstance(target, ast.Name)
     }
