@@ -26,6 +26,7 @@ from pathlib import Path
 from slotmap.i18n import CHINESE
 from slotmap.translate.notebooks import (
     COMPLETE,
+    built_problems,
     carry_translation,
     listed_complete,
     read_catalog,
@@ -387,19 +388,10 @@ def document_problems(lang: str = CHINESE, root: Path = ROOT) -> list[str]:
         if document in listed:
             for key in state.missing:
                 problems.append(f"{_name(state, key)}: missing (listed complete)")
-    expected = _expected(lang, root)
-    for path, text in expected.items():
-        name = str(path.relative_to(root))
-        if not path.exists():
-            problems.append(f"{name} is missing (slotmap translate build)")
-        elif path.read_text(encoding="utf-8") != text:
-            problems.append(f"{name} differs from what its translation builds")
-    for document in DOCUMENTS:
-        path = built_path(document, lang, root)
-        if path.exists() and path not in expected:
-            name = str(path.relative_to(root))
-            problems.append(f"{name} is built, but its translation is not complete")
-    return problems
+    built = [built_path(document, lang, root) for document in DOCUMENTS]
+    return problems + built_problems(
+        _expected(lang, root), [path for path in built if path.exists()], root
+    )
 
 
 def translated_texts(lang: str = CHINESE, root: Path = ROOT) -> list[tuple[str, str, str]]:

@@ -270,6 +270,23 @@ def _relative(path: Path, root: Path) -> str:
     return str(path.relative_to(root))
 
 
+def built_problems(expected: dict[Path, str], built: list[Path], root: Path) -> list[str]:
+    """The built files (``built``: those on disk) against what a build writes (``expected``:
+    path -> text): missing, different, or built from a translation that is not complete."""
+    problems = []
+    for path, text in expected.items():
+        if not path.exists():
+            problems.append(f"{_relative(path, root)} is missing (slotmap translate build)")
+        elif path.read_text(encoding="utf-8") != text:
+            problems.append(f"{_relative(path, root)} differs from what its translation builds")
+    for path in built:
+        if path not in expected:
+            problems.append(
+                f"{_relative(path, root)} is built, but its translation is not complete"
+            )
+    return problems
+
+
 def translation_problems(lang: str = CHINESE, root: Path = ROOT) -> list[str]:
     """Every reason the translation in ``lang`` is not what it claims: stale and orphaned
     translations anywhere, missing cells of a notebook listed complete, a listed notebook that
@@ -289,17 +306,7 @@ def translation_problems(lang: str = CHINESE, root: Path = ROOT) -> list[str]:
         if notebook in listed:
             for cell_id in state.missing:
                 problems.append(f"{notebook}, cell {cell_id}: missing (listed complete)")
-    expected = _expected(lang, root)
-    for path, text in expected.items():
-        if not path.exists():
-            problems.append(f"{_relative(path, root)} is missing (slotmap translate build)")
-        elif path.read_text(encoding="utf-8") != text:
-            problems.append(f"{_relative(path, root)} differs from what its translation builds")
-    for path in _built(lang, root):
-        if path not in expected:
-            problems.append(
-                f"{_relative(path, root)} is built, but its translation is not complete"
-            )
+    problems += built_problems(_expected(lang, root), _built(lang, root), root)
     solutions = root / "solutions" / lang
     if solutions.is_dir():
         problems += [
