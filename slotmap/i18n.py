@@ -19,6 +19,7 @@ language of the moment its module was imported.
 
 from __future__ import annotations
 
+import functools
 import gettext
 import os
 from pathlib import Path
@@ -64,6 +65,7 @@ def from_environment(environ: dict[str, str] | None = None) -> str:
     return ENGLISH
 
 
+@functools.cache
 def _translations(lang: str) -> gettext.NullTranslations:
     if lang == ENGLISH:
         return gettext.NullTranslations()
@@ -94,9 +96,10 @@ def _(message: str) -> str:
     return _catalog.gettext(message)
 
 
-def ngettext(singular: str, plural: str, n: int) -> str:
-    """The singular or plural form for ``n`` in the course's language."""
-    return _catalog.ngettext(singular, plural, n)
+def ngettext(singular: str, plural: str, n: int, lang: str | None = None) -> str:
+    """The singular or plural form for ``n`` in the course's language, or in ``lang``."""
+    catalog = _catalog if lang is None else _translations(normalize(lang))
+    return catalog.ngettext(singular, plural, n)
 
 
 def N_(message: str) -> str:

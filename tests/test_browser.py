@@ -276,12 +276,9 @@ def test_exercise_01_in_my_work_fails_then_passes_once_filled_in(learner, lab):
 
 def _zh(message: str) -> str:
     """``message`` as the course's Chinese catalog says it (English where it has none yet)."""
-    import gettext
-
     from slotmap import i18n
 
-    catalog = gettext.translation(i18n.DOMAIN, i18n.LOCALE_DIR, ["zh_CN"], fallback=True)
-    return catalog.gettext(message)
+    return i18n.tr(message, "zh")
 
 
 CJK = re.compile(r"[\u4e00-\u9fff]")

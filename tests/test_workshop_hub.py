@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from browser_lab import CHROMIUM_ARGS, NotebookPage, chromium_path
+from browser_lab import NotebookPage, chromium_path, launch_chromium
 
 from slotmap.workshop import LAB_NOTIFICATIONS, drive, proxy
 
@@ -51,6 +51,7 @@ CHINESE = LEARNERS[1]  # chooses 中文 as their server starts
 LESSON = "01_paged_kv_cache.ipynb"
 OUTSIDER = f"other{SUFFIX}"  # an account of the machine the hub did not create
 pytestmark = pytest.mark.timeout(900)
+VIEWPORT = (1280, 900)
 
 
 def _missing(reason: str):
@@ -114,6 +115,14 @@ def _run_learner(hub: drive.LocalHub, name: str, results: dict, errors: dict) ->
         errors[name] = error
 
 
+def _log_in(page, hub: drive.LocalHub, name: str, password: str, query: str = "") -> None:  # noqa: ANN001
+    """The hub's login page, filled in and sent as a learner does."""
+    page.goto(f"{hub.url}/hub/login{query}")
+    page.fill("#username_input", name)
+    page.fill("#password_input", password)
+    page.click("#login_submit")
+
+
 def _browser_learner(hub: drive.LocalHub, tmp_path: Path) -> dict[str, bool]:
     """Log in through the hub's page in Chromium, open my_work's exercise 01 in JupyterLab,
     fill it in and run it: the check records it shows."""
@@ -136,20 +145,11 @@ def _browser_learner(hub: drive.LocalHub, tmp_path: Path) -> dict[str, bool]:
     for path in (config, config / "jupyter_server_config.json"):
         os.chown(path, owner.st_uid, owner.st_gid)
     with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium"),
-            executable_path=chromium_path(),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 900},
-        )
+        context = launch_chromium(playwright, tmp_path / "chromium", VIEWPORT)
         try:
             context.set_default_timeout(60_000)
             page = context.new_page()
-            page.goto(f"{hub.url}/hub/login")
-            page.fill("#username_input", BROWSER_LEARNER)
-            page.fill("#password_input", PASSWORD)
-            page.click("#login_submit")
+            _log_in(page, hub, BROWSER_LEARNER, PASSWORD)
             # The hub asks for the course's language, offering the room's (English), and
             # then sends the browser on to the learner's JupyterLab.
             page.wait_for_url("**/hub/spawn**")
@@ -181,20 +181,11 @@ def _chinese_learner_starts(hub: drive.LocalHub, tmp_path: Path) -> list[str]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-zh"),
-            executable_path=chromium_path(),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 900},
-        )
+        context = launch_chromium(playwright, tmp_path / "chromium-zh", VIEWPORT)
         try:
             context.set_default_timeout(60_000)
             page = context.new_page()
-            page.goto(f"{hub.url}/hub/login")
-            page.fill("#username_input", CHINESE)
-            page.fill("#password_input", PASSWORD)
-            page.click("#login_submit")
+            _log_in(page, hub, CHINESE, PASSWORD)
             page.wait_for_url("**/hub/spawn**")
             assert "中文" in page.inner_text("#spawn_form")
             page.check("input[name=lang][value=zh_CN]")
@@ -217,19 +208,11 @@ def _dashboard_in_chromium(hub: drive.LocalHub, tmp_path: Path) -> tuple[str, in
     with sync_playwright() as playwright:
         seen = []
         for name, password in (("instructor", ADMIN_PASSWORD), (BROWSER_LEARNER, PASSWORD)):
-            context = playwright.chromium.launch_persistent_context(
-                str(tmp_path / f"chromium-{name}"),
-                executable_path=chromium_path(),
-                headless=True,
-                args=CHROMIUM_ARGS,
-            )
+            context = launch_chromium(playwright, tmp_path / f"chromium-{name}", VIEWPORT)
             try:
                 context.set_default_timeout(60_000)
                 page = context.new_page()
-                page.goto(f"{hub.url}/hub/login?next=/hub/home")
-                page.fill("#username_input", name)
-                page.fill("#password_input", password)
-                page.click("#login_submit")
+                _log_in(page, hub, name, password, "?next=/hub/home")
                 page.wait_for_url("**/hub/home**")
                 response = page.goto(dashboard)
                 if name == "instructor":

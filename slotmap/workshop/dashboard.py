@@ -28,8 +28,6 @@ page's address (the links keep it), else the service's own (``$SLOTMAP_LANG``, a
 from __future__ import annotations
 
 import errno
-import functools
-import gettext
 import html
 import json
 import os
@@ -77,23 +75,12 @@ def speaking(lang: str | None) -> Iterator[str]:
 
 def _(message: str) -> str:
     """``message`` in the language of the page being made (``speaking``)."""
-    lang = _speaking.get() or i18n.language()
-    if lang == i18n.ENGLISH:
-        return message
-    return _catalog(lang).gettext(message)
+    return i18n.tr(message, _speaking.get())
 
 
 def ngettext(singular: str, plural: str, n: int) -> str:
     """The singular or plural form for ``n``, in the language of the page being made."""
-    lang = _speaking.get() or i18n.language()
-    if lang == i18n.ENGLISH:
-        return singular if n == 1 else plural
-    return _catalog(lang).ngettext(singular, plural, n)
-
-
-@functools.cache
-def _catalog(lang: str) -> Any:
-    return gettext.translation(i18n.DOMAIN, i18n.LOCALE_DIR, languages=[lang], fallback=True)
+    return i18n.ngettext(singular, plural, n, _speaking.get())
 
 
 def exercise_ids(course: Path) -> list[str]:
