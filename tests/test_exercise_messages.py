@@ -119,8 +119,12 @@ def test_a_chinese_exercise_notebook_has_its_banner_and_stubs_in_chinese(speak, 
     notebook = exercise_notebook(solution)
     assert notebook["metadata"]["slotmap"]["language"] == "zh_CN"
     banner = "".join(notebook["cells"][0]["source"])
-    assert banner == i18n.tr(BANNER, "zh").format(name=solution.name) != BANNER
+    assert banner == i18n.tr(BANNER, "zh").format(name=f"zh_CN/{solution.name}") != BANNER
     assert banner.startswith("> **练习笔记本**")
+    # The Chinese notebooks' own folders: where the solution is, where the learner's copy is.
+    assert f"`solutions/zh_CN/{solution.name}`" in banner
+    assert f"`my_work/zh_CN/{solution.name}`" in banner
+    assert notebook["metadata"]["slotmap"]["generated_from"] == f"solutions/zh_CN/{solution.name}"
     markdown = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown"]
     assert any(i18n.tr(STUB_ANSWER, "zh") in text for text in markdown)
     assert not any(STUB_ANSWER in text for text in markdown)
@@ -130,9 +134,9 @@ def test_a_chinese_exercise_notebook_has_its_banner_and_stubs_in_chinese(speak, 
     copy_to_workspace(shipped.parent, tmp_path)
     mine = json.loads((tmp_path / solution.name).read_text(encoding="utf-8"))
     assert "".join(mine["cells"][0]["source"]) == i18n.tr(MY_BANNER, "zh").format(
-        name=solution.name
+        name=f"zh_CN/{solution.name}"
     )
-    assert "".join(mine["cells"][0]["source"]).startswith("> `exercises/")
+    assert "".join(mine["cells"][0]["source"]).startswith(f"> `exercises/zh_CN/{solution.name}`")
 
 
 def test_an_english_exercise_notebook_stays_english_under_chinese(speak):

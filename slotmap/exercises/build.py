@@ -68,6 +68,12 @@ def notebook_language(notebook: dict) -> str:
     return notebook.get("metadata", {}).get("slotmap", {}).get("language", ENGLISH)
 
 
+def in_language(name: str, lang: str) -> str:
+    """A notebook's path under the course's folders in ``lang``: ``01_x.ipynb`` in English,
+    ``zh_CN/01_x.ipynb`` in Chinese (``solutions/zh_CN/``, ``my_work/zh_CN/``, ...)."""
+    return name if lang == ENGLISH else f"{lang}/{name}"
+
+
 class SolutionRegionError(ValueError):
     pass
 
@@ -129,7 +135,7 @@ def exercise_notebook(solution: Path) -> dict:
             "cell_type": "markdown",
             "id": "slotmap-banner",
             "metadata": {},
-            "source": _lines(tr(BANNER, lang).format(name=solution.name)),
+            "source": _lines(tr(BANNER, lang).format(name=in_language(solution.name, lang))),
         }
     ]
     for index, cell in enumerate(notebook["cells"]):
@@ -148,7 +154,7 @@ def exercise_notebook(solution: Path) -> dict:
     if regions == 0:
         raise SolutionRegionError(f"{solution.name} has no {BEGIN} region: nothing to exercise")
     metadata = dict(notebook.get("metadata", {}))
-    metadata["slotmap"] = {"generated_from": f"solutions/{solution.name}"}
+    metadata["slotmap"] = {"generated_from": f"solutions/{in_language(solution.name, lang)}"}
     if lang != ENGLISH:
         metadata["slotmap"]["language"] = lang
     return dict(notebook, cells=cells, metadata=metadata)
@@ -235,7 +241,8 @@ def copy_to_workspace(exercises: Path = EXERCISES, workspace: Path | None = None
                 )
             continue
         notebook = json.loads(exercise.read_text(encoding="utf-8"))
-        banner = tr(MY_BANNER, notebook_language(notebook)).format(name=exercise.name)
+        lang = notebook_language(notebook)
+        banner = tr(MY_BANNER, lang).format(name=in_language(exercise.name, lang))
         for cell in notebook["cells"]:
             if cell.get("id") == "slotmap-banner":
                 cell["source"] = _lines(banner)
