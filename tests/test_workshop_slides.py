@@ -162,6 +162,8 @@ def test_the_chinese_stuck_table_has_the_english_ones_rows_in_chinese_words():
     assert rows("stuck.zh-CN.md") == rows("stuck.md") and len(rows("stuck.md")) > 50
     notes = "".join(_text(c) for c in json.loads(ZH_DECKS[1].read_text())["cells"])
     assert "**学员常卡在哪里**（stuck.zh-CN.md）：" in notes
+    # A Chinese room works in its Chinese copies: the deck sends it there.
+    assert "`my_work/zh_CN/01_paged_kv_cache.ipynb`" in notes
 
 
 def test_the_decks_in_every_language_are_what_slides_py_builds():

@@ -58,7 +58,7 @@ WORDS = {
         "objectives": "## 学完本课，你将能够",
         "say": "**讲：** ",
         "ask": "**问：** ",
-        "turn": "## 轮到你了：`my_work/{name}`",
+        "turn": "## 轮到你了：`my_work/zh_CN/{name}`",
         "stuck": "**学员常卡在哪里**（{table}）：",
         "row": "- `{id}`，{symptom}：检查会说“{message}”。提示：{hint}",
     },
