@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -224,12 +225,34 @@ def test_a_check_run_in_the_workspace_leaves_a_record_and_one_run_elsewhere_none
 def test_preflight_memory_for_the_room():
     from slotmap.workshop.preflight import Memory
 
-    # 10 learners: 8 GB for a server and a kernel each, 20 GB with lesson 05's three ranks.
-    assert Memory(10, 32).line().endswith(": OK")
-    tight = Memory(10, 12)
-    assert tight.ok and tight.line().endswith("TIGHT, only 6 can run lessons 05 and 07 at once")
-    short = Memory(10, 6)
-    assert not short.ok and short.line().endswith("NOT ENOUGH, room for 7 learners")
+    # 10 learners: 6 GB at first, 12 GB at the track's peak.
+    assert Memory(10, 12).line().endswith(": OK")
+    tight = Memory(10, 8)
+    assert tight.ok and tight.line().endswith("TIGHT, only 6 fit at the peak")
+    short = Memory(10, 5)
+    assert not short.ok and short.line().endswith("NOT ENOUGH, room for 8 learners")
+
+
+@pytest.mark.parametrize(
+    ("constant", "results", "pattern"),
+    [
+        (
+            "LEARNER_FLOOR_GB",
+            "workshop-track-memory.md",
+            r"\| lesson 01 \|[^\n]*\| (\d+) \| \d+ \| none \|",
+        ),
+        ("LEARNER_PEAK_GB", "workshop-track-memory.md", r"Peak: (\d+) MiB"),
+        ("LEARNER_UNCULLED_GB", "workshop-track-memory-no-culling.md", r"Peak: (\d+) MiB"),
+    ],
+)
+def test_preflights_memory_model_is_the_committed_track_measurement(constant, results, pattern):
+    import math
+
+    from slotmap.workshop import limits
+
+    text = (ROOT / "benchmarks" / "results" / results).read_text(encoding="utf-8")
+    mib = int(re.search(pattern, text).group(1))
+    assert getattr(limits, constant) == math.ceil(mib * 2**20 / 1e8) / 10, (constant, mib)
 
 
 def test_preflight_cpu_advice():

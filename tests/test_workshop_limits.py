@@ -117,10 +117,10 @@ def test_without_systemd_the_servers_stay_local_and_say_why(tmp_path, monkeypatc
     )
 
 
-def test_the_default_memory_is_a_learners_measured_peak_with_headroom(tmp_path):
+def test_the_default_memory_holds_a_learners_measured_peak_without_culling(tmp_path):
     default = limits.read({}, tmp_path)
-    peak = limits.PROCESSES_PEAK * limits.GB_PER_PROCESS * 1e9
-    assert 1.4 * peak <= default.memory_bytes <= 2 * peak
+    peak = limits.LEARNER_UNCULLED_GB * 1e9
+    assert peak <= default.memory_bytes <= peak + 1024**3
     assert default.cpu == 2 and default.cpu_quota == "200%"
 
 
@@ -129,7 +129,7 @@ def test_the_default_memory_is_a_learners_measured_peak_with_headroom(tmp_path):
     [
         ({"SLOTMAP_HUB_MEM_LIMIT": "lots"}, "'lots': not a size like 3G or 2500M"),
         ({"SLOTMAP_HUB_MEM_LIMIT": "3"}, "'3': not a size like 3G or 2500M"),
-        ({"SLOTMAP_HUB_MEM_LIMIT": "500M"}, "'500M': below 0.8 GB, what a learner's server"),
+        ({"SLOTMAP_HUB_MEM_LIMIT": "500M"}, "'500M': below 0.6 GB, what a learner's"),
         ({"SLOTMAP_HUB_CPU_LIMIT": "two"}, "'two': not a number of cores like 2 or 0.5"),
         ({"SLOTMAP_HUB_CPU_LIMIT": "0"}, "'0': not a number of cores like 2 or 0.5"),
         ({"SLOTMAP_HUB_CPU_LIMIT": "nan"}, "'nan': not a number of cores like 2 or 0.5"),

@@ -6,13 +6,15 @@ with ``$SLOTMAP_HUB_SPAWNER=local``, the servers stay plain processes (LocalProc
 and nothing limits them: the hub's log and ``slotmap workshop preflight`` say so and why.
 
 - ``$SLOTMAP_HUB_MEM_LIMIT``: a learner's ``MemoryMax``, a size with systemd's suffixes K, M,
-  G, T (powers of 1024). The default is the measured peak of a learner below with half again
-  as headroom: ``DEFAULT_MEMORY``.
+  G, T (powers of 1024). The default, ``DEFAULT_MEMORY``, is a learner's measured peak when
+  no idle kernel is ever shut down, rounded up: a learner who keeps every kernel busy fits.
 - ``$SLOTMAP_HUB_CPU_LIMIT``: a learner's cores (``CPUQuota`` = cores x 100 %), 2 by default.
 
-The measured size of a learner (benchmarks/results/workshop-load.md): every Python process
-of the course takes about 0.4 GB; a learner holds their server and a lesson's kernel, and
-lessons 05 and 07 start up to 3 ranks from the kernel.
+The measured size of a learner (benchmarks/results/workshop-track-memory*.md: one learner
+over the whole 3-hour track on a real hub, ``benchmarks/workshop_track_memory.py``):
+``LEARNER_FLOOR_GB`` after lessons 00 and 01 (the server and two kernels),
+``LEARNER_PEAK_GB`` at the track's peak with the hub's idle kernels culled, and
+``LEARNER_UNCULLED_GB`` at its peak with none culled. A test holds each to its file.
 """
 
 from __future__ import annotations
@@ -26,13 +28,12 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-GB_PER_PROCESS = 0.4
-PROCESSES_FLOOR = 2  # the learner's server and one kernel
-PROCESSES_PEAK = 5  # ... and lesson 05's or 07's three ranks
-# Above the measured peak: a kernel's arrays grow with what a learner tries, and the limit
-# should stop a runaway, not the lesson.
-HEADROOM = 1.5
-DEFAULT_MEMORY = f"{math.ceil(PROCESSES_PEAK * GB_PER_PROCESS * HEADROOM)}G"
+# GB (10**9 bytes), each a measurement rounded up to 0.1 GB.
+LEARNER_FLOOR_GB = 0.6
+LEARNER_PEAK_GB = 1.2
+LEARNER_UNCULLED_GB = 2.4
+# The limit should stop a runaway, not a learner whose kernels are never idle long enough.
+DEFAULT_MEMORY = f"{math.ceil(LEARNER_UNCULLED_GB)}G"
 DEFAULT_CPU = 2.0
 # sd_booted(3): this folder exists only when systemd is the running init.
 SYSTEMD = Path("/run/systemd/system")
@@ -76,11 +77,10 @@ def _memory(text: str) -> str:
     if not match:
         raise ValueError(f"{MEMORY_VARIABLE}={text!r}: not a size like 3G or 2500M")
     memory = match.group(1) + match.group(2)
-    floor = PROCESSES_FLOOR * GB_PER_PROCESS
-    if Limits(memory, DEFAULT_CPU).memory_bytes < floor * 1e9:
+    if Limits(memory, DEFAULT_CPU).memory_bytes < LEARNER_FLOOR_GB * 1e9:
         raise ValueError(
-            f"{MEMORY_VARIABLE}={text!r}: below {floor:.1f} GB, what a learner's server and "
-            "one kernel take"
+            f"{MEMORY_VARIABLE}={text!r}: below {LEARNER_FLOOR_GB:.1f} GB, what a learner's "
+            "server and their first lessons' kernels take"
         )
     return memory
 

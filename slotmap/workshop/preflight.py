@@ -5,12 +5,12 @@ are installed, the machine has the memory for N learners, and a real test learne
 through the hub end to end (``trial_learner``: log in, spawn, run lesson 01's first cell and
 exercise 01's checks, seen on the dashboard, stopped, the account removed).
 
-Memory: every Python process of the course takes about 0.4 GB. A learner holds their server
-and a lesson's kernel (2 processes); lessons 05 and 07 also start up to 3 ranks from the
-kernel (5 processes). It says OK when everyone fits at that peak, TIGHT when only the
-2-process floor fits, and fails only below the floor. The cores get advice only (from an
-extrapolation). The learners' memory and CPU limits (``slotmap.workshop.limits``) are
-reported, on or off and why; only a bad value of their variables fails it.
+Memory follows one learner measured over the whole 3-hour track (``slotmap.workshop.limits``):
+it says OK when every learner fits at the track's peak with idle kernels culled, TIGHT when
+only the floor (the server and the first lessons' kernels) fits, and fails below the floor.
+The cores get advice only (from an extrapolation). The learners' memory and CPU limits
+(``slotmap.workshop.limits``) are reported, on or off and why; only a bad value of their
+variables fails it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slotmap.workshop import limits
-from slotmap.workshop.limits import GB_PER_PROCESS, PROCESSES_FLOOR, PROCESSES_PEAK
+from slotmap.workshop.limits import LEARNER_FLOOR_GB, LEARNER_PEAK_GB
 
 # The load measurement's extrapolation (benchmarks/results/workshop-load.md): widget redraws
 # under 1 s at p95 with 2 busy learners a core, 8 learners a core when 1 in 4 is busy.
@@ -49,11 +49,11 @@ class Memory:
 
     @property
     def floor_gb(self) -> float:
-        return self.learners * PROCESSES_FLOOR * GB_PER_PROCESS
+        return self.learners * LEARNER_FLOOR_GB
 
     @property
     def peak_gb(self) -> float:
-        return self.learners * PROCESSES_PEAK * GB_PER_PROCESS
+        return self.learners * LEARNER_PEAK_GB
 
     @property
     def ok(self) -> bool:
@@ -62,15 +62,16 @@ class Memory:
     def line(self) -> str:
         head = (
             f"memory       {self.available_gb:.1f} GB available; {self.learners} learners need "
-            f"{self.floor_gb:.1f} GB (server + kernel, {GB_PER_PROCESS} GB a process) and "
-            f"{self.peak_gb:.1f} GB when all run lesson 05 or 07 (+3 ranks each)"
+            f"{self.floor_gb:.1f} GB at first ({LEARNER_FLOOR_GB} GB a learner) and "
+            f"{self.peak_gb:.1f} GB at the track's peak ({LEARNER_PEAK_GB} GB a learner, "
+            "idle kernels culled; measured: benchmarks/results/workshop-track-memory.md)"
         )
         if self.available_gb >= self.peak_gb:
             return head + ": OK"
         if self.ok:
-            fits = int(self.available_gb // (PROCESSES_PEAK * GB_PER_PROCESS))
-            return head + f": TIGHT, only {fits} can run lessons 05 and 07 at once"
-        fits = int(self.available_gb // (PROCESSES_FLOOR * GB_PER_PROCESS))
+            fits = int(self.available_gb // LEARNER_PEAK_GB)
+            return head + f": TIGHT, only {fits} fit at the peak"
+        fits = int(self.available_gb // LEARNER_FLOOR_GB)
         return head + f": NOT ENOUGH, room for {fits} learners"
 
 
