@@ -17,6 +17,7 @@ opens it: the machinery behind ``test_browser.py``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -26,7 +27,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from slotmap.exercises.core import CHECK_MIME
 from slotmap.workshop.drive import descendants, free_port
@@ -215,6 +218,27 @@ def launch_chromium(playwright, profile: Path, viewport: tuple[int, int]):
         args=CHROMIUM_ARGS,
         viewport={"width": viewport[0], "height": viewport[1]},
     )
+
+
+@contextlib.contextmanager
+def chromium_context(
+    profile: Path, viewport: tuple[int, int], timeout_ms: int, missing: Callable[[str], None]
+) -> Iterator[Any]:
+    """A persistent chromium context for a test module, closed after it; ``missing(reason)``
+    (a skip, or a failure under CI) when chromium or playwright is not installed."""
+    if chromium_path() is None:
+        missing("Debian's chromium is not installed (apt-get install chromium; make test does)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("the playwright package is not installed (pip install -e '.[test]')")
+    with sync_playwright() as playwright:
+        context = launch_chromium(playwright, profile, viewport)
+        try:
+            context.set_default_timeout(timeout_ms)
+            yield context
+        finally:
+            context.close()
 
 
 def png_pixels(src: str) -> tuple[tuple[int, int], bytes]:

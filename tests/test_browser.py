@@ -30,8 +30,7 @@ from browser_lab import (
     LabServer,
     NotebookPage,
     artifacts_dir,
-    chromium_path,
-    launch_chromium,
+    chromium_context,
     png_pixels,
 )
 
@@ -55,19 +54,9 @@ def _viewport() -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def browser_context(tmp_path_factory):
-    if chromium_path() is None:
-        _missing("Debian's chromium is not installed (apt-get install chromium; make test does)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("the playwright package is not installed (pip install -e '.[test]')")
-    with sync_playwright() as playwright:
-        context = launch_chromium(playwright, tmp_path_factory.mktemp("chromium"), _viewport())
-        try:
-            context.set_default_timeout(60_000)
-            yield context
-        finally:
-            context.close()
+    profile = tmp_path_factory.mktemp("chromium")
+    with chromium_context(profile, _viewport(), 60_000, _missing) as context:
+        yield context
 
 
 @contextlib.contextmanager

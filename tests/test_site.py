@@ -35,7 +35,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from browser_lab import chromium_path, launch_chromium
+from browser_lab import chromium_context
 
 ROOT = Path(__file__).resolve().parents[1]
 # site/build.py by its path, under a name of its own: "site" is the standard library's module
@@ -240,25 +240,15 @@ def server(site):
 
 @pytest.fixture(scope="module")
 def browser(site, tmp_path_factory):
-    if chromium_path() is None:
-        _missing("Debian's chromium is not installed (apt-get install chromium; make test does)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("the playwright package is not installed (pip install -e '.[test]')")
-    with sync_playwright() as playwright:
-        context = launch_chromium(playwright, tmp_path_factory.mktemp("chromium"), (1280, 900))
-        try:
-            context.set_default_timeout(30_000)
-            # Nothing from outside loopback: the site is self-contained, and a request out
-            # shows up as a failed load (a console error) rather than a hang on a closed network.
-            context.route(
-                re.compile(r"^(?!http://127\.0\.0\.1[:/]|data:|blob:|about:).*"),
-                lambda route: route.abort(),
-            )
-            yield context
-        finally:
-            context.close()
+    profile = tmp_path_factory.mktemp("chromium")
+    with chromium_context(profile, (1280, 900), 30_000, _missing) as context:
+        # Nothing from outside loopback: the site is self-contained, and a request out
+        # shows up as a failed load (a console error) rather than a hang on a closed network.
+        context.route(
+            re.compile(r"^(?!http://127\.0\.0\.1[:/]|data:|blob:|about:).*"),
+            lambda route: route.abort(),
+        )
+        yield context
 
 
 LINKS = """() => [...document.querySelectorAll('a[href]')].map((a) => a.href)"""
