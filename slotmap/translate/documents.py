@@ -1,4 +1,5 @@
-"""Translated Markdown documents (README.md, the workshop's guide, the instructor's notes),
+"""Translated Markdown documents (README.md, the workshop's guide, the instructor's notes,
+docs/semantics.md and docs/performance.md),
 built from the English ones and per-block translations, as the notebooks are.
 
 * The unit is a block: a paragraph, a heading, one list item, a table, a fenced code block
@@ -35,7 +36,13 @@ from slotmap.translate.notebooks import (
 
 ROOT = Path(__file__).resolve().parents[2]
 # The documents a translation is made from, relative to the repository's root.
-DOCUMENTS = ("README.md", "workshop/README.md", "workshop/slides/instructor.md")
+DOCUMENTS = (
+    "README.md",
+    "workshop/README.md",
+    "workshop/slides/instructor.md",
+    "docs/semantics.md",
+    "docs/performance.md",
+)
 KEEP = "keep-english"  # a heading's flag: its section stays in English
 SUFFIX = {CHINESE: "zh-CN"}  # README.md -> README.zh-CN.md
 LINK_LABEL = {CHINESE: "中文"}
