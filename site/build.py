@@ -120,7 +120,7 @@ TEXT = {
         "exercises": "练习",
         "reference": "参考",
         "api": "API 参考",
-        "api_intro": "由库的 docstring 生成（英文）。",
+        "api_intro": "由库的 docstring 生成，仅有英文版。",
         "live_title": "在线运行",
         "live": (
             "本页是构建本站时在 CPU 上运行的{kind}。要改变输入、拖动滑块、亲自运行单元格，"
@@ -144,9 +144,14 @@ TEXT = {
         "untranslated": "本页尚无中文翻译，以英文显示。",
     },
 }
-SEMANTIC_DOCS_NOTE = {
+ENGLISH_ONLY_NOTE = {
     "zh_CN": "本页仅有英文版。",
 }
+# The docs translated block by block (slotmap.translate.documents): their Chinese page is the
+# built document, docs/<name>.zh-CN.md.
+TRANSLATED_DOCS = ("semantics", "performance")
+# A document's line that leads to its other language: the site's own switch does that.
+LANGUAGE_LINK = re.compile(r"^(?:中文：|English: )\[[^\]]+\.md\]\([^)]+\.md\)\n\n", re.M)
 
 
 # ---------------------------------------------------------------- sources
@@ -380,7 +385,10 @@ REPO_LINK = re.compile(r"\[([^\]]+)\]\(((?:\.\./)[^)\s]*)\)")
 def prepare_doc(name: str, lang: str, dest: Path) -> None:
     """docs/<name>.md as a page: links to repository files outside the site become the file's
     path in the repository (the site publishes only pages)."""
-    text = (ROOT / "docs" / f"{name}.md").read_text(encoding="utf-8")
+    source = ROOT / "docs" / f"{name}.md"
+    if lang == "zh_CN" and name in TRANSLATED_DOCS:
+        source = ROOT / "docs" / f"{name}.zh-CN.md"
+    text = LANGUAGE_LINK.sub("", source.read_text(encoding="utf-8"))
 
     def repo_path(match: re.Match) -> str:
         target = match.group(2)
@@ -392,7 +400,7 @@ def prepare_doc(name: str, lang: str, dest: Path) -> None:
     # A link to another doc that the site does not publish: its path, as for any file.
     for other in ("translating", "headless-stall"):
         text = re.sub(rf"\[([^\]]+)\]\({other}\.md\)", rf"\1 (`docs/{other}.md`)", text)
-    note = SEMANTIC_DOCS_NOTE.get(lang) if name in ("semantics", "performance", "site") else None
+    note = ENGLISH_ONLY_NOTE.get(lang) if name == "site" else None
     if note:
         first, rest = text.split("\n", 1)
         text = f"{first}\n\n:::{{note}}\n{note}\n:::\n{rest}"

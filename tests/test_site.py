@@ -210,6 +210,25 @@ def test_docs_and_the_api_reference_are_pages(site):
         assert (site / lang / "_static" / "mathjax" / "tex-chtml.js").is_file()
 
 
+def test_the_chinese_semantics_and_performance_pages_are_the_chinese_documents(site):
+    for name in ("semantics", "performance"):
+        english = (ROOT / "docs" / f"{name}.md").read_text(encoding="utf-8")
+        chinese = (ROOT / "docs" / f"{name}.zh-CN.md").read_text(encoding="utf-8")
+        # Sphinx's smart quotes make "kernel's" "kernel’s".
+        en_page = text(site / "en" / f"{name}.html").replace("’", "'")
+        zh_page = text(site / "zh_CN" / f"{name}.html").replace("’", "'")
+        headings = re.compile(r"^#{1,3} (.+)$", re.M)
+        # Every heading in its own language, none in the other's; no "English only" note.
+        for heading in headings.findall(chinese):
+            assert heading in zh_page and heading not in en_page, (name, heading)
+        assert re.search(r"[\u4e00-\u9fff]", headings.findall(chinese)[0]), name
+        for heading in headings.findall(english):
+            assert heading in en_page and heading not in zh_page, (name, heading)
+        assert "本页仅有英文版" not in zh_page, name
+    assert "本页仅有英文版" in text(site / "zh_CN" / "site.html")
+    assert "仅有英文版" in text(site / "zh_CN" / "api.html")
+
+
 def test_chinese_search_is_segmented(site):
     index = (site / "zh_CN" / "searchindex.js").read_text(encoding="utf-8")
     terms = json.loads(index[index.index("(") + 1 : index.rindex(")")])["terms"]
