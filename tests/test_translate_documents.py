@@ -212,6 +212,33 @@ def test_a_new_block_in_a_section_kept_in_english_needs_only_a_rebuild(course):
     assert (course / "README.zh-CN.md").read_text().endswith("One more line.\n")
 
 
+def test_a_link_to_a_document_built_in_chinese_leads_to_its_translation(tmp_path):
+    root = tmp_path / "course"
+    (root / "docs").mkdir(parents=True)
+    link = "[docs/semantics.md](docs/semantics.md)"
+    (root / "README.md").write_text(ENGLISH.replace("block table.", f"block table: {link}."))
+    (root / "docs" / "semantics.md").write_text("# Semantics\n\nThe slot is `row[b]`.\n")
+    update_documents(root=root)
+    translate(root, keep="the-library", **dict(ZH, **{"#1": f"槽位由块表决定：{link}。"}))
+    mark_complete(root)
+    build_documents(root=root)
+    # Not yet translated: the link stays on the English page.
+    assert f"槽位由块表决定：{link}。" in (root / "README.zh-CN.md").read_text()
+
+    path = po_path("docs/semantics.md", root=root)
+    catalog = read_catalog(path)
+    for message in catalog:
+        message.string = {"title": "# 语义", "#1": "槽位是 `row[b]`。"}.get(message.context, "")
+    write_catalog(path, catalog)
+    (root / "translations" / "zh_CN" / "complete.txt").write_text("README.md\ndocs/semantics.md\n")
+    assert document_problems(root=root) != []  # the README built before is now stale
+    build_documents(root=root)
+    zh = "[docs/semantics.zh-CN.md](docs/semantics.zh-CN.md)"
+    assert f"槽位由块表决定：{zh}。" in (root / "README.zh-CN.md").read_text()
+    assert (root / "docs" / "semantics.zh-CN.md").read_text().startswith("# 语义")
+    assert document_problems(root=root) == []
+
+
 def test_the_notebook_check_ignores_the_documents_in_complete_txt(course):
     done(course)
     assert translation_problems(root=course) == []

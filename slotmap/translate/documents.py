@@ -16,10 +16,13 @@ built from the English ones and per-block translations, as the notebooks are.
   the link back (``English: [README.md](README.md)``) in the built one.
 * ``translations/<lang>/complete.txt`` lists the complete documents (``README.md``) beside the
   notebooks; only those are built, as ``README.zh-CN.md`` beside their English.
+* In a built document, a link to another document built in the same language
+  (``[docs/semantics.md](docs/semantics.md)``) leads to that translation instead.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -320,12 +323,47 @@ def complete_documents(lang: str = CHINESE, root: Path = ROOT) -> list[str]:
     return [line for line in listed_complete(lang, root) if line.endswith(".md")]
 
 
+LINK = re.compile(r"\[([^\]\n]*)\]\(([^)\s#:]+\.md)\)")  # a relative link to a whole .md
+
+
+# A link to the speaker notes names the file workshop/slides.py reads, in either language.
+LINKED_AS_FILE = ("workshop/slides/instructor.md",)
+
+
+def _built_documents(lang: str, root: Path) -> set[str]:
+    """The documents a link leads to the translation of: built in ``lang`` (listed complete,
+    and complete) and read, not a tool's input."""
+    return {
+        document
+        for document in complete_documents(lang, root)
+        if document in DOCUMENTS
+        and document not in LINKED_AS_FILE
+        and status(document, lang, root).complete
+    }
+
+
+def _to_translations(text: str, document: str, lang: str, built: set[str]) -> str:
+    """``text`` with each link to a document built in ``lang`` leading to its translation; a
+    label that is the link's target (``[docs/semantics.md](docs/semantics.md)``) follows it."""
+
+    def swap(match: re.Match) -> str:
+        label, target = match.groups()
+        path = posixpath.normpath(posixpath.join(posixpath.dirname(document), target))
+        if path not in built:
+            return match.group(0)
+        translated = posixpath.join(posixpath.dirname(target), built_name(path, lang))
+        return f"[{translated if label == target else label}]({translated})"
+
+    return LINK.sub(swap, text)
+
+
 def translated_document(document: str, lang: str = CHINESE, root: Path = ROOT) -> str:
     """The document in ``lang``: its prose translated, its code and comments as in English.
     Raises ValueError if a block has no current translation."""
     text = (root / document).read_text(encoding="utf-8")
     lines = text.split("\n")
     found, _, kept, done = _translations(document, lang, root)
+    built = _built_documents(lang, root)
     out, at = [], 0
     for block in found:
         out += lines[at : block.start]
@@ -335,7 +373,7 @@ def translated_document(document: str, lang: str = CHINESE, root: Path = ROOT) -
         elif not block.key or block.key in kept:
             out += lines[block.start : block.end]
         elif block.key in done:
-            out += done[block.key].split("\n")
+            out += _to_translations(done[block.key], document, lang, built).split("\n")
         else:
             raise ValueError(f"{document}, block {block.key}: no current translation")
     out += lines[at:]
