@@ -330,7 +330,7 @@ LINK = re.compile(r"\[([^\]\n]*)\]\(([^)\s#:]+\.md)\)")  # a relative link to a 
 LINKED_AS_FILE = ("workshop/slides/instructor.md",)
 
 
-def _built_documents(lang: str, root: Path) -> set[str]:
+def _linked_translations(lang: str, root: Path) -> set[str]:
     """The documents a link leads to the translation of: built in ``lang`` (listed complete,
     and complete) and read, not a tool's input."""
     return {
@@ -357,13 +357,16 @@ def _to_translations(text: str, document: str, lang: str, built: set[str]) -> st
     return LINK.sub(swap, text)
 
 
-def translated_document(document: str, lang: str = CHINESE, root: Path = ROOT) -> str:
-    """The document in ``lang``: its prose translated, its code and comments as in English.
-    Raises ValueError if a block has no current translation."""
+def translated_document(
+    document: str, lang: str = CHINESE, root: Path = ROOT, built: set[str] | None = None
+) -> str:
+    """The document in ``lang``: its prose translated, its code and comments as in English, a
+    link to a document of ``built`` (default: every one built in ``lang``) leading to its
+    translation. Raises ValueError if a block has no current translation."""
     text = (root / document).read_text(encoding="utf-8")
     lines = text.split("\n")
     found, _, kept, done = _translations(document, lang, root)
-    built = _built_documents(lang, root)
+    built = _linked_translations(lang, root) if built is None else built
     out, at = [], 0
     for block in found:
         out += lines[at : block.start]
@@ -381,8 +384,9 @@ def translated_document(document: str, lang: str = CHINESE, root: Path = ROOT) -
 
 
 def _expected(lang: str, root: Path) -> dict[Path, str]:
+    built = _linked_translations(lang, root)
     return {
-        built_path(document, lang, root): translated_document(document, lang, root)
+        built_path(document, lang, root): translated_document(document, lang, root, built)
         for document in complete_documents(lang, root)
         if document in DOCUMENTS and status(document, lang, root).complete
     }
