@@ -17,8 +17,11 @@ unreadable in part; one learner's file never fails the room.
 The hub's OAuth protects it: the hub lets only holders of ``access:services!service=<name>``
 in (its admins: ``workshop/jupyterhub_config.py`` grants it to no one else), and each request
 is checked once more against the hub's own record of the user: an instructor who is not an
-admin gets 403. The hub starts it with ``$JUPYTERHUB_*`` set; the learners' workspaces are
-found through ``$SLOTMAP_HUB_WORKSPACES``, a path with ``{username}`` in it.
+admin gets 403. The hub starts it with ``$JUPYTERHUB_*`` set. It reads the learners' progress
+files through ``$SLOTMAP_HUB_WORKSPACES``, a path with ``{username}`` in it, and the records
+their checks post to ``{prefix}api/records`` (``slotmap.workshop.records``: a learner's server
+token files its own records only) into the folder ``$SLOTMAP_DASHBOARD_STORE``; either or
+both (Kubernetes: the posted records only).
 
 Every word of the pages is in the instructor's language: ``?lang=zh`` or ``?lang=en`` on the
 page's address (the links keep it), else the service's own (``$SLOTMAP_LANG``, as
