@@ -163,7 +163,8 @@ class _Dashboard:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/services/d/api/records"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll: close() waits for it.
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     def close(self):
@@ -257,3 +258,61 @@ def test_the_service_needs_files_or_a_store(monkeypatch, capsys):
     monkeypatch.setenv(dashboard.WORKSPACES_VARIABLE, "/home/no-username-in-it")
     assert dashboard.serve(Path(".")) == 2
     assert records.STORE_VARIABLE in capsys.readouterr().out
+
+
+def _answers(app, requests: list[tuple[str, str, dict]]) -> list[int]:
+    """The status of each (method, path, headers) request to ``app`` served on 127.0.0.1."""
+    import asyncio
+
+    from tornado.httpclient import AsyncHTTPClient
+    from tornado.httpserver import HTTPServer
+    from tornado.netutil import bind_sockets
+
+    async def ask() -> list[int]:
+        sockets = bind_sockets(0, "127.0.0.1")
+        server = HTTPServer(app)
+        server.add_sockets(sockets)
+        port = sockets[0].getsockname()[1]
+        try:
+            client = AsyncHTTPClient()
+            statuses = []
+            for method, path, headers in requests:
+                body = _body() if method == "POST" else None
+                answer = await client.fetch(
+                    f"http://127.0.0.1:{port}{path}",
+                    method=method,
+                    body=body,
+                    headers=headers,
+                    raise_error=False,
+                )
+                statuses.append(answer.code)
+            return statuses
+        finally:
+            server.stop()
+
+    return asyncio.run(ask())
+
+
+def test_the_service_answers_a_post_without_a_learners_token_403_before_asking_the_hub(
+    tmp_path, monkeypatch
+):
+    pytest.importorskip("jupyterhub")
+    from slotmap.workshop.dashboard import make_app
+
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/services/d/")
+    root = Path(__file__).resolve().parents[1]
+    store = tmp_path / "store"
+    app = make_app(root, None, store)
+    url = "/services/d/api/records"
+    statuses = _answers(
+        app,
+        [
+            ("POST", url, {}),
+            ("POST", url, {"Authorization": "Basic a-password"}),
+            ("GET", url, {}),
+        ],
+    )
+    assert statuses == [403, 403, 405]
+    assert list(store.iterdir()) == []
+    # A dashboard that reads files only takes no records.
+    assert _answers(make_app(root, str(tmp_path / "{username}")), [("POST", url, {})]) == [404]
