@@ -14,8 +14,11 @@ second, the Chinese ones) through the Jupyter server's REST API and kernel webso
 (``slotmap.workshop.drive``), one of them with a wrong ``slot_of`` on purpose; the fourth
 logs in through the hub's login page in Debian's Chromium (tests/browser_lab.py's recipe),
 keeps the room's English in the form, and fills in exercise 01 in JupyterLab. The dashboard
-then shows the room to the instructor, and answers 403 to a learner's token. The hub is
-restarted (as systemd would): a learner's server lives on and answers through the new hub.
+then shows the room to the instructor, and answers 403 to a learner's tokens. Each check
+also posted its record to the dashboard with the learner's server token, from the kernel: a
+learner posting as another files under their own name, bad bodies get 400 or 413, tokens
+without the scope 403. The hub is restarted (as systemd would): a learner's server lives on
+and answers through the new hub, whose dashboard shows the room from posted records only.
 Everything is stopped, and no process of the test is left.
 
 One test function: a module-scoped hub would be started once per pytest-xdist worker.
