@@ -47,9 +47,17 @@ from typing import Any
 
 from slotmap import i18n
 from slotmap.exercises.progress import PROGRESS_FILE, STATES
-from slotmap.workshop import records
+from slotmap.workshop.records import (
+    BODY_CAP,
+    PROGRESS_CAP,
+    RECORDS_PATH,
+    STORE_VARIABLE,
+    Refused,
+    Store,
+    parse_record,
+    poster,
+)
 from slotmap.workshop.records import CHECK_ID as _CHECK_ID
-from slotmap.workshop.records import PROGRESS_CAP, Store, parse_record
 from slotmap.workshop.track import TRACKS, exercise_lessons, track
 
 WORKSPACES_VARIABLE = "SLOTMAP_HUB_WORKSPACES"
@@ -589,9 +597,9 @@ def make_app(course: Path, workspaces: str | None, store: Path | None = None) ->
             # The hub says whose token it is (and its scopes): the name in the body is not read.
             user = await auth.user_for_token(match.group(1), sync=False) if match else None
             try:
-                name = records.poster(user)
+                name = poster(user)
                 posted.append(name, self.request.body, time.time())
-            except records.Refused as refused:
+            except Refused as refused:
                 raise web.HTTPError(refused.status, str(refused)) from None
             self.set_status(204)
 
@@ -604,7 +612,7 @@ def make_app(course: Path, workspaces: str | None, store: Path | None = None) ->
             (prefix, Page),
             (url_path_join(prefix, "api/progress"), Api),
             (url_path_join(prefix, "stuck"), Stuck),
-            (url_path_join(prefix, records.RECORDS_PATH), Records),
+            (url_path_join(prefix, RECORDS_PATH), Records),
             (url_path_join(prefix, "oauth_callback"), Callback),
         ],
         cookie_secret=os.urandom(32),
@@ -618,19 +626,19 @@ def serve(course: Path | None = None) -> int:
     from slotmap.workshop import course_source
 
     workspaces = os.environ.get(WORKSPACES_VARIABLE) or None
-    store = os.environ.get(records.STORE_VARIABLE) or None
+    store = os.environ.get(STORE_VARIABLE) or None
     if (workspaces and "{username}" not in workspaces) or not (workspaces or store):
         print(
             _(
                 "slotmap workshop dashboard: set ${variable} (with {{username}}), "
                 "${store} (a folder for the records learners post), or both"
-            ).format(variable=WORKSPACES_VARIABLE, store=records.STORE_VARIABLE)
+            ).format(variable=WORKSPACES_VARIABLE, store=STORE_VARIABLE)
         )
         return 2
     url = urllib.parse.urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:0"))
     app = make_app(course or course_source(), workspaces, Path(store) if store else None)
     # A body past a record's cap is refused before it is read to its end (GETs have none).
-    app.listen(url.port, url.hostname, max_body_size=4 * records.BODY_CAP)
+    app.listen(url.port, url.hostname, max_body_size=4 * BODY_CAP)
     ioloop.IOLoop.current().start()
     return 0
 
