@@ -724,6 +724,48 @@ def test_the_hub_config_keeps_servers_culls_kernels_and_closes_its_state(tmp_pat
     assert "lower-case letters" in config.JupyterHub.template_vars["announcement_login"]
 
 
+def test_the_hub_config_wires_the_records_learners_post_to_the_dashboard(tmp_path, monkeypatch):
+    """One scope and one address at both ends: the learners' servers post where the dashboard
+    listens, with a token that holds the scope on top of the server role's; the dashboard reads
+    files, posted records or both, as $SLOTMAP_HUB_DASHBOARD_SOURCES says."""
+    from urllib.parse import urlparse
+
+    from jupyterhub.roles import get_default_roles
+
+    from slotmap.exercises.progress import RECORDS_URL_VARIABLE
+    from slotmap.workshop.records import RECORDS_PATH, RECORDS_SCOPE, STORE_VARIABLE
+
+    monkeypatch.setenv("SLOTMAP_HUB_DASHBOARD_PORT", "8123")
+    config = _load_hub_config(tmp_path, monkeypatch)
+    assert list(config.JupyterHub.custom_scopes) == [RECORDS_SCOPE]
+    server_role = next(r for r in get_default_roles() if r["name"] == "server")
+    assert config.Spawner.server_token_scopes == [*server_role["scopes"], RECORDS_SCOPE]
+    roles = {role["name"]: role for role in config.JupyterHub.load_roles}
+    assert roles["user"]["scopes"] == ["self", RECORDS_SCOPE]
+    (dashboard,) = [s for s in config.JupyterHub.services if "url" in s]
+    posted = urlparse(config.Spawner.environment[RECORDS_URL_VARIABLE])
+    assert posted.netloc == urlparse(dashboard["url"]).netloc == "127.0.0.1:8123"
+    assert posted.path == f"/services/{dashboard['name']}/{RECORDS_PATH}"
+    environment = dashboard["environment"]
+    assert environment[STORE_VARIABLE] == str(tmp_path / "state" / "dashboard-records")
+    assert "{username}" in environment["SLOTMAP_HUB_WORKSPACES"]
+
+    monkeypatch.setenv("SLOTMAP_HUB_DASHBOARD_SOURCES", "posted")
+    (tmp_path / "b").mkdir()
+    environment = _load_hub_config(tmp_path / "b", monkeypatch).JupyterHub.services[1]
+    assert STORE_VARIABLE in environment["environment"]
+    assert "SLOTMAP_HUB_WORKSPACES" not in environment["environment"]
+    monkeypatch.setenv("SLOTMAP_HUB_DASHBOARD_SOURCES", "files")
+    (tmp_path / "c").mkdir()
+    config = _load_hub_config(tmp_path / "c", monkeypatch)
+    assert STORE_VARIABLE not in config.JupyterHub.services[1]["environment"]
+    assert RECORDS_URL_VARIABLE not in config.Spawner.environment
+    monkeypatch.setenv("SLOTMAP_HUB_DASHBOARD_SOURCES", "homes")
+    (tmp_path / "d").mkdir()
+    with pytest.raises(SystemExit, match="SLOTMAP_HUB_DASHBOARD_SOURCES"):
+        _load_hub_config(tmp_path / "d", monkeypatch)
+
+
 def test_a_learners_lab_asks_nothing_about_news_and_keeps_their_own_choice(tmp_path):
     from slotmap.workshop import LAB_NOTIFICATIONS, quiet_lab_settings
 

@@ -14,8 +14,11 @@ second, the Chinese ones) through the Jupyter server's REST API and kernel webso
 (``slotmap.workshop.drive``), one of them with a wrong ``slot_of`` on purpose; the fourth
 logs in through the hub's login page in Debian's Chromium (tests/browser_lab.py's recipe),
 keeps the room's English in the form, and fills in exercise 01 in JupyterLab. The dashboard
-then shows the room to the instructor, and answers 403 to a learner's token. The hub is
-restarted (as systemd would): a learner's server lives on and answers through the new hub.
+then shows the room to the instructor, and answers 403 to a learner's tokens. Each check
+also posted its record to the dashboard with the learner's server token, from the kernel: a
+learner posting as another files under their own name, bad bodies get 400 or 413, tokens
+without the scope 403. The hub is restarted (as systemd would): a learner's server lives on
+and answers through the new hub, whose dashboard shows the room from posted records only.
 Everything is stopped, and no process of the test is left.
 
 One test function: a module-scoped hub would be started once per pytest-xdist worker.
@@ -100,6 +103,13 @@ def _run_learner(hub: drive.LocalHub, name: str, results: dict, errors: dict) ->
         try:
             spoken = kernel.execute("import os; print(os.environ['SLOTMAP_LANG'])").outputs
             assert spoken[0]["text"].strip() == ("zh_CN" if folder else "en"), (name, spoken)
+            # What the kernel's checks post their records with: the dashboard's address and
+            # the server's own token, from the kernel's environment.
+            posting = kernel.execute(
+                "import json; print(json.dumps([os.environ.get(v) for v in "
+                "('SLOTMAP_RECORDS_URL', 'JUPYTERHUB_API_TOKEN')]))"
+            ).outputs
+            records_url, server_token = json.loads(posting[0]["text"])
             for code in drive.code_cells(notebook):
                 run = kernel.execute(code)
                 assert not run.error, f"{name}, lesson 01: {run.error}"
@@ -110,7 +120,7 @@ def _run_learner(hub: drive.LocalHub, name: str, results: dict, errors: dict) ->
         answers = _exercise_answers(wrong=name == WRONG)
         checks, error = drive.run_exercise(server, token, answers, f"my_work/{folder}{LESSON}")
         assert not error, f"{name}, exercise 01: {error}"
-        results[name] = (token, checks)
+        results[name] = (token, checks, records_url, server_token)
     except BaseException as error:  # noqa: BLE001 - reported by the test's thread
         errors[name] = error
 
@@ -370,14 +380,17 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
         page = requests.get(view, headers={"Authorization": f"token {instructor}"}, timeout=30)
         assert page.status_code == 200 and f"<th>{WRONG}</th>" in page.text
 
-        # A learner's token is refused, for the table and for the page.
+        # A learner's tokens are refused, for the table and for the page: the one they make
+        # and their server's (in their kernel's environment).
         learner_token = results[LEARNERS[0]][0]
-        for url in (view + "api/progress", view):
-            refused = requests.get(
-                url, headers={"Authorization": f"token {learner_token}"}, timeout=30
-            )
-            assert refused.status_code == 403, (url, refused.status_code)
-            assert LEARNERS[1] not in refused.text
+        for token in (learner_token, results[LEARNERS[0]][3]):
+            for url in (view + "api/progress", view):
+                refused = requests.get(
+                    url, headers={"Authorization": f"token {token}"}, timeout=30
+                )
+                assert refused.status_code == 403, (url, refused.status_code)
+                assert LEARNERS[1] not in refused.text
+        _posting_as_an_attacker(hub, view, instructor, results, everyone)
 
         # The same in Chromium, through the hub's login page and the service's OAuth.
         if browser:
@@ -404,10 +417,13 @@ def test_a_workshop_of_four_learners_on_a_real_hub(tmp_path):
 
         assert learner_status() == 200  # a learner at work just before the restart
         down: dict[str, int] = {}
+        # The new hub's dashboard reads the posted records only: the room as on Kubernetes.
+        hub.env["SLOTMAP_HUB_DASHBOARD_SOURCES"] = "posted"
         hub.restart(while_down=lambda: down.update(learner=learner_status()))
         assert down == {"learner": 200}, "the learner's server was unreachable during the restart"
         assert before <= set(hub.processes_of(LEARNERS[0]))
         assert learner_status() == 200
+        _the_room_from_posted_records_only(view, instructor, everyone)
     finally:
         hub.stop()
         hub.remove_learners()
@@ -432,6 +448,80 @@ def test_preflight_gets_a_real_test_learner_through_the_hub():
 
     assert preflight.trial_learner() == ""
     assert not [a.pw_name for a in pwd.getpwall() if a.pw_name.startswith("preflight")]
+
+
+def _posting_as_an_attacker(
+    hub: drive.LocalHub, view: str, instructor: str, results: dict, everyone: list[str]
+) -> None:
+    """Every learner's checks posted their records (the store has a file for each); a
+    learner's server token posting as another learner files under its own name; a garbage
+    body is answered 400, an oversized one 413, no token or one without the scope 403."""
+    import time
+
+    import requests
+
+    from slotmap.workshop.records import BODY_CAP, Store
+
+    store = hub.state / "dashboard-records"
+    _private(store, 0o700)
+    for name in everyone:
+        assert "01.slot_mapping" in (store / Store.file_name(name)).read_text(), name
+    me, other = LEARNERS[0], LEARNERS[1]
+    url, server_token = results[me][2], results[me][3]
+    assert url.endswith("/services/workshop-dashboard/api/records"), url
+    mine = {"Authorization": f"token {server_token}"}
+    record = {"exercise": "02.first_kernel", "state": "pass", "message": "", "time": time.time()}
+    as_other = {**record, "learner": other, "user": other, "name": other}
+    assert requests.post(url, json=as_other, headers=mine, timeout=30).status_code == 204
+    for body in (b"{", b"[" * BODY_CAP, b'{"exercise": "02.x", "state": "won", "time": 1}'):
+        answer = requests.post(url, data=body, headers=mine, timeout=30)
+        assert answer.status_code == 400, (body[:20], answer.status_code)
+    oversized = json.dumps({**record, "message": "x" * BODY_CAP})
+    assert requests.post(url, data=oversized, headers=mine, timeout=30).status_code == 413
+    with pytest.raises(requests.RequestException):  # a flood: never read, the line cut
+        requests.post(url, data=b"x" * (1 << 20), headers=mine, timeout=30)
+    made = drive.hub_api(
+        hub.url,
+        results[me][0],
+        "POST",
+        f"/users/{me}/tokens",
+        json={"scopes": [f"read:users:name!user={me}"]},
+    )
+    assert made.status_code == 201, made.text
+    for headers in ({}, {"Authorization": f"token {made.json()['token']}"}):
+        assert requests.post(url, json=record, headers=headers, timeout=30).status_code == 403
+    table = requests.get(
+        view + "api/progress", headers={"Authorization": f"token {instructor}"}, timeout=30
+    ).json()
+    rows = {row["learner"]: row for row in table["learners"]}
+    assert rows[me]["cells"]["02.first_kernel"]["state"] == "pass"
+    assert rows[other]["cells"]["02.first_kernel"]["state"] == "none"
+
+
+def _the_room_from_posted_records_only(view: str, instructor: str, everyone: list[str]) -> None:
+    """The dashboard with the learners' files off shows the room from their posted records:
+    every learner's checks, and no file's trouble (the FIFO, the record of Infinity)."""
+    import time
+
+    import requests
+
+    deadline = time.monotonic() + 60
+    while True:  # the hub starts its services after its API answers
+        response = requests.get(
+            view + "api/progress", headers={"Authorization": f"token {instructor}"}, timeout=30
+        )
+        if response.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert response.status_code == 200, response.text
+    rows = {row["learner"]: row for row in response.json()["learners"]}
+    assert sorted(rows) == sorted(everyone)
+    for name in everyone:
+        cells = rows[name]["cells"]
+        want = "fail" if name == WRONG else "pass"
+        assert cells["01.slot_of"]["state"] == cells["01.slot_mapping"]["state"] == want, name
+        assert rows[name]["unreadable"] == "", (name, rows[name]["unreadable"])
+    assert rows[LEARNERS[0]]["cells"]["02.first_kernel"]["state"] == "pass"
 
 
 def _doctored_files_take_nothing_down(

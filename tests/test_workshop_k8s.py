@@ -111,3 +111,57 @@ def test_the_readme_and_the_values_pin_the_chart_the_schema_comes_from():
         assert "helm repo add jupyterhub https://hub.jupyter.org/helm-chart/" in text
         pins = re.findall(r"jupyterhub/jupyterhub --version (\S+)", text)
         assert pins and set(pins) == {CHART_VERSION}
+
+
+def test_the_records_scope_and_address_are_wired_both_ends(values):
+    """The learners' checks post where the dashboard listens, with a token that holds the
+    scope the dashboard asks for: one custom scope, one service name, one port, one image."""
+    from urllib.parse import urlparse
+
+    from jupyterhub import roles, scopes
+
+    from slotmap.exercises.progress import RECORDS_URL_VARIABLE
+    from slotmap.workshop.records import RECORDS_PATH, RECORDS_SCOPE, STORE_VARIABLE
+
+    hub, singleuser = values["hub"], values["singleuser"]
+    config = hub["config"]
+    # The hub knows the scope (JupyterHub's own check of its definition), the users hold it,
+    # and their servers' tokens ask for it on top of the chart's server role.
+    scopes.define_custom_scopes(config["JupyterHub"]["custom_scopes"])
+    assert list(config["JupyterHub"]["custom_scopes"]) == [RECORDS_SCOPE]
+    assert hub["loadRoles"]["user"]["scopes"] == ["self", RECORDS_SCOPE]
+    server_role = next(r for r in roles.get_default_roles() if r["name"] == "server")
+    asked = config["KubeSpawner"]["server_token_scopes"]
+    assert asked == [*server_role["scopes"], RECORDS_SCOPE]
+    scopes._check_scopes_exist(asked)
+
+    # The service, its role, its sidecar: the same name everywhere.
+    (name,) = hub["services"]
+    assert hub["loadRoles"][name]["services"] == [name]
+    (container,) = hub["extraContainers"]
+    env = {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
+    assert env["JUPYTERHUB_SERVICE_NAME"] == name
+    assert env["JUPYTERHUB_CLIENT_ID"] == f"service-{name}"
+    assert env["JUPYTERHUB_SERVICE_PREFIX"] == f"/services/{name}/"
+    assert env["JUPYTERHUB_OAUTH_CALLBACK_URL"] == f"/services/{name}/oauth_callback"
+    key = env["JUPYTERHUB_API_TOKEN"]["secretKeyRef"]
+    assert key == {"name": "hub", "key": f"hub.services.{name}.apiToken"}  # the chart's own
+    assert container["command"] == ["python", "-m", "slotmap", "workshop", "dashboard"]
+    image = singleuser["image"]
+    assert container["image"] == f"{image['name']}:{image['tag']}"  # slotmap is in it
+    (mount,) = container["volumeMounts"]
+    assert env[STORE_VARIABLE].startswith(mount["mountPath"] + "/")
+
+    # The learners post to the address the proxy routes the service to, on its port, through
+    # the network policies of both ends.
+    service = urlparse(hub["services"][name]["url"])
+    port = urlparse(env["JUPYTERHUB_SERVICE_URL"]).port
+    assert service.port == port and service.hostname == "hub"  # the chart's hub Service
+    assert [p["port"] for p in hub["service"]["extraPorts"]] == [port]
+    posted = urlparse(singleuser["extraEnv"][RECORDS_URL_VARIABLE])
+    assert (posted.hostname, posted.port) == (service.hostname, service.port)
+    assert posted.path == f"/services/{name}/{RECORDS_PATH}"
+    (ingress,) = hub["networkPolicy"]["ingress"]
+    (egress,) = singleuser["networkPolicy"]["egress"]
+    assert ingress["ports"] == egress["ports"] == [{"port": port}]
+    assert egress["to"][0]["podSelector"]["matchLabels"] == {"component": "hub"}

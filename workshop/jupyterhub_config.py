@@ -23,7 +23,10 @@
 #   (slotmap.workshop.limits: $SLOTMAP_HUB_MEM_LIMIT, $SLOTMAP_HUB_CPU_LIMIT); else none.
 # - Services: the idle culler stops a server idle for $SLOTMAP_HUB_IDLE_TIMEOUT seconds (3600);
 #   the dashboard (`slotmap workshop dashboard`, /services/workshop-dashboard/) is the
-#   instructors' live view of the room, open to the admins only.
+#   instructors' live view of the room, open to the admins only. It reads the learners'
+#   progress files and the records their checks post to it ($SLOTMAP_HUB_DASHBOARD_SOURCES:
+#   "files,posted", the default, "files" or "posted"); a learner's server token may post
+#   their own records only (the custom scope custom:slotmap-records:write).
 # - A hub restart keeps the learners' servers (cleanup_servers off): stop them from the admin
 #   page, or they stop when idle.
 # - Ports: $SLOTMAP_HUB_PORT (8000, the one learners open), and on loopback the hub's API
@@ -40,7 +43,8 @@ from pathlib import Path
 from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
 from jupyterhub.handlers.login import LoginHandler
 
-from slotmap.workshop import accounts, language, limits, proxy, state_folder
+from slotmap.exercises.progress import RECORDS_URL_VARIABLE
+from slotmap.workshop import accounts, language, limits, proxy, records, state_folder
 
 c = get_config()  # noqa: F821 - JupyterHub's config loader defines it
 
@@ -218,6 +222,35 @@ except ValueError as _bad_limit:
 
 # The services run as the hub's user (root on a VM: the dashboard reads every learner's home).
 DASHBOARD = "workshop-dashboard"
+SOURCES = set(os.environ.get("SLOTMAP_HUB_DASHBOARD_SOURCES", "files,posted").split(","))
+if not SOURCES or not SOURCES <= {"files", "posted"}:
+    sys.exit("SLOTMAP_HUB_DASHBOARD_SOURCES: files, posted or files,posted")
+DASHBOARD_ENVIRONMENT = {
+    "SLOTMAP_COURSE_SOURCE": str(COURSE),
+    # The room in the instructor's language: the hub's own, not a learner's choice.
+    "SLOTMAP_LANG": os.environ.get("SLOTMAP_LANG", ""),
+}
+if "files" in SOURCES:
+    DASHBOARD_ENVIRONMENT["SLOTMAP_HUB_WORKSPACES"] = WORKSPACES
+if "posted" in SOURCES:
+    # The records learners post: a folder of the dashboard's own, root's like the state.
+    DASHBOARD_ENVIRONMENT[records.STORE_VARIABLE] = str(STATE / "dashboard-records")
+    # Each check also posts its record there, from the learner's kernel, with their server's
+    # token (JupyterHub puts $JUPYTERHUB_API_TOKEN in the server's environment, and the
+    # kernels inherit it); the dashboard answers on loopback, where the kernels run.
+    c.Spawner.environment[RECORDS_URL_VARIABLE] = (
+        f"http://127.0.0.1:{PORTS.dashboard}/services/{DASHBOARD}/{records.RECORDS_PATH}"
+    )
+# Who may post records: each user for themselves (the "user" role's "self", plus the custom
+# scope), and their server's token with them: the server role's two scopes, plus it.
+c.JupyterHub.custom_scopes = {
+    records.RECORDS_SCOPE: {"description": "Post one's own check records to the room's dashboard"}
+}
+c.Spawner.server_token_scopes = [
+    "users:activity!user",
+    "access:servers!server",
+    records.RECORDS_SCOPE,
+]
 c.JupyterHub.services = [
     {
         "name": "idle-culler",
@@ -232,12 +265,7 @@ c.JupyterHub.services = [
         "name": DASHBOARD,
         "url": f"http://127.0.0.1:{PORTS.dashboard}",
         "command": [PYTHON, "-m", "slotmap", "workshop", "dashboard"],
-        "environment": {
-            "SLOTMAP_HUB_WORKSPACES": WORKSPACES,
-            "SLOTMAP_COURSE_SOURCE": str(COURSE),
-            # The room in the instructor's language: the hub's own, not a learner's choice.
-            "SLOTMAP_LANG": os.environ.get("SLOTMAP_LANG", ""),
-        },
+        "environment": DASHBOARD_ENVIRONMENT,
         "oauth_no_confirm": True,
         "display": True,
     },
@@ -250,6 +278,7 @@ c.JupyterHub.load_roles = [
     },
     # The dashboard reads who the users are, which are admins and when they were last active.
     {"name": DASHBOARD, "scopes": ["list:users", "read:users"], "services": [DASHBOARD]},
+    {"name": "user", "scopes": ["self", records.RECORDS_SCOPE]},
 ]
 # Who may open the dashboard: the admins only (their role holds access:services); learners'
 # role ("user": their own things) does not, so the hub answers them 403.

@@ -17,8 +17,11 @@ unreadable in part; one learner's file never fails the room.
 The hub's OAuth protects it: the hub lets only holders of ``access:services!service=<name>``
 in (its admins: ``workshop/jupyterhub_config.py`` grants it to no one else), and each request
 is checked once more against the hub's own record of the user: an instructor who is not an
-admin gets 403. The hub starts it with ``$JUPYTERHUB_*`` set; the learners' workspaces are
-found through ``$SLOTMAP_HUB_WORKSPACES``, a path with ``{username}`` in it.
+admin gets 403. The hub starts it with ``$JUPYTERHUB_*`` set. It reads the learners' progress
+files through ``$SLOTMAP_HUB_WORKSPACES``, a path with ``{username}`` in it, and the records
+their checks post to ``{prefix}api/records`` (``slotmap.workshop.records``: a learner's server
+token files its own records only) into the folder ``$SLOTMAP_DASHBOARD_STORE``; either or
+both (Kubernetes: the posted records only).
 
 Every word of the pages is in the instructor's language: ``?lang=zh`` or ``?lang=en`` on the
 page's address (the links keep it), else the service's own (``$SLOTMAP_LANG``, as
@@ -44,16 +47,22 @@ from typing import Any
 
 from slotmap import i18n
 from slotmap.exercises.progress import PROGRESS_FILE, STATES
+from slotmap.workshop.records import (
+    BODY_CAP,
+    PROGRESS_CAP,
+    RECORDS_PATH,
+    STORE_VARIABLE,
+    Refused,
+    Store,
+    parse_record,
+    poster,
+)
+from slotmap.workshop.records import CHECK_ID as _CHECK_ID
 from slotmap.workshop.track import TRACKS, exercise_lessons, track
 
 WORKSPACES_VARIABLE = "SLOTMAP_HUB_WORKSPACES"
 REFRESH_SECONDS = 5
 _CHECK_CALL = re.compile(r"""check\(\s*\\?["'](\d\d\.\w+)\\?["']""")
-_CHECK_ID = re.compile(r"\d\d\.\w{1,60}")
-# A room's worth of checks writes a few hundred bytes each: a larger file is read from its end.
-PROGRESS_CAP = 1 << 20
-MESSAGE_CAP = 400  # characters of a failure's message shown
-FUTURE_SLACK = 24 * 3600  # seconds a record's time may lie ahead of the service's clock
 STUCK_SECONDS = 10 * 60
 DEFAULT_TRACK = TRACKS[0].name
 
@@ -113,7 +122,7 @@ class Unreadable(Exception):
     """A progress file the service will not read (a FIFO, a link, a device, ...)."""
 
 
-def _progress_bytes(workspace: Path) -> tuple[bytes, bool]:
+def _progress_bytes(workspace: Path, file_name: str) -> tuple[bytes, bool]:
     """The last ``PROGRESS_CAP`` bytes of a workspace's progress file, and whether that is
     less than all of it; no bytes when there is no file yet. Opens neither the workspace nor
     the file through a symbolic link, and reads only a regular file, without blocking."""
@@ -129,7 +138,7 @@ def _progress_bytes(workspace: Path) -> tuple[bytes, bool]:
         ) from None
     try:
         flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
-        descriptor = os.open(PROGRESS_FILE, flags, dir_fd=folder)
+        descriptor = os.open(file_name, flags, dir_fd=folder)
     except FileNotFoundError:
         return b"", False
     except OSError as error:
@@ -164,51 +173,21 @@ def _progress_bytes(workspace: Path) -> tuple[bytes, bool]:
     return data, start > 0
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number a record may hold")
-
-
-def _record(line: str, now: float) -> dict[str, Any] | None:
-    """The record one line holds, or None when it is not one a check could have written:
-    JSON of an object with an exercise id, a state, a message and a finite time in range."""
+def read_progress(
+    workspace: Path, now: float, file_name: str = PROGRESS_FILE
+) -> tuple[list[dict[str, Any]], str]:
+    """The well-formed records of a workspace's progress file (or of ``file_name`` in a
+    folder: the store's), in the order written, and what could not be read of it ("" when
+    everything could)."""
     try:
-        item = json.loads(line, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError):  # RecursionError: deeply nested JSON
-        return None
-    if not isinstance(item, dict):
-        return None
-    exercise, state, moment = item.get("exercise"), item.get("state"), item.get("time")
-    message = item.get("message")
-    if (
-        not isinstance(exercise, str)
-        or not _CHECK_ID.fullmatch(exercise)
-        or state not in STATES
-        or not isinstance(message, str | None)
-        or isinstance(moment, bool)
-        or not isinstance(moment, int | float)
-        or not 0 < moment <= now + FUTURE_SLACK  # false for NaN and the infinities too
-    ):
-        return None
-    return {
-        "exercise": exercise,
-        "state": state,
-        "message": (message or "")[:MESSAGE_CAP],
-        "time": float(moment),
-    }
-
-
-def read_progress(workspace: Path, now: float) -> tuple[list[dict[str, Any]], str]:
-    """The well-formed records of a workspace's progress file, in the order written, and what
-    could not be read of it ("" when everything could)."""
-    try:
-        data, cut = _progress_bytes(workspace)
+        data, cut = _progress_bytes(workspace, file_name)
     except Unreadable as error:
         return [], str(error)
     records, skipped = [], 0
     for line in data.decode("utf-8", errors="replace").splitlines():
         if not line.strip():
             continue
-        item = _record(line, now)
+        item = parse_record(line, now)
         if item is None:
             skipped += 1
         else:
@@ -252,28 +231,52 @@ def _stuck(
 
 def room(
     users: list[dict[str, Any]],
-    workspace_of: Callable[[str], Path],
+    workspace_of: Callable[[str], Path] | None,
     exercises: list[str],
     now: float | None = None,
     lang: str | None = None,
+    store: Path | None = None,
 ) -> dict[str, Any]:
     """The table: one row per learner (the hub's non-admin users), one cell per exercise
     (``{"state": "pass"|"fail"|"skip"|"none", "message"}``), the seconds since the learner
     was last active (their server's activity or their last check, the later), what of their
     progress file could not be read (said in ``lang``, as ``speaking``), and the exercise they
-    are stuck on (or None); then, per exercise, how many learners are at each state."""
+    are stuck on (or None); then, per exercise, how many learners are at each state.
+    The records are those of the learner's progress file (``workspace_of``: its folder) and
+    those they posted (``store``: the folder of ``slotmap.workshop.records.Store``), either
+    or both; None: not read."""
     with speaking(lang):
-        return _room(users, workspace_of, exercises, time.time() if now is None else now)
+        return _room(users, workspace_of, exercises, time.time() if now is None else now, store)
+
+
+def _records_of(
+    name: str, workspace_of: Callable[[str], Path] | None, store: Path | None, now: float
+) -> tuple[list[dict[str, Any]], str]:
+    """A learner's records from their progress file and the store, and what was unreadable."""
+    records, problems = [], []
+    if workspace_of is not None:
+        found, unreadable = read_progress(workspace_of(name), now)
+        records += found
+        problems += [unreadable] if unreadable else []
+    if store is not None:
+        found, unreadable = read_progress(store, now, Store.file_name(name))
+        records += found
+        problems += [_("posted: {why}").format(why=unreadable)] if unreadable else []
+    return records, _("; ").join(problems)
 
 
 def _room(
-    users: list[dict[str, Any]], workspace_of: Callable[[str], Path], exercises: list[str], now
+    users: list[dict[str, Any]],
+    workspace_of: Callable[[str], Path] | None,
+    exercises: list[str],
+    now: float,
+    store: Path | None,
 ) -> dict[str, Any]:
     rows = []
     for user in sorted(users, key=lambda u: u["name"]):
         if user.get("admin"):
             continue
-        records, unreadable = read_progress(workspace_of(user["name"]), now)
+        records, unreadable = _records_of(user["name"], workspace_of, store, now)
         last = {item["exercise"]: item for item in sorted(records, key=lambda r: r["time"])}
         cells = {}
         for exercise in exercises:
@@ -492,8 +495,10 @@ def _render_stuck(rows: list[dict[str, str]], page_lang: str) -> str:
     )
 
 
-def make_app(course: Path, workspaces: str) -> Any:
-    """The tornado application of the service (imports JupyterHub's service auth)."""
+def make_app(course: Path, workspaces: str | None, store: Path | None = None) -> Any:
+    """The tornado application of the service (imports JupyterHub's service auth): the room
+    from the progress files of ``workspaces`` (a path with ``{username}``) and the records
+    posted to ``{prefix}api/records`` into ``store``, either or both (None: off)."""
     from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated
     from jupyterhub.utils import url_path_join
     from tornado import web
@@ -509,8 +514,11 @@ def make_app(course: Path, workspaces: str) -> Any:
         stuck_md = CHECKOUT / "workshop" / "stuck.md"
     stuck = stuck_rows(stuck_md.read_text(encoding="utf-8")) if stuck_md.is_file() else []
 
-    def workspace_of(name: str) -> Path:
-        return Path(workspaces.format(username=name))
+    def workspace(name: str) -> Path:
+        return Path(str(workspaces).format(username=name))
+
+    workspace_of = workspace if workspaces else None
+    posted = Store(store) if store is not None else None
 
     async def hub_get(path: str) -> Any:
         request = HTTPRequest(
@@ -552,7 +560,9 @@ def make_app(course: Path, workspaces: str) -> Any:
         async def table(self, lang: str | None) -> dict[str, Any]:
             await self.admitted()
             shown = track_exercises(exercises, self.track_name())
-            return room(await hub_get("/users"), workspace_of, shown, lang=lang)
+            users = await hub_get("/users")
+            folder = posted.folder if posted else None
+            return room(users, workspace_of, shown, lang=lang, store=folder)
 
     class Page(Base):
         @web.authenticated
@@ -577,6 +587,22 @@ def make_app(course: Path, workspaces: str) -> Any:
             await self.admitted()
             self.finish(render_stuck(stuck, lang))
 
+    class Records(web.RequestHandler):
+        """A learner's check posts its record here with their server token."""
+
+        async def post(self) -> None:
+            if posted is None:
+                raise web.HTTPError(404)
+            match = auth.auth_header_pat.fullmatch(self.request.headers.get("Authorization", ""))
+            # The hub says whose token it is (and its scopes): the name in the body is not read.
+            user = await auth.user_for_token(match.group(1), sync=False) if match else None
+            try:
+                name = poster(user)
+                posted.append(name, self.request.body, time.time())
+            except Refused as refused:
+                raise web.HTTPError(refused.status, str(refused)) from None
+            self.set_status(204)
+
     class Callback(HubOAuthCallbackHandler):
         # The same HubOAuth as the pages: it holds the login's state (PKCE) in memory.
         hub_auth = auth
@@ -586,6 +612,7 @@ def make_app(course: Path, workspaces: str) -> Any:
             (prefix, Page),
             (url_path_join(prefix, "api/progress"), Api),
             (url_path_join(prefix, "stuck"), Stuck),
+            (url_path_join(prefix, RECORDS_PATH), Records),
             (url_path_join(prefix, "oauth_callback"), Callback),
         ],
         cookie_secret=os.urandom(32),
@@ -598,17 +625,20 @@ def serve(course: Path | None = None) -> int:
 
     from slotmap.workshop import course_source
 
-    workspaces = os.environ.get(WORKSPACES_VARIABLE)
-    if not workspaces or "{username}" not in workspaces:
+    workspaces = os.environ.get(WORKSPACES_VARIABLE) or None
+    store = os.environ.get(STORE_VARIABLE) or None
+    if (workspaces and "{username}" not in workspaces) or not (workspaces or store):
         print(
-            _("slotmap workshop dashboard: set ${variable} (with {{username}})").format(
-                variable=WORKSPACES_VARIABLE
-            )
+            _(
+                "slotmap workshop dashboard: set ${variable} (with {{username}}), "
+                "${store} (a folder for the records learners post), or both"
+            ).format(variable=WORKSPACES_VARIABLE, store=STORE_VARIABLE)
         )
         return 2
     url = urllib.parse.urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:0"))
-    app = make_app(course or course_source(), workspaces)
-    app.listen(url.port, url.hostname)
+    app = make_app(course or course_source(), workspaces, Path(store) if store else None)
+    # A body past a record's cap is refused before it is read to its end (GETs have none).
+    app.listen(url.port, url.hostname, max_body_size=4 * BODY_CAP)
     ioloop.IOLoop.current().start()
     return 0
 
