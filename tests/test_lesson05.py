@@ -433,25 +433,21 @@ def rank_fns(tmp_path_factory):
 
 
 @needs_two_ranks
-def test_rank_fn_solution_passes(solution):
-    import my_rank_fn  # written by the solution's %%writefile cell
-
-    result = run_check(get_exercise("05.rank_fn"), my_rank_fn.rank_fn)
-    assert result.passed, result.report()
-    assert (result.named, result.random) == (2, 0)  # named cases only: every one spawns ranks
-
-
-@needs_two_ranks
-def test_rank_fn_runs_after_a_notebook_kernel_ran_under_the_interpreter(rank_fns, monkeypatch):
+def test_rank_fn_solution_passes_after_a_notebook_kernel_ran_under_the_interpreter(
+    solution, monkeypatch
+):
     # Triton's interpreter copies its globals, __file__ included, into a notebook kernel's
-    # (__main__'s): spawned ranks then ran interpreter.py as __main__ and died on import.
+    # (__main__'s): spawned ranks then ran interpreter.py as __main__ and died on import. One
+    # check of the solution's rank_fn, every case spawning ranks, under such a __main__.
+    import my_rank_fn  # written by the solution's %%writefile cell
     from triton.runtime import interpreter
 
     main = sys.modules["__main__"]
     monkeypatch.setattr(main, "__spec__", None)  # a kernel's __main__ is no module run by name
     monkeypatch.setattr(main, "__file__", interpreter.__file__, raising=False)
-    result = run_check(get_exercise("05.rank_fn"), rank_fns["rank_fn_right"].rank_fn)
+    result = run_check(get_exercise("05.rank_fn"), my_rank_fn.rank_fn)
     assert result.passed, result.report()
+    assert (result.named, result.random) == (2, 0)  # named cases only: every one spawns ranks
     assert main.__file__ == interpreter.__file__  # put back as it was
 
 
