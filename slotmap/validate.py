@@ -30,8 +30,13 @@ OUT_DTYPES = (torch.int32, torch.int64)
 IDX_MAPPING_DTYPES = (torch.int32, torch.int64)
 
 
-def _fail(message: str) -> None:
-    raise ValueError(message)
+class WindowPreconditionError(ValueError):
+    """The window precondition broke (docs/semantics.md): a ValueError that a judge tells apart
+    by its class, since its words are translated."""
+
+
+def _fail(message: str, error: type[ValueError] = ValueError) -> None:
+    raise error(message)
 
 
 def _dtype(dtype: torch.dtype) -> str:
@@ -370,7 +375,8 @@ def check_window(
                 high=int(high[t_bad]),
                 tile_size=tile_size,
                 window=window,
-            )
+            ),
+            WindowPreconditionError,
         )
 
 
