@@ -318,7 +318,7 @@ def test_preflight_speaks_chinese_under_slotmap_lang_zh(monkeypatch, capsys):
     assert lines[-3:] == [
         "测试学员（登录、启动服务器、第 01 课、一项检查、看板、删除）……",
         "测试学员     通过",
-        "preflight：就绪" if code == 0 else "preflight：未就绪",
+        "preflight：准备好了" if code == 0 else "preflight：尚未准备好",
     ]
     assert tight.endswith("：紧张，峰值时只容得下 6 个")
     assert slow.startswith("CPU          2 个核大约能容纳 16 个学员") and slow.endswith(
