@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from slotmap.i18n import N_, _
 from slotmap.layout import PAD_SLOT_ID
 from slotmap.validate import _fail, as_int, check_no_overlap, check_tensor
 
@@ -46,21 +47,25 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _check_caches(key_cache: Tensor, value_cache: Tensor, device: torch.device, anchor: str):
-    """Both caches [num_blocks, block_size, num_heads, head_dim], one dtype; returns the shape."""
-    check_tensor("key_cache", key_cache, FLOAT_DTYPES, 4, device, f"{anchor} is")
-    check_tensor("value_cache", value_cache, FLOAT_DTYPES, 4, device, f"{anchor} is")
+    """Both caches [num_blocks, block_size, num_heads, head_dim], one dtype; returns the shape.
+    ``anchor``: the tensor ``device`` is that of ("key is", marked with ``N_``)."""
+    check_tensor("key_cache", key_cache, FLOAT_DTYPES, 4, device, anchor)
+    check_tensor("value_cache", value_cache, FLOAT_DTYPES, 4, device, anchor)
     if key_cache.shape != value_cache.shape:
         _fail(
-            f"key_cache has shape {tuple(key_cache.shape)} but value_cache "
-            f"{tuple(value_cache.shape)}: both are [num_blocks, block_size, num_heads, head_dim]"
+            _(
+                "key_cache has shape {key} but value_cache {value}: "
+                "both are [num_blocks, block_size, num_heads, head_dim]"
+            ).format(key=tuple(key_cache.shape), value=tuple(value_cache.shape))
         )
     if key_cache.dtype != value_cache.dtype:
         _fail(
-            f"key_cache is {_dtype_name(key_cache.dtype)} but value_cache is "
-            f"{_dtype_name(value_cache.dtype)}"
+            _("key_cache is {key} but value_cache is {value}").format(
+                key=_dtype_name(key_cache.dtype), value=_dtype_name(value_cache.dtype)
+            )
         )
     if key_cache.shape[1] < 1:
-        _fail("the caches have blocks of 0 slots (block_size must be >= 1)")
+        _fail(_("the caches have blocks of 0 slots (block_size must be >= 1)"))
     return tuple(key_cache.shape)
 
 
@@ -77,29 +82,34 @@ def check_reshape_and_cache_inputs(
     """Shapes, dtypes, devices, contiguity; with ``full``, every slot (reads the tensor).
     ``pad_id`` is any int32 here: the slot value that writes nothing."""
     as_int("pad_id", pad_id)
-    check_tensor("key", key, FLOAT_DTYPES, 3, getattr(key, "device", None), "key is")
+    key_is = N_("key is")
+    check_tensor("key", key, FLOAT_DTYPES, 3, getattr(key, "device", None), key_is)
     device = key.device
-    check_tensor("value", value, FLOAT_DTYPES, 3, device, "key is")
+    check_tensor("value", value, FLOAT_DTYPES, 3, device, key_is)
     if key.shape != value.shape:
         _fail(
-            f"key has shape {tuple(key.shape)} but value {tuple(value.shape)}: both are "
-            "[num_tokens, num_heads, head_dim]"
+            _(
+                "key has shape {key} but value {value}: both are [num_tokens, num_heads, head_dim]"
+            ).format(key=tuple(key.shape), value=tuple(value.shape))
         )
     num_blocks, block_size, num_heads, head_dim = _check_caches(
-        key_cache, value_cache, device, "key"
+        key_cache, value_cache, device, key_is
     )
     if (key.shape[1], key.shape[2]) != (num_heads, head_dim):
         _fail(
-            f"key has {key.shape[1]} heads of {key.shape[2]} but the cache holds {num_heads} "
-            f"heads of {head_dim}"
+            _(
+                "key has {heads} heads of {dim} but the cache holds "
+                "{num_heads} heads of {head_dim}"
+            ).format(heads=key.shape[1], dim=key.shape[2], num_heads=num_heads, head_dim=head_dim)
         )
     for name, tensor in (("key", key), ("value", value)):
         if tensor.dtype != key_cache.dtype:
             _fail(
-                f"{name} is {_dtype_name(tensor.dtype)} but the cache is "
-                f"{_dtype_name(key_cache.dtype)}: cast one of them"
+                _("{name} is {dtype} but the cache is {cache}: cast one of them").format(
+                    name=name, dtype=_dtype_name(tensor.dtype), cache=_dtype_name(key_cache.dtype)
+                )
             )
-    check_tensor("slot_mapping", slot_mapping, INDEX_DTYPES, 1, device, "key is")
+    check_tensor("slot_mapping", slot_mapping, INDEX_DTYPES, 1, device, key_is)
     reads = {"key": key, "value": value, "slot_mapping": slot_mapping}
     for cache_name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
         for name, tensor in reads.items():
@@ -107,7 +117,11 @@ def check_reshape_and_cache_inputs(
     check_no_overlap("key_cache", key_cache, "value_cache", value_cache)
     num_tokens = key.shape[0]
     if slot_mapping.numel() < num_tokens:
-        _fail(f"slot_mapping has {slot_mapping.numel()} entries for {num_tokens} tokens")
+        _fail(
+            _("slot_mapping has {entries} entries for {num_tokens} tokens").format(
+                entries=slot_mapping.numel(), num_tokens=num_tokens
+            )
+        )
     if not full or num_tokens == 0:
         return
     slots = slot_mapping[:num_tokens].to(torch.int64)
@@ -116,8 +130,17 @@ def check_reshape_and_cache_inputs(
     if bad.numel():
         t = int(bad[0, 0])
         _fail(
-            f"token {t}: slot {int(slots[t])} is outside the cache ({num_blocks} blocks of "
-            f"{block_size} slots: 0..{num_slots - 1}, or PAD_ID {pad_id})"
+            _(
+                "token {t}: slot {slot} is outside the cache ({num_blocks} blocks of "
+                "{block_size} slots: 0..{last}, or PAD_ID {pad_id})"
+            ).format(
+                t=t,
+                slot=int(slots[t]),
+                num_blocks=num_blocks,
+                block_size=block_size,
+                last=num_slots - 1,
+                pad_id=pad_id,
+            )
         )
     real = (slots != pad_id).nonzero()[:, 0]
     ordered, order = torch.sort(slots[real], stable=True)
@@ -126,8 +149,10 @@ def check_reshape_and_cache_inputs(
         i = int(same[0, 0])
         first, second = int(real[order[i]]), int(real[order[i + 1]])
         _fail(
-            f"tokens {first} and {second} both write slot {int(ordered[i])}: which one the "
-            "cache keeps would depend on the order the programs run in"
+            _(
+                "tokens {first} and {second} both write slot {slot}: which one the "
+                "cache keeps would depend on the order the programs run in"
+            ).format(first=first, second=second, slot=int(ordered[i]))
         )
 
 
@@ -141,44 +166,71 @@ def check_paged_attention_inputs(
     full: bool = True,
 ) -> None:
     """Shapes, dtypes, devices, contiguity; with ``full``, lengths and block numbers."""
-    check_tensor("query", query, FLOAT_DTYPES, 3, getattr(query, "device", None), "query is")
+    query_is = N_("query is")
+    check_tensor("query", query, FLOAT_DTYPES, 3, getattr(query, "device", None), query_is)
     device = query.device
     num_blocks, block_size, num_heads, head_dim = _check_caches(
-        key_cache, value_cache, device, "query"
+        key_cache, value_cache, device, query_is
     )
     num_reqs = query.shape[0]
     if (query.shape[1], query.shape[2]) != (num_heads, head_dim):
         _fail(
-            f"query has {query.shape[1]} heads of {query.shape[2]} but the cache holds "
-            f"{num_heads} heads of {head_dim}"
+            _(
+                "query has {heads} heads of {dim} but the cache holds "
+                "{num_heads} heads of {head_dim}"
+            ).format(
+                heads=query.shape[1], dim=query.shape[2], num_heads=num_heads, head_dim=head_dim
+            )
         )
-    check_tensor("block_table", block_table, (torch.int32,), 2, device, "query is")
-    check_tensor("seq_lens", seq_lens, (torch.int32,), 1, device, "query is")
+    check_tensor("block_table", block_table, (torch.int32,), 2, device, query_is)
+    check_tensor("seq_lens", seq_lens, (torch.int32,), 1, device, query_is)
     if seq_lens.numel() != num_reqs:
-        _fail(f"seq_lens has {seq_lens.numel()} entries for {num_reqs} requests (query rows)")
+        _fail(
+            _("seq_lens has {entries} entries for {num_reqs} requests (query rows)").format(
+                entries=seq_lens.numel(), num_reqs=num_reqs
+            )
+        )
     if block_table.shape[0] < num_reqs:
-        _fail(f"{num_reqs} requests but the block table has only {block_table.shape[0]} rows")
+        _fail(
+            _("{num_reqs} requests but the block table has only {rows} rows").format(
+                num_reqs=num_reqs, rows=block_table.shape[0]
+            )
+        )
     if not full or num_reqs == 0:
         return
     lengths = seq_lens.to(torch.int64)
     if (bad := (lengths < 0).nonzero()).numel():
         q = int(bad[0, 0])
-        _fail(f"request {q}: seq_lens[{q}] = {int(lengths[q])} is negative")
+        _fail(
+            _("request {q}: seq_lens[{q}] = {length} is negative").format(
+                q=q, length=int(lengths[q])
+            )
+        )
     row_length = block_table.shape[1]
     needed = (lengths + block_size - 1) // block_size
     if (bad := (needed > row_length).nonzero()).numel():
         q = int(bad[0, 0])
         _fail(
-            f"request {q}: {int(lengths[q])} positions need {int(needed[q])} logical blocks of "
-            f"{block_size}, but a block-table row holds {row_length}"
+            _(
+                "request {q}: {length} positions need {needed} logical blocks of "
+                "{block_size}, but a block-table row holds {row_length}"
+            ).format(
+                q=q,
+                length=int(lengths[q]),
+                needed=int(needed[q]),
+                block_size=block_size,
+                row_length=row_length,
+            )
         )
     used = torch.arange(row_length, device=device)[None, :] < needed[:, None]
     entries = block_table[:num_reqs].to(torch.int64)
     if (bad := (used & ((entries < 0) | (entries >= num_blocks))).nonzero()).numel():
         q, b = int(bad[0, 0]), int(bad[0, 1])
         _fail(
-            f"request {q}: block_table[{q}, {b}] = {int(entries[q, b])} is not a physical "
-            f"block of the cache (0..{num_blocks - 1})"
+            _(
+                "request {q}: block_table[{q}, {b}] = {entry} is not a physical "
+                "block of the cache (0..{last})"
+            ).format(q=q, b=b, entry=int(entries[q, b]), last=num_blocks - 1)
         )
 
 
@@ -373,9 +425,11 @@ def _default_scale(head_dim: int, scale: float | None) -> float:
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
+        raise TypeError(
+            _("scale must be a real number, got {type}").format(type=type(scale).__name__)
+        )
     if not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite number, got {scale}")
+        raise ValueError(_("scale must be a finite number, got {scale}").format(scale=scale))
     return float(scale)
 
 
@@ -495,8 +549,8 @@ def paged_decode_attention_torch(
     check_paged_attention_inputs(
         query, key_cache, value_cache, block_table, seq_lens, full=validate
     )
-    key, _ = gather_through_block_table(key_cache, block_table, seq_lens)
-    value, _ = gather_through_block_table(value_cache, block_table, seq_lens)
+    key, _key_lens = gather_through_block_table(key_cache, block_table, seq_lens)
+    value, _value_lens = gather_through_block_table(value_cache, block_table, seq_lens)
     return dense_attention(query, key, value, seq_lens, scale)
 
 
@@ -507,22 +561,27 @@ def check_merge_inputs(outs: Tensor, lses: Tensor, *, full: bool = True) -> None
     """Shapes, dtypes and devices; with ``full``, also the values of ``lses``: a partial state
     with no keys has lse -inf (FlashAttention-2 reports +inf there; vLLM's merge maps it to
     -inf), and NaN means the partial itself is broken."""
-    check_tensor("outs", outs, (torch.float32,), 4, getattr(outs, "device", None), "outs is")
-    check_tensor("lses", lses, (torch.float32,), 3, outs.device, "outs is")
+    outs_is = N_("outs is")
+    check_tensor("outs", outs, (torch.float32,), 4, getattr(outs, "device", None), outs_is)
+    check_tensor("lses", lses, (torch.float32,), 3, outs.device, outs_is)
     if tuple(lses.shape) != tuple(outs.shape[:3]):
         _fail(
-            f"outs has shape {tuple(outs.shape)} but lses {tuple(lses.shape)}: "
-            "[num_states, num_reqs, num_heads, head_dim] and [num_states, num_reqs, num_heads]"
+            _(
+                "outs has shape {outs} but lses {lses}: "
+                "[num_states, num_reqs, num_heads, head_dim] and [num_states, num_reqs, num_heads]"
+            ).format(outs=tuple(outs.shape), lses=tuple(lses.shape))
         )
     if outs.shape[0] < 1:
-        _fail("nothing to merge: outs holds 0 partial states")
+        _fail(_("nothing to merge: outs holds 0 partial states"))
     if full and lses.numel():
         bad = torch.isnan(lses) | (lses == math.inf)
         if bool(bad.any()):
             state, req, head = (int(i) for i in bad.nonzero()[0])
             _fail(
-                f"lses[{state}, {req}, {head}] is {float(lses[state, req, head])}: a state with "
-                "no keys has lse -inf (map FlashAttention's +inf to -inf first)"
+                _(
+                    "lses[{state}, {req}, {head}] is {value}: a state with "
+                    "no keys has lse -inf (map FlashAttention's +inf to -inf first)"
+                ).format(state=state, req=req, head=head, value=float(lses[state, req, head]))
             )
 
 

@@ -91,15 +91,23 @@ def _choose() -> Backend:
         if os.environ.get("TRITON_INTERPRET") == "1":
             # Interpreted kernels cannot be compiled: say so instead of failing per kernel.
             raise ValueError(
-                f"{ENV_VAR}={COMPILE_ONLY} compiles the kernels: unset TRITON_INTERPRET"
+                _("{setting} compiles the kernels: unset TRITON_INTERPRET").format(
+                    setting=f"{ENV_VAR}={COMPILE_ONLY}"
+                )
             )
         reason = _("{setting}: compile only").format(setting=f"{ENV_VAR}={forced}")
         return Backend(COMPILE_ONLY, "cpu", reason, "npu")
     if forced:
         if forced not in BACKENDS:
             raise ValueError(
-                f"{ENV_VAR}={forced!r}: expected one of {', '.join(BACKENDS)} "
-                f"(or {COMPILE_ONLY} to compile for triton-ascend without launching)"
+                _(
+                    "{setting}: expected one of {backends} "
+                    "(or {compile_only} to compile for triton-ascend without launching)"
+                ).format(
+                    setting=f"{ENV_VAR}={forced!r}",
+                    backends=", ".join(BACKENDS),
+                    compile_only=COMPILE_ONLY,
+                )
             )
         reason = f"{ENV_VAR}={forced}"
         if forced == "npu":
@@ -191,7 +199,11 @@ def _with_policy(backend: Backend) -> Backend:
     if not policy:
         return backend
     if policy not in BACKENDS:
-        raise ValueError(f"{POLICY_VAR}={policy!r}: expected one of {', '.join(BACKENDS)}")
+        raise ValueError(
+            _("{setting}: expected one of {backends}").format(
+                setting=f"{POLICY_VAR}={policy!r}", backends=", ".join(BACKENDS)
+            )
+        )
     reason = f"{backend.reason}; {POLICY_VAR}={policy}"
     return Backend(backend.name, backend.device, reason, policy)
 

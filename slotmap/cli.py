@@ -25,10 +25,11 @@ import importlib.metadata
 import os
 import sys
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from slotmap.i18n import LANG_VAR, _
+from slotmap.i18n import LANG_VAR, N_, _, tr
 from slotmap.lab import (
     COURSE_MARKER,
     course_root,
@@ -121,15 +122,26 @@ def widget_problems(stack: WidgetStack) -> list[str]:
         # to): only the kernel side can be checked.
         pin = LAB_PINS["ipywidgets"]
         if versions["ipywidgets"] not in SpecifierSet(pin):
-            return [f"ipywidgets {versions['ipywidgets']} is not the course's pin ipywidgets{pin}"]
+            return [
+                _("{name} {version} is not the course's pin {name}{pin}").format(
+                    name="ipywidgets", version=versions["ipywidgets"], pin=pin
+                )
+            ]
         return []
     missing = [name for name in LAB_PINS if not versions.get(name)]
     if missing:
-        return [f"{name} is not installed: the course's widgets need it" for name in missing]
+        return [
+            _("{name} is not installed: the course's widgets need it").format(name=name)
+            for name in missing
+        ]
     problems = []
     for name, pin in LAB_PINS.items():
         if versions[name] not in SpecifierSet(pin):
-            problems.append(f"{name} {versions[name]} is not the course's pin {name}{pin}")
+            problems.append(
+                _("{name} {version} is not the course's pin {name}{pin}").format(
+                    name=name, version=versions[name], pin=pin
+                )
+            )
     for text in stack.ipywidgets_requires:
         try:
             requirement = Requirement(text)
@@ -141,17 +153,28 @@ def widget_problems(stack: WidgetStack) -> list[str]:
             have = versions["jupyterlab_widgets"]
             if have not in requirement.specifier:
                 problems.append(
-                    f"ipywidgets {versions['ipywidgets']} needs jupyterlab_widgets"
-                    f"{requirement.specifier}, found {have}"
+                    _("ipywidgets {version} needs jupyterlab_widgets{pin}, found {have}").format(
+                        version=versions["ipywidgets"], pin=requirement.specifier, have=have
+                    )
                 )
     if stack.loaded_extension is None:
-        problems.append(f"JupyterLab finds no {WIDGETS_EXTENSION} extension")
+        problems.append(
+            _("JupyterLab finds no {extension} extension").format(extension=WIDGETS_EXTENSION)
+        )
     elif stack.shipped_extension and stack.loaded_extension[0] != stack.shipped_extension:
         version, folder = stack.loaded_extension
         problems.append(
-            f"JupyterLab loads {WIDGETS_EXTENSION} {version} from {folder}, but "
-            f"jupyterlab_widgets {versions['jupyterlab_widgets']} ships "
-            f"{stack.shipped_extension}: remove {Path(folder) / WIDGETS_EXTENSION}"
+            _(
+                "JupyterLab loads {extension} {version} from {folder}, but "
+                "jupyterlab_widgets {widgets} ships {shipped}: remove {path}"
+            ).format(
+                extension=WIDGETS_EXTENSION,
+                version=version,
+                folder=folder,
+                widgets=versions["jupyterlab_widgets"],
+                shipped=stack.shipped_extension,
+                path=Path(folder) / WIDGETS_EXTENSION,
+            )
         )
     return problems
 
@@ -165,24 +188,35 @@ def widgets_report(stack: WidgetStack) -> tuple[bool, list[str]]:
     """(all good, the doctor's lines) for the widget stack."""
     versions = stack.versions
     if not any(versions.get(name) for name in LAB_PINS):
-        return True, ["widgets      not installed (the course needs the lab extra)"]
+        return True, [_("widgets      not installed (the course needs the lab extra)")]
     problems = widget_problems(stack)
     if not problems and kernel_side_only(stack):
         return True, [
-            f"widgets      kernel side only: ipywidgets {versions['ipywidgets']}, no JupyterLab "
-            f"here; the JupyterLab that runs these notebooks needs jupyterlab_widgets"
-            f"{LAB_PINS['jupyterlab_widgets']}"
+            _(
+                "widgets      kernel side only: ipywidgets {version}, no JupyterLab "
+                "here; the JupyterLab that runs these notebooks needs jupyterlab_widgets{pin}"
+            ).format(version=versions["ipywidgets"], pin=LAB_PINS["jupyterlab_widgets"])
         ]
     if not problems:
         version, folder = stack.loaded_extension or ("?", "?")
         return True, [
-            f"widgets      match: ipywidgets {versions['ipywidgets']}, jupyterlab_widgets "
-            f"{versions['jupyterlab_widgets']}, {WIDGETS_EXTENSION} {version} ({folder})"
+            _(
+                "widgets      match: ipywidgets {ipywidgets}, jupyterlab_widgets "
+                "{widgets}, {extension} {version} ({folder})"
+            ).format(
+                ipywidgets=versions["ipywidgets"],
+                widgets=versions["jupyterlab_widgets"],
+                extension=WIDGETS_EXTENSION,
+                version=version,
+                folder=folder,
+            )
         ]
-    lines = [f"widgets      MISMATCH: {problem}" for problem in problems]
+    lines = [_("widgets      MISMATCH: {problem}").format(problem=problem) for problem in problems]
     lines.append(
-        "             widgets would show 'Error displaying widget: model not found' or as "
-        "text; reinstall the lab extra: pip install -e '.[lab]' (rm -rf .venv && make lab)"
+        _(
+            "             widgets would show 'Error displaying widget: model not found' or as "
+            "text; reinstall the lab extra: pip install -e '.[lab]' (rm -rf .venv && make lab)"
+        )
     )
     return False, lines
 
@@ -219,7 +253,7 @@ def canary() -> list[tuple[str, bool, float, str]]:
     # (name, launcher, its reference, arguments, options for both, launcher-only options)
     cases = [
         (
-            "window kernel",
+            N_("window kernel"),
             slotmap.compute_slot_mapping,
             slotmap.slot_mapping_oracle,
             single,
@@ -227,7 +261,7 @@ def canary() -> list[tuple[str, bool, float, str]]:
             {"tile_size": 64},
         ),
         (
-            "window kernel, float32-halves gather",
+            N_("window kernel, float32-halves gather"),
             slotmap.compute_slot_mapping,
             slotmap.slot_mapping_oracle,
             single,
@@ -235,7 +269,7 @@ def canary() -> list[tuple[str, bool, float, str]]:
             {"tile_size": 64, "gather_as_float": True},
         ),
         (
-            "direct kernel",
+            N_("direct kernel"),
             slotmap.compute_slot_mapping_direct,
             slotmap.slot_mapping_oracle,
             single,
@@ -243,7 +277,7 @@ def canary() -> list[tuple[str, bool, float, str]]:
             {},
         ),
         (
-            "window kernel, context parallel",
+            N_("window kernel, context parallel"),
             slotmap.compute_slot_mapping,
             slotmap.slot_mapping_oracle,
             single,
@@ -251,7 +285,7 @@ def canary() -> list[tuple[str, bool, float, str]]:
             {},
         ),
         (
-            "fused two-group kernel",
+            N_("fused two-group kernel"),
             slotmap.compute_slot_mappings,
             slotmap.slot_mappings_oracle,
             groups,
@@ -272,39 +306,57 @@ def canary() -> list[tuple[str, bool, float, str]]:
             got = run().cpu()  # .cpu() waits for the device
             want = want.cpu()
             ok = torch.equal(got, want)
-            detail = "exact" if ok else f"MISMATCH at {int((got != want).nonzero()[0, 0])}"
+            detail = (
+                _("exact")
+                if ok
+                else _("MISMATCH at {token}").format(token=int((got != want).nonzero()[0, 0]))
+            )
         except Exception as exc:  # noqa: BLE001 - the doctor reports, it does not crash
             ok, detail = False, f"{type(exc).__name__}: {exc}"
         results.append((name, ok, time.perf_counter() - start, detail))
     return results
 
 
-def doctor(_: argparse.Namespace) -> int:
+def doctor(_args: argparse.Namespace) -> int:
     import slotmap
 
-    print(f"backend      {slotmap.BACKEND.name} on device {slotmap.DEVICE!r}")
-    print(f"why          {slotmap.BACKEND.reason}")
-    print(f"interpreter  TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')!r}")
+    print(
+        _("backend      {backend} on device {device}").format(
+            backend=slotmap.BACKEND.name, device=repr(slotmap.DEVICE)
+        )
+    )
+    print(_("why          {reason}").format(reason=slotmap.BACKEND.reason))
+    interpret = repr(os.environ.get("TRITON_INTERPRET", ""))
+    print(_("interpreter  TRITON_INTERPRET={value}").format(value=interpret))
     found = versions()
+    missing = _("not installed")
     for name in ["python", "torch", "triton", "triton-ascend", "torch-npu"]:
-        print(f"{name:<12} {found[name] or 'not installed'}")
+        print(f"{name:<12} {found[name] or missing}")
     if found["triton"] and found["triton-ascend"]:
-        print("WARNING      triton and triton-ascend both installed: they overwrite each other")
+        print(_("WARNING      triton and triton-ascend both installed: they overwrite each other"))
     lab = ["jupyterlab", "ipywidgets", "jupyterlab_widgets", "ipykernel", "matplotlib"]
-    print("lab          " + ", ".join(f"{n} {found[n] or '-'}" for n in lab))
+    listed = ", ".join(f"{n} {found[n] or '-'}" for n in lab)
+    print(_("lab          {packages}").format(packages=listed))
     widgets_ok, lines = widgets_report(widget_stack())
     print("\n".join(lines))
-    print("canary       production kernels against the reference:")
+    print(_("canary       production kernels against the reference:"))
     results = canary()
     for name, ok, seconds, detail in results:
-        print(f"  {'PASS' if ok else 'FAIL'}  {name:<38} {seconds * 1e3:8.1f} ms  {detail}")
-    passed = all(ok for _, ok, _, _ in results)
+        verdict = _pad(_("PASS") if ok else _("FAIL"), 4)
+        print(f"  {verdict}  {_pad(tr(name), 38)} {seconds * 1e3:8.1f} ms  {detail}")
+    passed = all(ok for _name, ok, _seconds, _detail in results)
     if passed and widgets_ok:
-        print("doctor: all good")
+        print(_("doctor: all good"))
     else:
-        failed = ([] if passed else ["the canary"]) + ([] if widgets_ok else ["the widgets"])
-        print(f"doctor: {' and '.join(failed)} FAILED")
+        failed = ([] if passed else [_("the canary")]) + ([] if widgets_ok else [_("the widgets")])
+        print(_("doctor: {failed} FAILED").format(failed=_(" and ").join(failed)))
     return 0 if passed and widgets_ok else 1
+
+
+def _pad(text: str, width: int) -> str:
+    """``text`` padded to ``width`` terminal columns: a CJK character takes two."""
+    columns = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    return text + " " * (width - columns)
 
 
 NO_AUTH_FLAG = "--unsafe-no-auth"
@@ -487,6 +539,25 @@ def translate(args: argparse.Namespace) -> int:
     return 0
 
 
+def progress_bar(done: int, total: int, seconds: float, width: int = 30) -> str:
+    """``slotmap grade``'s progress on a terminal: a bar, the count and the time so far."""
+    filled = width * done // total
+    elapsed = _("{done}/{total} {seconds} s").format(
+        done=done, total=total, seconds=f"{seconds:.0f}"
+    )
+    return f"[{'#' * filled}{'.' * (width - filled)}] {elapsed}"
+
+
+def progress_line(one, done: int, total: int) -> str:  # noqa: ANN001 - a grade.Grade
+    """``slotmap grade``'s line for a notebook just graded (not on a terminal): its verdicts."""
+    from slotmap.exercises.grade import result_label
+
+    verdict = _(", ").join(f"{e} {result_label(r)}" for e, r in one.results.items())
+    verdict = verdict or _("no checks")
+    verdict += _("; {error}").format(error=one.error) if one.error else ""
+    return f"[{done}/{total}] {one.notebook}: {verdict}"
+
+
 def grade(args: argparse.Namespace) -> int:
     import signal
 
@@ -500,11 +571,13 @@ def grade(args: argparse.Namespace) -> int:
 
     folder = Path(args.folder)
     if not folder.is_dir():
-        print(f"slotmap grade: {folder} is not a folder", file=sys.stderr)
+        print(_("slotmap grade: {folder} is not a folder").format(folder=folder), file=sys.stderr)
         return 2
     total = sum(1 for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     if not total:
-        print(f"slotmap grade: no notebooks under {folder}", file=sys.stderr)
+        print(
+            _("slotmap grade: no notebooks under {folder}").format(folder=folder), file=sys.stderr
+        )
         return 2
     options = GradeOptions(
         timeout=args.timeout,
@@ -520,20 +593,15 @@ def grade(args: argparse.Namespace) -> int:
         if args.json:
             write_atomically(Path(args.json), grades_json(so_far))
         done = len(so_far)
-        verdict = ", ".join(f"{e} {r}" for e, r in one.results.items()) or "no checks"
-        verdict += f"; {one.error}" if one.error else ""
         if bar:
-            width = 30
-            filled = width * done // total
             print(
-                f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
-                f"{time.monotonic() - started:.0f} s",
+                "\r" + progress_bar(done, total, time.monotonic() - started),
                 end="" if done < total else "\n",
                 file=sys.stderr,
                 flush=True,
             )
         else:
-            print(f"[{done}/{total}] {one.notebook}: {verdict}", file=sys.stderr, flush=True)
+            print(progress_line(one, done, total), file=sys.stderr, flush=True)
 
     # A terminated (or hung-up) grader stops its notebooks (grade_folder cleans up on the way
     # out); a killed one takes them along by their parent-death signal.

@@ -62,8 +62,14 @@ if TYPE_CHECKING:
 def _check_world(world_size: int, interleave: int, kv_cache_block_size: int) -> None:
     if world_size < 1 or interleave < 1 or kv_cache_block_size < 1:
         raise ValueError(
-            f"world_size, interleave and kv_cache_block_size must be >= 1, got "
-            f"{world_size}, {interleave}, {kv_cache_block_size}"
+            _(
+                "world_size, interleave and kv_cache_block_size must be >= 1, got "
+                "{world_size}, {interleave}, {kv_cache_block_size}"
+            ).format(
+                world_size=world_size,
+                interleave=interleave,
+                kv_cache_block_size=kv_cache_block_size,
+            )
         )
 
 
@@ -90,7 +96,7 @@ def owner_of(position: int, world_size: int, interleave: int, kv_cache_block_siz
     """
     _check_world(world_size, interleave, kv_cache_block_size)
     if position < 0:
-        raise ValueError(f"position must be >= 0, got {position}")
+        raise ValueError(_("position must be >= 0, got {position}").format(position=position))
     for rank in range(world_size):
         if _located(position, world_size, rank, interleave, kv_cache_block_size) is not None:
             return rank
@@ -128,9 +134,13 @@ def local_length(
     """
     _check_world(world_size, interleave, kv_cache_block_size)
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not a rank of a world of {world_size}")
+        raise ValueError(
+            _("rank {rank} is not a rank of a world of {world}").format(
+                rank=rank, world=world_size
+            )
+        )
     if seq_len < 0:
-        raise ValueError(f"seq_len must be >= 0, got {seq_len}")
+        raise ValueError(_("seq_len must be >= 0, got {seq_len}").format(seq_len=seq_len))
     virtual_block_size = kv_cache_block_size * world_size
     round_size = world_size * interleave
 
@@ -154,7 +164,7 @@ def five_steps(
     below 1 raise the launchers' ValueErrors, by this function's argument names."""
     position = as_int("position", position)
     if position < 0:
-        raise ValueError(f"position must be >= 0, got {position}")
+        raise ValueError(_("position must be >= 0, got {position}").format(position=position))
     for name, value in (
         ("block_size", block_size),
         ("kv_cache_block_size", kv_cache_block_size),
@@ -417,7 +427,11 @@ def cp_slot_mapping_rank(ctx: RankContext, batch: CPBatch) -> RankEvidence:
     start = time.perf_counter()
     rank, world = ctx.rank, ctx.world_size
     if world != batch.world_size:
-        raise ValueError(f"the batch is for {batch.world_size} ranks, the group has {world}")
+        raise ValueError(
+            _("the batch is for {batch} ranks, the group has {world}").format(
+                batch=batch.world_size, world=world
+            )
+        )
     qsl, positions, table = batch.tensors(rank, ctx.device)
     if batch.skip_launcher_checks:
         slots = launch_unchecked(qsl, positions, table, batch.block_size, **batch.options(rank))
@@ -432,7 +446,7 @@ def cp_slot_mapping_rank(ctx: RankContext, batch: CPBatch) -> RankEvidence:
     # Collectives: every rank takes part, on its own device.
     count = stored.clone()
     dist.all_reduce(count, op=dist.ReduceOp.SUM)
-    gathered = [torch.empty_like(stored) for _ in range(world)]
+    gathered = [torch.empty_like(stored) for _rank in range(world)]
     dist.all_gather(gathered, stored)
 
     values = slots.cpu().tolist()

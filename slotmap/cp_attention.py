@@ -35,6 +35,7 @@ from slotmap.attention import (
     reshape_and_cache,
 )
 from slotmap.cp import local_length  # lesson 05: positions 0..n-1 a rank stores, counted
+from slotmap.i18n import _
 from slotmap.kernels.slot_mapping import compute_slot_mapping
 from slotmap.layout import SlotLayout, cdiv
 
@@ -102,7 +103,7 @@ def owned_positions(
     """The positions ``0..seq_len-1`` that ``rank`` stores, in order (the reference's formula)."""
     positions = torch.arange(seq_len, dtype=torch.int64)
     layout = SlotLayout(block_size, block_size, world_size, rank, interleave)
-    _, _, has_slot = layout.locate(positions)
+    _block, _offset, has_slot = layout.locate(positions)
     return positions[has_slot].tolist()
 
 
@@ -142,7 +143,11 @@ def build_rank_state(
     Each rank's physical blocks are a shuffle (seeded by seed and rank) of its own cache, so
     the block tables differ between ranks and from the identity."""
     if any(n < 1 for n in problem.seq_lens):
-        raise ValueError(f"every request needs its new token: seq_lens {problem.seq_lens}")
+        raise ValueError(
+            _("every request needs its new token: seq_lens {seq_lens}").format(
+                seq_lens=problem.seq_lens
+            )
+        )
     dense = build_problem(problem, device)
     block_size = problem.block_size
     local_lens = [

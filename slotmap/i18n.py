@@ -46,7 +46,10 @@ def normalize(lang: str) -> str:
         return CHINESE
     if key.startswith("en") or key in ("c", "posix"):
         return ENGLISH
-    raise ValueError(f"{lang!r}: the course speaks en (English) and zh (简体中文)")
+    # Said in the language spoken so far (English while the environment is being read).
+    raise ValueError(
+        _("{lang}: the course speaks en (English) and zh (简体中文)").format(lang=repr(lang))
+    )
 
 
 def from_environment(environ: dict[str, str] | None = None) -> str:
@@ -73,6 +76,7 @@ def _translations(lang: str) -> gettext.NullTranslations:
     return gettext.translation(DOMAIN, LOCALE_DIR, languages=[lang], fallback=True)
 
 
+_catalog: gettext.NullTranslations = gettext.NullTranslations()  # until the language is read
 _current = from_environment()
 _catalog = _translations(_current)
 

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from slotmap.i18n import N_, _, tr
+
 PAD_SLOT_ID = -1  # "no slot": vLLM's PAD_SLOT_ID, passed to kernels as PAD_ID
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
@@ -65,16 +67,25 @@ def expand_block_table(
     skips the overflow check, which reads the table's largest entry (a device sync).
     """
     if blocks_per_kv_block < 1:
-        raise ValueError(f"blocks_per_kv_block must be >= 1, got {blocks_per_kv_block}")
+        raise ValueError(
+            _("{name} must be >= 1, got {number}").format(
+                name="blocks_per_kv_block", number=blocks_per_kv_block
+            )
+        )
     if not isinstance(block_table, torch.Tensor):
-        raise ValueError(f"block_table must be a torch.Tensor, got {type(block_table).__name__}")
+        raise ValueError(
+            _("{name} must be a torch.Tensor, got {type}").format(
+                name="block_table", type=type(block_table).__name__
+            )
+        )
     if block_table.is_meta:
         # A meta tensor has a shape but no entries: nothing to expand or to check.
-        raise ValueError("block_table is a meta tensor: it holds no block numbers to expand")
+        raise ValueError(_("block_table is a meta tensor: it holds no block numbers to expand"))
     if block_table.dtype not in (torch.int32, torch.int64) or block_table.dim() != 2:
         raise ValueError(
-            f"block_table must be a 2-D int32 or int64 tensor, got {block_table.dtype} of "
-            f"shape {tuple(block_table.shape)}"
+            _(
+                "block_table must be a 2-D int32 or int64 tensor, got {dtype} of shape {shape}"
+            ).format(dtype=block_table.dtype, shape=tuple(block_table.shape))
         )
     if validate and block_table.numel():
         # k * B + B - 1 must fit the table's dtype: a wrapped-around number would be a small,
@@ -83,9 +94,15 @@ def expand_block_table(
         limit = torch.iinfo(block_table.dtype).max
         if largest * blocks_per_kv_block + blocks_per_kv_block - 1 > limit:
             raise ValueError(
-                f"block_table holds physical block {largest}: its attention blocks "
-                f"{largest} * {blocks_per_kv_block} + j pass {str(block_table.dtype)[6:]}'s "
-                f"largest value {limit}"
+                _(
+                    "block_table holds physical block {largest}: its attention blocks "
+                    "{largest} * {blocks} + j pass {dtype}'s largest value {limit}"
+                ).format(
+                    largest=largest,
+                    blocks=blocks_per_kv_block,
+                    dtype=str(block_table.dtype)[6:],
+                    limit=limit,
+                )
             )
     j = torch.arange(blocks_per_kv_block, dtype=block_table.dtype, device=block_table.device)
     expanded = block_table.unsqueeze(-1) * blocks_per_kv_block + j
@@ -110,9 +127,15 @@ def as_int(name: str, value: object, *, optional: bool = False) -> int | None:
         except TypeError:
             pass
     if number is None:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        raise TypeError(
+            _("{name} must be an int, got {type} {value}").format(
+                name=name, type=type(value).__name__, value=repr(value)
+            )
+        )
     if not INT32_MIN <= number <= INT32_MAX:
-        raise ValueError(f"{name} {number} does not fit in int32")
+        raise ValueError(
+            _("{name} {number} does not fit in int32").format(name=name, number=number)
+        )
     return number
 
 
@@ -120,7 +143,7 @@ def check_at_least_one(name: str, value: object) -> int:
     """A count or size argument: an int32 (``as_int``) of at least 1."""
     number = as_int(name, value)
     if number < 1:
-        raise ValueError(f"{name} must be >= 1, got {number}")
+        raise ValueError(_("{name} must be >= 1, got {number}").format(name=name, number=number))
     return number
 
 
@@ -128,7 +151,11 @@ def check_pad_id(pad_id: object) -> int:
     """pad_id, an int32 that no slot can equal: slots are >= 0, so it must be negative."""
     pad_id = as_int("pad_id", pad_id)
     if pad_id >= 0:
-        raise ValueError(f"pad_id must be negative, got {pad_id}: a slot >= 0 could equal it")
+        raise ValueError(
+            _("pad_id must be negative, got {pad_id}: a slot >= 0 could equal it").format(
+                pad_id=pad_id
+            )
+        )
     return pad_id
 
 
@@ -161,21 +188,31 @@ class SlotLayout:
         cp_rank = as_int("cp_rank", self.cp_rank)
         if kv < 1 or kv % block_size != 0:
             raise ValueError(
-                f"kv_cache_block_size {kv} must be a positive multiple of block_size "
-                f"{block_size} (one physical block holds whole attention blocks)"
+                _(
+                    "kv_cache_block_size {kv} must be a positive multiple of block_size "
+                    "{block_size} (one physical block holds whole attention blocks)"
+                ).format(kv=kv, block_size=block_size)
             )
         world = check_at_least_one("cp_world_size", self.cp_world_size)
         if not 0 <= cp_rank < world:
-            raise ValueError(f"cp_rank {cp_rank} is not a rank of a world of {world}")
+            raise ValueError(
+                _("cp_rank {rank} is not a rank of a world of {world}").format(
+                    rank=cp_rank, world=world
+                )
+            )
         interleave = check_at_least_one("cp_interleave", self.cp_interleave)
         if world > 1 and kv % interleave != 0:
             raise ValueError(
-                f"kv_cache_block_size {kv} is not a multiple of cp_interleave {interleave}: "
-                "two positions of one rank would share a slot"
+                _(
+                    "kv_cache_block_size {kv} is not a multiple of cp_interleave {interleave}: "
+                    "two positions of one rank would share a slot"
+                ).format(kv=kv, interleave=interleave)
             )
         if self.circular and world > 1:
             raise ValueError(
-                f"a circular cache cannot be split across {world} context-parallel ranks"
+                _("a circular cache cannot be split across {world} context-parallel ranks").format(
+                    world=world
+                )
             )
         fields = dict(
             block_size=block_size,
@@ -312,17 +349,21 @@ def group_layouts(
     sharded = [True] * num_groups if dcp_sharded is None else list(dcp_sharded)
     pad_id = check_pad_id(pad_id)
     if num_groups < 1:
-        raise ValueError("at least one KV-cache group is needed")
+        raise ValueError(_("at least one KV-cache group is needed"))
     lists = {
-        "block sizes": block_sizes,
-        "circular flags": circular,
-        "kernel_block_sizes": kernel,
-        "slot_mapping_enabled flags": enabled,
-        "dcp_sharded flags": sharded,
+        N_("block sizes"): block_sizes,
+        N_("circular flags"): circular,
+        N_("kernel_block_sizes"): kernel,
+        N_("slot_mapping_enabled flags"): enabled,
+        N_("dcp_sharded flags"): sharded,
     }
     for name, values in lists.items():
         if len(values) != num_groups:
-            raise ValueError(f"{num_groups} block tables but {len(values)} {name}")
+            raise ValueError(
+                _("{num_groups} block tables but {count} {name}").format(
+                    num_groups=num_groups, count=len(values), name=tr(name)
+                )
+            )
     # The batch's CP, checked even where no group is sharded.
     check_at_least_one("cp_interleave", cp_interleave)
     SlotLayout.of(1, None, cp_world_size, cp_rank)
@@ -333,23 +374,40 @@ def group_layouts(
         on, ring = bool(enabled[g]), bool(circular[g])
         split = on and bool(sharded[g])
         cp = (cp_world_size, cp_rank, cp_interleave) if split else (1, 0, 1)
+        sizes_fit = False
         try:
             if kernel_size >= 1 and size >= 1 and size % kernel_size:
                 raise ValueError(
-                    f"kernel block size {kernel_size} does not divide block size {size} (an "
-                    "allocation block holds whole kernel blocks)"
+                    _(
+                        "kernel block size {kernel_size} does not divide block size {size} (an "
+                        "allocation block holds whole kernel blocks)"
+                    ).format(kernel_size=kernel_size, size=size)
                 )
             if ring and kernel_size != size:
                 raise ValueError(
-                    f"a circular cache is one block a row: its kernel block size "
-                    f"{kernel_size} must be its block size {size}"
+                    _(
+                        "a circular cache is one block a row: its kernel block size "
+                        "{kernel_size} must be its block size {size}"
+                    ).format(kernel_size=kernel_size, size=size)
                 )
+            sizes_fit = True
             layouts.append(SlotLayout.of(kernel_size, size, *cp, ring, pad_id, on))
         except ValueError as exc:
-            cp_error = "cp_interleave" in str(exc) or "context-parallel" in str(exc)
-            hint = " (dcp_sharded=False keeps a group off the CP split)" if cp_error else ""
-            raise ValueError(f"group {g}: {exc}{hint}") from None
+            hint = ""
+            if split and sizes_fit and _stands_unsplit(kernel_size, size, ring, pad_id, on):
+                hint = _(" (dcp_sharded=False keeps a group off the CP split)")
+            raise ValueError(_("group {g}: {error}").format(g=g, error=exc) + hint) from None
     return tuple(layouts)
+
+
+def _stands_unsplit(kernel_size: int, size: int, ring: bool, pad_id: int, on: bool) -> bool:
+    """Whether a group's layout that the CP split refused stands without it: then the split
+    is to blame, and ``dcp_sharded=False`` is the way out."""
+    try:
+        SlotLayout.of(kernel_size, size, 1, 0, 1, ring, pad_id, on)
+    except ValueError:
+        return False
+    return True
 
 
 def group_layouts_of(num_groups: int, *lists: Sequence | None, **batch: int) -> tuple:

@@ -44,6 +44,7 @@ import torch
 import triton
 from torch import Tensor
 
+from slotmap.i18n import N_, _
 from slotmap.kernels import c_launch, direct, fused_groups, slot_mapping
 from slotmap.kernels.launch import POLICY, LaunchKnobs, Plan, request_grid
 from slotmap.kernels.token_grid import PAD_TILE, TOKENS_PER_GRID, use_token_grid
@@ -211,10 +212,14 @@ class _Mapper(abc.ABC):
     ) -> None:
         """Name what ``_check`` refused (the slow path: only when a check failed)."""
         if type(num_tokens) is not int:
-            raise ValueError(f"num_tokens must be an int, got {type(num_tokens).__name__}")
+            raise ValueError(
+                _("num_tokens must be an int, got {type}").format(type=type(num_tokens).__name__)
+            )
         if not 0 <= num_tokens <= self.max_num_tokens:
             raise ValueError(
-                f"num_tokens {num_tokens} is outside [0, max_num_tokens={self.max_num_tokens}]"
+                _("num_tokens {num_tokens} is outside [0, max_num_tokens={max}]").format(
+                    num_tokens=num_tokens, max=self.max_num_tokens
+                )
             )
         device = self.out.device
         inputs = [("query_start_loc", query_start_loc, torch.int32)]
@@ -222,31 +227,42 @@ class _Mapper(abc.ABC):
         if idx_mapping is not None:
             inputs.append(("idx_mapping", idx_mapping, torch.int32))
         for name, tensor, dtype in inputs:
-            check_tensor(name, tensor, (dtype,), 1, device, "the mapper's buffers are")
+            check_tensor(name, tensor, (dtype,), 1, device, N_("the mapper's buffers are"))
             if not tensor.is_contiguous():
-                raise ValueError(f"{name} must be contiguous (stride {tensor.stride()})")
+                raise ValueError(
+                    _("{name} must be contiguous (stride {stride})").format(
+                        name=name, stride=tensor.stride()
+                    )
+                )
         num_reqs = query_start_loc.shape[0] - 1
         if not 0 <= num_reqs <= self.max_num_reqs:
             raise ValueError(
-                f"query_start_loc holds {num_reqs} requests: the mapper has "
-                f"{self.max_num_reqs} block-table rows (query_start_loc needs at least 1 entry)"
+                _(
+                    "query_start_loc holds {num_reqs} requests: the mapper has "
+                    "{rows} block-table rows (query_start_loc needs at least 1 entry)"
+                ).format(num_reqs=num_reqs, rows=self.max_num_reqs)
             )
         if positions.shape[0] < num_tokens:
             raise ValueError(
-                f"positions has {positions.shape[0]} entries, fewer than num_tokens={num_tokens}"
+                _("positions has {entries} entries, fewer than num_tokens={num_tokens}").format(
+                    entries=positions.shape[0], num_tokens=num_tokens
+                )
             )
         if idx_mapping is not None and idx_mapping.shape[0] < num_reqs:
             raise ValueError(
-                f"idx_mapping has {idx_mapping.shape[0]} entries, fewer than the "
-                f"{num_reqs} requests"
+                _("idx_mapping has {entries} entries, fewer than the {num_reqs} requests").format(
+                    entries=idx_mapping.shape[0], num_reqs=num_reqs
+                )
             )
         for name, tensor, seen in zip(self.held_names(), self._held, self._seen, strict=True):
             if _geometry(tensor) != seen:
                 raise ValueError(
-                    f"{name} was resized, replaced or freed since the mapper was built "
-                    f"(address, shape or layout changed): build a new mapper for it"
+                    _(
+                        "{name} was resized, replaced or freed since the mapper was built "
+                        "(address, shape or layout changed): build a new mapper for it"
+                    ).format(name=name)
                 )
-        raise ValueError("the mapper's inputs are not what it launches on")  # unreachable
+        raise ValueError(_("the mapper's inputs are not what it launches on"))  # unreachable
 
     @abc.abstractmethod
     def held_names(self) -> tuple[str, ...]:
@@ -349,11 +365,17 @@ class SlotMapper(_Mapper):
         out_dtype: torch.dtype = torch.int32,
     ) -> None:
         if kernel not in KERNELS:
-            raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+            raise ValueError(
+                _("kernel must be one of {kernels}, got {kernel}").format(
+                    kernels=", ".join(KERNELS), kernel=repr(kernel)
+                )
+            )
         self.layout = layout if isinstance(layout, SlotLayout) else SlotLayout.of(layout)
-        check_tensor("block_table", block_table, (torch.int32,), 2, block_table.device, "it is")
+        check_tensor(
+            "block_table", block_table, (torch.int32,), 2, block_table.device, N_("it is")
+        )
         if not block_table.is_contiguous():
-            raise ValueError("block_table must be contiguous")
+            raise ValueError(_("block_table must be contiguous"))
         self.table = block_table
         self.kernel = kernel
         self.max_num_tokens = as_int("max_num_tokens", max_num_tokens)
@@ -449,7 +471,7 @@ class SlotMapper(_Mapper):
                 and not knobs.launch_enter_hook.calls
                 and not knobs.launch_exit_hook.calls
             ):
-                _, x, y, z, value = planned
+                _variant, x, y, z, value = planned
                 launch.call(x, y, z, c_launch.current_stream(index), num_tokens, q, p, value)
                 return out
         self._jit(query_start_loc, positions, num_tokens, num_reqs, None, planned)
@@ -491,13 +513,18 @@ class GroupsMapper(_Mapper):
             t for t, layout in zip(self.tables, self.layouts, strict=True) if layout.enabled
         ]
         if not enabled:
-            raise ValueError("at least one group must map tokens")
+            raise ValueError(_("at least one group must map tokens"))
         for g, table in enumerate(enabled):
             check_tensor(
-                f"block_tables[{g}]", table, (torch.int32,), 2, enabled[0].device, "the first is"
+                f"block_tables[{g}]",
+                table,
+                (torch.int32,),
+                2,
+                enabled[0].device,
+                N_("the first is"),
             )
             if not table.is_contiguous():
-                raise ValueError(f"block_tables[{g}] must be contiguous")
+                raise ValueError(_("block_tables[{g}] must be contiguous").format(g=g))
         device = enabled[0].device
         self.max_num_tokens = as_int("max_num_tokens", max_num_tokens)
         self.max_num_reqs = fused_groups.enabled_rows(self.tables, self.layouts)
@@ -551,7 +578,9 @@ class GroupsMapper(_Mapper):
         idx_mapping: Tensor | None = None,
     ) -> Tensor:
         if (idx_mapping is not None) != self.idx_mapping:
-            raise ValueError(f"this mapper was built with idx_mapping={self.idx_mapping}")
+            raise ValueError(
+                _("this mapper was built with idx_mapping={built}").format(built=self.idx_mapping)
+            )
         # ``_check``'s checks written out inline (a call and its lookups cost a tenth of a
         # step's host time); tests hold the two to refusing the same steps with one message.
         index, out = self._index, self._held[-1]  # the output the launches bound
@@ -605,7 +634,7 @@ class GroupsMapper(_Mapper):
                 and not knobs.launch_enter_hook.calls
                 and not knobs.launch_exit_hook.calls
             ):
-                _, x, y, z, value = planned
+                _variant, x, y, z, value = planned
                 stream = c_launch.current_stream(index)
                 launch.call(x, y, z, stream, num_tokens, num_reqs, q, p, i, value)
                 return out
@@ -663,7 +692,7 @@ class Step:
 
     @property
     def num_tokens(self) -> int:
-        return sum(n for _, n in self.requests)
+        return sum(n for _start, n in self.requests)
 
 
 def serving_trace(
@@ -684,12 +713,12 @@ def serving_trace(
     rng = random.Random(seed)
     chunk = max_num_tokens if chunk is None else chunk
     running: list[list[int]] = []  # [next position, prompt tokens, tokens to generate]
-    for _ in range(steps):
+    for _step in range(steps):
         while len(running) < max_num_reqs and rng.random() < 0.5:
             running.append([0, rng.randint(*prompt), rng.randint(*output)])
         budget, scheduled = max_num_tokens, []
         for state in running:
-            position, prompt_len, _ = state
+            position, prompt_len, _left = state
             want = min(prompt_len - position, chunk) if position < prompt_len else 1
             take = min(want, budget)
             if take <= 0:

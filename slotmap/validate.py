@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from slotmap.i18n import N_, _, tr
 from slotmap.layout import (
     INT32_MAX,
     INT32_MIN,
@@ -29,14 +30,27 @@ OUT_DTYPES = (torch.int32, torch.int64)
 IDX_MAPPING_DTYPES = (torch.int32, torch.int64)
 
 
-def _fail(message: str) -> None:
-    raise ValueError(message)
+class WindowPreconditionError(ValueError):
+    """The window precondition broke (docs/semantics.md): a ValueError that a judge tells apart
+    by its class, since its words are translated."""
+
+
+def _fail(message: str, error: type[ValueError] = ValueError) -> None:
+    raise error(message)
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def check_is_tensor(name: str, value: object) -> None:
     """A tensor argument is a torch.Tensor (not a list or a number): named before any use."""
     if not isinstance(value, Tensor):
-        _fail(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+        _fail(
+            _("{name} must be a torch.Tensor, got {type}").format(
+                name=name, type=type(value).__name__
+            )
+        )
 
 
 def check_tensor(
@@ -45,20 +59,36 @@ def check_tensor(
     dtypes: Sequence[torch.dtype],
     ndim: int,
     device: torch.device,
-    anchor: str = "positions are",
+    anchor: str = N_("positions are"),
 ) -> None:
     """Type, rank, device and contiguity of one input tensor; ``device`` is that of the
-    tensor the message names by ``anchor`` ("positions are", "key is")."""
+    tensor the message names by ``anchor`` ("positions are", "key is": marked with ``N_``)."""
     check_is_tensor(name, tensor)
     if tensor.dtype not in dtypes:
-        wanted = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
-        _fail(f"{name} must be {wanted}, got {str(tensor.dtype).removeprefix('torch.')}")
+        wanted = _(" or ").join(_dtype(d) for d in dtypes)
+        _fail(
+            _("{name} must be {wanted}, got {dtype}").format(
+                name=name, wanted=wanted, dtype=_dtype(tensor.dtype)
+            )
+        )
     if tensor.dim() != ndim:
-        _fail(f"{name} must have {ndim} dimension(s), got shape {tuple(tensor.shape)}")
+        _fail(
+            _("{name} must have {ndim} dimension(s), got shape {shape}").format(
+                name=name, ndim=ndim, shape=tuple(tensor.shape)
+            )
+        )
     if tensor.device != device:
-        _fail(f"{name} is on {tensor.device} but {anchor} on {device}: use one device")
+        _fail(
+            _("{name} is on {device} but {anchor} on {expected}: use one device").format(
+                name=name, device=tensor.device, anchor=tr(anchor), expected=device
+            )
+        )
     if not tensor.is_contiguous():
-        _fail(f"{name} must be contiguous (stride {tuple(tensor.stride())}): call .contiguous()")
+        _fail(
+            _("{name} must be contiguous (stride {stride}): call .contiguous()").format(
+                name=name, stride=tuple(tensor.stride())
+            )
+        )
 
 
 def resolve_counts(
@@ -77,22 +107,34 @@ def resolve_counts(
     check_tensor("positions", positions, (torch.int64,), 1, device)
     check_tensor("query_start_loc", query_start_loc, (torch.int32,), 1, device)
     if query_start_loc.numel() < 1:
-        _fail("query_start_loc needs num_reqs + 1 >= 1 entries, got 0")
+        _fail(_("query_start_loc needs num_reqs + 1 >= 1 entries, got 0"))
     if full:
         check_query_start_loc(query_start_loc)
     if num_tokens is None or full:
         last = int(query_start_loc[-1])
         if num_tokens is not None and num_tokens != last:
-            _fail(f"num_tokens is {num_tokens} but query_start_loc ends at {last}")
+            _fail(
+                _("num_tokens is {num_tokens} but query_start_loc ends at {last}").format(
+                    num_tokens=num_tokens, last=last
+                )
+            )
         num_tokens = last
     if max_num_tokens is None:
         max_num_tokens = num_tokens
     if num_tokens < 0:
-        _fail(f"num_tokens must be >= 0, got {num_tokens}")
+        _fail(_("num_tokens must be >= 0, got {num_tokens}").format(num_tokens=num_tokens))
     if num_tokens > max_num_tokens:
-        _fail(f"num_tokens {num_tokens} exceeds max_num_tokens {max_num_tokens}")
+        _fail(
+            _("num_tokens {num_tokens} exceeds max_num_tokens {max_num_tokens}").format(
+                num_tokens=num_tokens, max_num_tokens=max_num_tokens
+            )
+        )
     if positions.numel() < num_tokens:
-        _fail(f"too few positions: {positions.numel()} for {num_tokens} tokens")
+        _fail(
+            _("too few positions: {count} for {num_tokens} tokens").format(
+                count=positions.numel(), num_tokens=num_tokens
+            )
+        )
     return num_tokens, max_num_tokens
 
 
@@ -101,14 +143,19 @@ def check_query_start_loc(query_start_loc: Tensor) -> None:
     starts = query_start_loc.to(torch.int64)
     first = int(starts[0])
     if first != 0:
-        _fail(f"query_start_loc[0] must be 0, got {first}: tokens before it belong to no request")
+        _fail(
+            _(
+                "query_start_loc[0] must be 0, got {first}: tokens before it belong to no request"
+            ).format(first=first)
+        )
     drops = (starts[1:] < starts[:-1]).nonzero()
     if drops.numel():
         q = int(drops[0, 0])
         _fail(
-            f"request {q}: query_start_loc is not monotone "
-            f"(query_start_loc[{q}] = {int(starts[q])} > query_start_loc[{q + 1}] = "
-            f"{int(starts[q + 1])})"
+            _(
+                "request {q}: query_start_loc is not monotone "
+                "(query_start_loc[{q}] = {start} > query_start_loc[{next}] = {next_start})"
+            ).format(q=q, start=int(starts[q]), next=q + 1, next_start=int(starts[q + 1]))
         )
 
 
@@ -124,7 +171,11 @@ def check_out(
         return
     check_tensor("out", out, OUT_DTYPES, len(shape), device)
     if tuple(out.shape) != shape:
-        _fail(f"out has shape {tuple(out.shape)}, expected {shape}")
+        _fail(
+            _("out has shape {shape}, expected {expected}").format(
+                shape=tuple(out.shape), expected=shape
+            )
+        )
     for name, tensor in (inputs or {}).items():
         check_no_overlap("out", out, name, tensor)
 
@@ -141,7 +192,11 @@ def check_no_overlap(name: str, written: Tensor, other_name: str, other: Tensor 
     end = start + written.numel() * written.element_size()
     other_end = other_start + other.numel() * other.element_size()
     if start < other_end and other_start < end:
-        _fail(f"{name} shares memory with {other_name}: pass a separate output tensor")
+        _fail(
+            _("{name} shares memory with {other}: pass a separate output tensor").format(
+                name=name, other=other_name
+            )
+        )
 
 
 def check_tokens(
@@ -163,27 +218,35 @@ def check_tokens(
     in messages. ``tile_size`` None skips the window precondition (kernels without a window).
     Slots must fit the output's dtype (int32 when ``out`` is None).
     """
-    where = f"group {group}, " if group is not None else ""
+    where = _("group {group}, ").format(group=group) if group is not None else ""
     request = request_of_tokens(query_start_loc, num_tokens)
     pos = positions[:num_tokens]
 
     def name(token: int) -> str:
-        return f"{where}request {int(request[token])}, token {token}"
+        return where + _("request {request}, token {token}").format(
+            request=int(request[token]), token=token
+        )
 
     def first(mask: Tensor) -> int | None:
         hits = mask.nonzero()
         return int(hits[0, 0]) if hits.numel() else None
 
     if (t := first((pos > INT32_MAX) | (pos < INT32_MIN))) is not None:
-        _fail(f"{name(t)}: position {int(pos[t])} does not fit in int32")
+        _fail(
+            _("{token}: position {position} does not fit in int32").format(
+                token=name(t), position=int(pos[t])
+            )
+        )
     real = torch.ones_like(pos, dtype=torch.bool)
     if rows is not None:
         real = rows[request] >= 0
         pos = torch.where(real, pos, -1)  # a dummy token: no slot, checked no further
     if not layout.circular and (t := first(real & (pos < 0))) is not None:
         _fail(
-            f"{name(t)}: position {int(pos[t])} is negative "
-            "(only a circular cache pads negative positions)"
+            _(
+                "{token}: position {position} is negative "
+                "(only a circular cache pads negative positions)"
+            ).format(token=name(t), position=int(pos[t]))
         )
     check_distinct_positions(request, pos, where)
     block, offset, has_slot = layout.locate(torch.where(real, pos, 0))
@@ -191,8 +254,12 @@ def check_tokens(
     row_length = block_table.shape[1]
     if (t := first(has_slot & (block >= row_length))) is not None:
         _fail(
-            f"{name(t)}: position {int(pos[t])} needs logical block {int(block[t])}, "
-            f"outside the block-table row of {row_length} entries"
+            _(
+                "{token}: position {position} needs logical block {block}, "
+                "outside the block-table row of {row_length} entries"
+            ).format(
+                token=name(t), position=int(pos[t]), block=int(block[t]), row_length=row_length
+            )
         )
     table_row = request if rows is None else torch.where(real, rows[request], 0)
     physical = torch.zeros_like(block)
@@ -200,15 +267,30 @@ def check_tokens(
     physical[read] = block_table[table_row[read], block[read]].to(torch.int64)
     if (t := first(has_slot & (physical < 0))) is not None:
         _fail(
-            f"{name(t)}: block table entry [{int(table_row[t])}, {int(block[t])}] holds "
-            f"physical block {int(physical[t])}, which is negative"
+            _(
+                "{token}: block table entry [{row}, {block}] holds "
+                "physical block {physical}, which is negative"
+            ).format(
+                token=name(t),
+                row=int(table_row[t]),
+                block=int(block[t]),
+                physical=int(physical[t]),
+            )
         )
     slots = physical * layout.block_size + offset
     wide = out is not None and out.dtype == torch.int64
     if not wide and (t := first(has_slot & (slots > INT32_MAX))) is not None:
         _fail(
-            f"{name(t)}: slot {int(slots[t])} (physical block {int(physical[t])} * block_size "
-            f"{layout.block_size} + {int(offset[t])}) overflows int32 (an int64 out holds it)"
+            _(
+                "{token}: slot {slot} (physical block {physical} * block_size "
+                "{block_size} + {offset}) overflows int32 (an int64 out holds it)"
+            ).format(
+                token=name(t),
+                slot=int(slots[t]),
+                physical=int(physical[t]),
+                block_size=layout.block_size,
+                offset=int(offset[t]),
+            )
         )
     if tile_size is not None:
         check_window(
@@ -234,8 +316,13 @@ def check_distinct_positions(request: Tensor, pos: Tensor, where: str = "") -> N
         i = int(same[0, 0])
         first, second = int(tokens[order[i]]), int(tokens[order[i + 1]])
         _fail(
-            f"{where}request {int(request[first])}, tokens {first} and {second}: both hold "
-            f"position {int(pos[first])}, so both would write one slot"
+            where
+            + _(
+                "request {request}, tokens {first} and {second}: both hold "
+                "position {position}, so both would write one slot"
+            ).format(
+                request=int(request[first]), first=first, second=second, position=int(pos[first])
+            )
         )
 
 
@@ -274,10 +361,22 @@ def check_window(
         hi_token = int((in_tile & (block == high[t_bad])).nonzero()[0, 0])
         q = int(request[lo_token])
         _fail(
-            f"{where}request {q}, tokens {lo_token} and {hi_token}: logical blocks "
-            f"{int(low[t_bad])} and {int(high[t_bad])} fall in one tile of {tile_size} tokens "
-            f"but the block-table window holds only {window} entries (window precondition: "
-            "positions inside a tile must be near-contiguous; use the direct kernel)"
+            where
+            + _(
+                "request {request}, tokens {first} and {second}: logical blocks "
+                "{low} and {high} fall in one tile of {tile_size} tokens "
+                "but the block-table window holds only {window} entries (window precondition: "
+                "positions inside a tile must be near-contiguous; use the direct kernel)"
+            ).format(
+                request=q,
+                first=lo_token,
+                second=hi_token,
+                low=int(low[t_bad]),
+                high=int(high[t_bad]),
+                tile_size=tile_size,
+                window=window,
+            ),
+            WindowPreconditionError,
         )
 
 
@@ -297,9 +396,13 @@ def check_slot_mapping_inputs(
     check_tensor("block_table", block_table, (torch.int32,), 2, positions.device)
     num_reqs = query_start_loc.numel() - 1
     if num_reqs > block_table.shape[0]:
-        _fail(f"{num_reqs} requests but the block table has only {block_table.shape[0]} rows")
+        _fail(
+            _("{num_reqs} requests but the block table has only {rows} rows").format(
+                num_reqs=num_reqs, rows=block_table.shape[0]
+            )
+        )
     if block_table.shape[1] < 1:
-        _fail("the block table has rows of 0 entries")
+        _fail(_("the block table has rows of 0 entries"))
     inputs = {"positions": positions, "query_start_loc": query_start_loc}
     check_out(out, (max_num_tokens,), positions.device, inputs | {"block_table": block_table})
     if full:
@@ -338,8 +441,10 @@ def check_padded_count(query_start_loc: Tensor, num_tokens: int) -> None:
     actual = int(query_start_loc[-1])
     if num_tokens < actual:
         _fail(
-            f"num_tokens is {num_tokens} but query_start_loc ends at {actual}: the batch's "
-            "tokens do not fit"
+            _(
+                "num_tokens is {num_tokens} but query_start_loc ends at {last}: the batch's "
+                "tokens do not fit"
+            ).format(num_tokens=num_tokens, last=actual)
         )
 
 
@@ -365,49 +470,65 @@ def check_slot_mappings_inputs(
     """
     num_reqs = query_start_loc.numel() - 1
     if len(block_tables) != len(layouts):
-        _fail(f"{len(block_tables)} block tables for {len(layouts)} groups")
+        _fail(
+            _("{tables} block tables for {groups} groups").format(
+                tables=len(block_tables), groups=len(layouts)
+            )
+        )
     read = [
         (g, layout, table)
         for g, (layout, table) in enumerate(zip(layouts, block_tables, strict=True))
         if layout.enabled
     ]
-    for g, _, table in read:
+    for g, _layout, table in read:
         check_tensor(f"block_tables[{g}]", table, (torch.int32,), 2, positions.device)
         if table.shape[1] < 1:
-            _fail(f"block_tables[{g}] has rows of 0 entries")
-    min_rows = min((table.shape[0] for _, _, table in read), default=None)
+            _fail(_("block_tables[{g}] has rows of 0 entries").format(g=g))
+    min_rows = min((table.shape[0] for _g, _layout, table in read), default=None)
     rows = None
     if idx_mapping is not None:
         # vLLM <= 0.31 passes int32, vLLM >= 0.32 int64: both are a drop-in's input.
         check_tensor("idx_mapping", idx_mapping, IDX_MAPPING_DTYPES, 1, positions.device)
         if idx_mapping.numel() < num_reqs:
-            _fail(f"idx_mapping has {idx_mapping.numel()} entries for {num_reqs} requests")
+            _fail(
+                _("idx_mapping has {entries} entries for {num_reqs} requests").format(
+                    entries=idx_mapping.numel(), num_reqs=num_reqs
+                )
+            )
         if num_reqs and min_rows == 0:
-            _fail(f"{num_reqs} requests but a block table has 0 rows")
+            _fail(_("{num_reqs} requests but a block table has 0 rows").format(num_reqs=num_reqs))
         if full:
             rows = idx_mapping[:num_reqs].to(torch.int64)
             below = (rows < -1).nonzero()
             if below.numel():
                 q = int(below[0, 0])
                 _fail(
-                    f"request {q}: idx_mapping[{q}] = {int(rows[q])} is below -1 (-1 marks a "
-                    "dummy request; other rows are >= 0)"
+                    _(
+                        "request {q}: idx_mapping[{q}] = {row} is below -1 (-1 marks a "
+                        "dummy request; other rows are >= 0)"
+                    ).format(q=q, row=int(rows[q]))
                 )
             # Only enabled groups' tables are read, so only they bound the rows.
             if min_rows is not None and (bad := (rows >= min_rows).nonzero()).numel():
                 q = int(bad[0, 0])
                 _fail(
-                    f"request {q}: idx_mapping[{q}] = {int(rows[q])} is not a row of every "
-                    f"block table (the smallest an enabled group reads has {min_rows} rows)"
+                    _(
+                        "request {q}: idx_mapping[{q}] = {row} is not a row of every "
+                        "block table (the smallest an enabled group reads has {rows} rows)"
+                    ).format(q=q, row=int(rows[q]), rows=min_rows)
                 )
     elif min_rows is not None and num_reqs > min_rows:
-        _fail(f"{num_reqs} requests but a block table has only {min_rows} rows")
+        _fail(
+            _("{num_reqs} requests but a block table has only {rows} rows").format(
+                num_reqs=num_reqs, rows=min_rows
+            )
+        )
     inputs = {
         "positions": positions,
         "query_start_loc": query_start_loc,
         "idx_mapping": idx_mapping,
     }
-    inputs |= {f"block_tables[{g}]": table for g, _, table in read}
+    inputs |= {f"block_tables[{g}]": table for g, _layout, table in read}
     check_out(out, (len(block_tables), max_num_tokens), positions.device, inputs)
     if full:
         actual = int(query_start_loc[-1])  # num_tokens may be a padded count
@@ -440,16 +561,21 @@ def check_replay_inputs(
     """Checks of replay padding; returns num_tokens."""
     check_pad_id(pad_id)
     window = as_int("window", window)
-    num_tokens, _ = resolve_counts(query_start_loc, positions, num_tokens, None, full)
+    num_tokens, _max = resolve_counts(query_start_loc, positions, num_tokens, None, full)
     check_tensor("slot_mappings", slot_mappings, OUT_DTYPES, 2, positions.device)
     check_tensor("replay_start", replay_start, (torch.int32,), 1, positions.device)
     num_reqs = query_start_loc.numel() - 1
     if replay_start.numel() < num_reqs:
-        _fail(f"replay_start has {replay_start.numel()} entries for {num_reqs} requests")
+        _fail(
+            _("replay_start has {entries} entries for {num_reqs} requests").format(
+                entries=replay_start.numel(), num_reqs=num_reqs
+            )
+        )
     if len(prefix_cacheable) != slot_mappings.shape[0]:
         _fail(
-            f"{len(prefix_cacheable)} prefix_cacheable flags for {slot_mappings.shape[0]} "
-            "slot-mapping rows"
+            _("{flags} prefix_cacheable flags for {rows} slot-mapping rows").format(
+                flags=len(prefix_cacheable), rows=slot_mappings.shape[0]
+            )
         )
     reads = {
         "query_start_loc": query_start_loc,
@@ -459,20 +585,36 @@ def check_replay_inputs(
     for name, tensor in reads.items():
         check_no_overlap("slot_mappings", slot_mappings, name, tensor)
     if slot_mappings.shape[1] < num_tokens:
-        _fail(f"slot_mappings holds {slot_mappings.shape[1]} tokens, fewer than {num_tokens}")
+        _fail(
+            _("slot_mappings holds {held} tokens, fewer than {num_tokens}").format(
+                held=slot_mappings.shape[1], num_tokens=num_tokens
+            )
+        )
     if window < 0:
-        _fail(f"the replay window must be >= 0, got {window}")
+        _fail(_("the replay window must be >= 0, got {window}").format(window=window))
     if full:
         starts = replay_start[:num_reqs].to(torch.int64)
         bad = (starts < 0).nonzero()
         if bad.numel():
             q = int(bad[0, 0])
-            _fail(f"request {q}: replay_start {int(starts[q])} is negative")
+            _fail(
+                _("request {q}: replay_start {start} is negative").format(
+                    q=q, start=int(starts[q])
+                )
+            )
         if (t := int(starts.max()) if num_reqs else 0) + window > INT32_MAX:
-            _fail(f"replay_start {t} + window {window} does not fit in int32")
+            _fail(
+                _("replay_start {start} + window {window} does not fit in int32").format(
+                    start=t, window=window
+                )
+            )
         pos = positions[:num_tokens]
         hits = ((pos > INT32_MAX) | (pos < INT32_MIN)).nonzero()
         if hits.numel():
             t = int(hits[0, 0])
-            _fail(f"token {t}: position {int(pos[t])} does not fit in int32")
+            _fail(
+                _("token {t}: position {position} does not fit in int32").format(
+                    t=t, position=int(pos[t])
+                )
+            )
     return num_tokens

@@ -7,6 +7,8 @@ multi-group launcher (as one group) where the case applies to it.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -638,3 +640,59 @@ def test_unvalidated_bad_replay_writes_only_inside_slot_mappings(bad_name: str) 
         tile_size=16,
     )
     guarded.check_guards()
+
+
+# ---------------------------------------------------------------------------------------------
+# In Chinese: every case above is named in Chinese, through the message catalog
+# ---------------------------------------------------------------------------------------------
+# The argument names a message names that read as words (identifiers with no underscore).
+ARGUMENT_NAMES = {"positions", "out", "int", "list", "float", "str", "meta", "cpu", "circular"}
+ARGUMENT_NAMES |= {"direct", "CP"}  # a kernel's name; context parallelism's abbreviation
+
+
+def chinese_message(call: Callable[[], Any]) -> str:
+    """The ValueError ``call`` raises with the course speaking Chinese."""
+    from slotmap import i18n
+
+    before = i18n.language()
+    i18n.use("zh")
+    try:
+        with pytest.raises(ValueError) as caught:
+            call()
+    finally:
+        i18n.use(before)
+    return str(caught.value)
+
+
+def first_impl(bad: Bad, impls: dict[str, Callable[..., Any]]) -> str:
+    return next(name for name in bad.impls if name in impls)
+
+
+@pytest.mark.parametrize(
+    ("bad", "impls"),
+    [
+        *((BAD[name], SINGLE_GROUP) for name in BAD),
+        *((BAD_MULTI[name], MULTI_GROUP) for name in BAD_MULTI),
+        *((BAD_REPLAY[name], REPLAY) for name in BAD_REPLAY),
+    ],
+    ids=[
+        *BAD,
+        *(f"multi-{name}" for name in BAD_MULTI),
+        *(f"replay-{name}" for name in BAD_REPLAY),
+    ],
+)
+def test_in_chinese_a_bad_input_is_named_in_chinese(bad: Bad, impls: dict) -> None:
+    """The same refusal, in the catalog's Chinese: no English word left but identifiers and
+    the words the glossary keeps, and every number of the English message."""
+    from test_viz_i18n import KEPT, english_words
+
+    args, options = bad.build()
+    impl = impls[first_impl(bad, impls)]
+    with pytest.raises(ValueError, match=bad.match) as english:
+        impl(*args, **options)
+    args, options = bad.build()  # fresh tensors: a case may have its out alias them
+    chinese = chinese_message(lambda: impl(*args, **options))
+    assert any("\u4e00" <= c <= "\u9fff" for c in chinese), chinese
+    assert english_words(chinese, KEPT | ARGUMENT_NAMES) == [], chinese
+    numbers = Counter(re.findall(r"-?\d+", str(english.value)))
+    assert numbers <= Counter(re.findall(r"-?\d+", chinese)), chinese  # "2 的幂": one more

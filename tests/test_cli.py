@@ -247,10 +247,13 @@ def test_the_doctors_widget_pins_are_the_lab_extras_pins():
         assert SpecifierSet(pinned[name]) == SpecifierSet(pin), name
 
 
-def test_doctor_canary_fails_on_a_wrong_kernel(monkeypatch):
-    """The canary is a real check: a kernel that writes a wrong slot makes it fail."""
+def test_doctor_canary_fails_on_a_wrong_kernel(monkeypatch, capsys):
+    """The canary is a real check: a kernel that writes a wrong slot makes it fail. The doctor
+    says so in the course's language: here Chinese, every line of it."""
+    import re
+
     import slotmap
-    from slotmap import cli
+    from slotmap import cli, i18n
 
     real = slotmap.compute_slot_mapping_direct
 
@@ -260,9 +263,38 @@ def test_doctor_canary_fails_on_a_wrong_kernel(monkeypatch):
         return out
 
     monkeypatch.setattr(slotmap, "compute_slot_mapping_direct", off_by_one)
-    results = {name: (ok, detail) for name, ok, _, detail in cli.canary()}
-    assert results["direct kernel"] == (False, "MISMATCH at 0")
-    assert results["window kernel"][0]
+    monkeypatch.setattr(cli, "widget_stack", matching_stack)
+    i18n.use("zh")
+    try:
+        assert cli.main(["doctor"]) == 1
+    finally:
+        i18n.use("en")
+    out = capsys.readouterr().out
+    assert f"后端         {slotmap.BACKEND.name}，设备 {slotmap.DEVICE!r}\n" in out
+    assert "金丝雀检查   生产算子与参考实现对拍：\n" in out
+    assert re.search(r"^  未通过  direct 算子 +[0-9.]+ ms  在 0 处不一致$", out, re.M), out
+    assert re.search(r"^  通过  窗口算子 +[0-9.]+ ms  完全一致$", out, re.M), out
+    assert "控件         匹配：ipywidgets 8.1.9，jupyterlab_widgets 3.0.17，" in out
+    assert out.rstrip().endswith("doctor：金丝雀检查未通过")
+
+
+def test_grade_progress_speaks_the_course_language():
+    from slotmap import i18n
+    from slotmap.cli import progress_bar, progress_line
+    from slotmap.exercises.grade import Grade, _exit_reason
+
+    one = Grade("a.ipynb", {"01.x": "PASS", "01.y": "SKIP: no GPU", "01.z": "missing"})
+    assert progress_line(one, 1, 2) == "[1/2] a.ipynb: 01.x PASS, 01.y SKIP: no GPU, 01.z missing"
+    assert progress_bar(1, 2, 12.3, width=4) == "[##..] 1/2 12 s"
+    i18n.use("zh")
+    try:
+        assert progress_line(one, 1, 2) == "[1/2] a.ipynb: 01.x 通过，01.y 跳过：no GPU，01.z 缺失"
+        assert progress_line(Grade("b.ipynb", error=_exit_reason(-9)), 2, 2) == (
+            "[2/2] b.ipynb: 没有检查；被信号 9 终止"
+        )
+        assert progress_bar(1, 2, 12.3, width=4) == "[##..] 1/2，12 秒"
+    finally:
+        i18n.use("en")
 
 
 def test_lab_command_opens_the_course(tmp_path, monkeypatch):

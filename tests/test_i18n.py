@@ -197,6 +197,11 @@ def test_lab_in_chinese_opens_the_english_lessons_until_chinese_ones_are_built(
         assert "app_settings_dir" not in out and "default_url=/lab/tree/notebooks " in out
         assert main(["lab", "--dry-run", "--lang", "fr"]) == 2
         assert "slotmap lab: --lang 'fr'" in capsys.readouterr().err
+        i18n.use("zh")  # the refusal speaks the language the course spoke until then
+        assert main(["lab", "--dry-run", "--lang", "fr"]) == 2
+        assert capsys.readouterr().err == (
+            "slotmap lab: --lang 'fr'：课程只支持 en（English）和 zh（简体中文）\n"
+        )
     finally:
         i18n.use("en")
 

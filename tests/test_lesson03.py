@@ -288,6 +288,17 @@ def test_break_window_solution_passes(solution):
     assert run_check(get_exercise("03.break_window"), solution.window_breaker).passed
 
 
+def test_break_window_solution_passes_in_chinese_too(solution):
+    """The judge tells the window's refusal apart by its class: its words are translated."""
+    from slotmap import i18n
+
+    i18n.use("zh")
+    try:
+        assert run_check(get_exercise("03.break_window"), solution.window_breaker).passed
+    finally:
+        i18n.use("en")
+
+
 def test_contiguous_input_does_not_break_the_window():
     contiguous = SlotCase([0, 12], list(range(3, 15)), [[5, 2, 9, 4]], 4)
     found = failure("03.break_window", contiguous)

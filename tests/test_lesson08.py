@@ -119,6 +119,17 @@ def test_int32_positions_in_the_prediction_are_rejected():
     )
     assert "huge/128/direct" in found.invariant and "1.54x too fast" in found.invariant
     assert "positions counted as 4 bytes" in found.invariant
+    from slotmap import i18n
+
+    i18n.use("zh")
+    try:
+        found = failure(
+            "08.predict_time",
+            lambda n, m, g, gbps, floor: max(floor, g * (4 * n + 4 * m) / gbps / 1e3),
+        )
+    finally:
+        i18n.use("en")
+    assert "位置按 4 字节计算了：它们是 int64，每个 token 8 字节" in found.invariant
 
 
 def test_ignoring_groups_is_rejected():

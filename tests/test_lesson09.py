@@ -72,6 +72,14 @@ def test_window_without_its_plus_one_is_rejected():
     assert "should be 4, got 2: the window has no +1" in found.invariant
     # The report shows what the production kernel does with that window.
     assert "the production kernel launched with it gives position" in found.invariant
+    from slotmap import i18n
+
+    i18n.use("zh")
+    try:
+        found = failure("09.group_window", no_plus_one)
+    finally:
+        i18n.use("en")
+    assert "窗口没有 +1：cdiv(8, 4) 个块能覆盖从块边界开始的 tile" in found.invariant
 
 
 def test_window_of_the_largest_block_size_is_rejected():

@@ -286,6 +286,46 @@ def test_preflight_fails_when_the_doctor_does(monkeypatch, capsys):
     assert "doctor       FAIL: doctor: the canary FAILED" in out and "NOT ready" in out
 
 
+def test_preflight_speaks_chinese_under_slotmap_lang_zh(monkeypatch, capsys):
+    import subprocess
+
+    from slotmap import i18n
+    from slotmap.workshop import preflight
+
+    monkeypatch.setattr(preflight, "hub_pieces", lambda: [])
+    monkeypatch.setattr(preflight, "available_gb", lambda: 100.0)
+    monkeypatch.setattr(preflight, "python_line", lambda: (True, "python       OK"))
+    done = subprocess.CompletedProcess([], 0, "doctor：一切正常\n", "")
+    monkeypatch.setattr(preflight.subprocess, "run", lambda *a, **k: done)
+    monkeypatch.setattr(preflight, "trial_learner", lambda: "")
+    i18n.use("zh")
+    try:
+        code = preflight.preflight(10)
+        tight = preflight.Memory(10, 8).line()
+        slow = preflight.cpu_line(30, 2)
+    finally:
+        i18n.use("en")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:4] == [
+        "学员         10",
+        "doctor       通过：doctor：一切正常",
+        "python       OK",
+        "hub          已安装",
+    ]
+    assert lines[4].startswith("内存         可用 100.0 GB；10 个学员开始时需要 6.0 GB")
+    assert lines[4].endswith("：正常")
+    assert lines[5].startswith("CPU          ") and lines[6].startswith("资源限制     ")
+    assert lines[-3:] == [
+        "测试学员（登录、启动服务器、第 01 课、一项检查、看板、删除）……",
+        "测试学员     通过",
+        "preflight：准备好了" if code == 0 else "preflight：尚未准备好",
+    ]
+    assert tight.endswith("：紧张，峰值时只容得下 6 个")
+    assert slow.startswith("CPU          2 个核大约能容纳 16 个学员") and slow.endswith(
+        "：偏慢：预计控件重绘的 p95 超过 1 秒"
+    )
+
+
 def test_preflight_is_ready_only_when_the_test_learner_got_through(monkeypatch, capsys):
     import subprocess
 

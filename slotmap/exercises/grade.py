@@ -341,7 +341,8 @@ class Grader:
             clear_outputs(notebook)
             checks = restore_check_cells(notebook, solution_nb)
         except Exception as error:  # anything a hand-edited file can be
-            notebook, grade.error = None, f"{type(error).__name__}: not a notebook"
+            notebook = None
+            grade.error = _("{error}: not a notebook").format(error=type(error).__name__)
         expected: list[str] = []
         for cell in (solution_nb or notebook or {"cells": []})["cells"]:
             expected += [i for i in _check_ids(cell) if i not in expected]
@@ -450,7 +451,9 @@ class Grader:
             while done is None:
                 left = deadline - time.monotonic()
                 if left <= 0 or not selector.select(timeout=left):
-                    error = f"over the notebook's budget of {options.notebook_timeout} s"
+                    error = _("over the notebook's budget of {seconds} s").format(
+                        seconds=options.notebook_timeout
+                    )
                     break
                 chunk = os.read(read_end, 1 << 16)
                 if not chunk:
@@ -474,7 +477,9 @@ class Grader:
         if done is not None:
             error = done["error"]
         elif not error:
-            error = f"the notebook's worker died ({_exit_reason(worker.returncode)})"
+            error = _("the notebook's worker died ({reason})").format(
+                reason=_exit_reason(worker.returncode)
+            )
         results, ignored = verify(lines, checks)
         sandbox.remove_tree(home)  # its private temporary folders with it
         return results, error, ignored
@@ -494,7 +499,9 @@ class Grader:
 
 
 def _exit_reason(code: int | None) -> str:
-    return f"killed by signal {-code}" if code is not None and code < 0 else f"exit {code}"
+    if code is not None and code < 0:
+        return _("killed by signal {signal}").format(signal=-code)
+    return _("exit {code}").format(code=code)
 
 
 def verify(
@@ -558,12 +565,26 @@ def _verdict(result: str) -> str:
 
 
 # A verdict as the table shows it, in the course's language.
-LABELS = {"PASS": N_("PASS"), "FAIL": N_("FAIL"), "SKIP": N_("SKIP")}
+LABELS = {
+    "PASS": N_("PASS"),
+    "FAIL": N_("FAIL"),
+    "SKIP": N_("SKIP"),
+    "missing": N_("missing"),
+    NOT_ATTEMPTED: N_("not attempted"),
+}
 
 
 def _cell(result: str) -> str:
     verdict = _verdict(result)
     return tr(LABELS[verdict]) if verdict in LABELS else verdict
+
+
+def result_label(result: str) -> str:
+    """A result as the progress lines show it, in the course's language: its verdict, and a
+    skip's reason after it."""
+    if _verdict(result) == "SKIP":
+        return _("SKIP: {reason}").format(reason=result[6:])
+    return _cell(result)
 
 
 def _width(text: str) -> int:

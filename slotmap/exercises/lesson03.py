@@ -55,6 +55,7 @@ from slotmap.kernels.slot_mapping import (
 )
 from slotmap.layout import SlotLayout, cdiv, next_power_of_2, window_size
 from slotmap.reference import slot_mapping_oracle
+from slotmap.validate import WindowPreconditionError
 
 TILE = 8  # tokens per tile in this lesson's exercises and figures
 
@@ -508,11 +509,10 @@ def judge_break_window(candidate: Any, _label: Any = None) -> None:
     try:
         compute_slot_mapping(*device_args, case.block_size, tile_size=TILE, **counts)
     except ValueError as error:
-        message = str(error)
-        if "window precondition" not in message:
+        if not isinstance(error, WindowPreconditionError):
             raise Wrong(
                 _("the launcher rejected your input, but not for the window: {message}").format(
-                    message=message
+                    message=error
                 ),
                 hint=_("Only the window precondition may break."),
             ) from None

@@ -208,54 +208,64 @@ def _mistakes(n: int, m: int, g: int, gbps: float, floor: float) -> list[tuple[f
     return [
         (
             time(g * (4 * n + 4 * m)),
-            "positions counted as 4 bytes: they are int64, 8 bytes a token",
+            _("positions counted as 4 bytes: they are int64, 8 bytes a token"),
         ),
         (
             time(8 * n + 4 * m),
-            f"did you count the bytes per token for every group? Each of the {g} groups' "
-            "programs reads the positions and writes its own slot row: G x (8 + 4) bytes a "
-            "token",
+            _(
+                "did you count the bytes per token for every group? Each of the {g} groups' "
+                "programs reads the positions and writes its own slot row: G x (8 + 4) bytes a "
+                "token"
+            ).format(g=g),
         ),
         (
             time(8 * n + 4 * g * m),
-            "the positions were counted once for all groups: the fused kernel gives each "
-            "group its own programs and each loads the positions again (the bench's GB/s "
-            "column counts them once: the least a kernel could move, not what this one's "
-            "loads ask for)",
+            _(
+                "the positions were counted once for all groups: the fused kernel gives each "
+                "group its own programs and each loads the positions again (the bench's GB/s "
+                "column counts them once: the least a kernel could move, not what this one's "
+                "loads ask for)"
+            ),
         ),
         (
             time(g * (8 * n + 4 * n)),
-            "the padding tail was left out: every group writes all max_num_tokens entries of "
-            "its output row (PAD_ID in the tail), 4 bytes each",
+            _(
+                "the padding tail was left out: every group writes all max_num_tokens entries of "
+                "its output row (PAD_ID in the tail), 4 bytes each"
+            ),
         ),
         (
             time(g * (8 * n + 8 * m)),
-            "slots counted as 8 bytes: slot_mapping is int32, 4 bytes an entry",
+            _("slots counted as 8 bytes: slot_mapping is int32, 4 bytes an entry"),
         ),
         (
             time(right, gbps * 2**30 / 1e9),
-            "GB/s here means 10^9 bytes a second (the bench divides by 1e9), not 2^30",
+            _("GB/s here means 10^9 bytes a second (the bench divides by 1e9), not 2^30"),
         ),
         (
             right / (gbps * 1e3),
-            f"the prediction has no floor: a kernel never takes less than its latency floor "
-            f"(here {floor:g} µs: launching the grid and the dependent loads before the "
-            "store), however few bytes it moves",
+            _(
+                "the prediction has no floor: a kernel never takes less than its latency floor "
+                "(here {floor} µs: launching the grid and the dependent loads before the "
+                "store), however few bytes it moves"
+            ).format(floor=f"{floor:g}"),
         ),
         (
             floor + right / (gbps * 1e3),
-            "the floor was added to the bandwidth time: while thousands of programs stream "
-            "their bytes, the launch and the first loads overlap with them, so the time is "
-            f"the larger of the two ({_overlap_evidence()})",
+            _(
+                "the floor was added to the bandwidth time: while thousands of programs stream "
+                "their bytes, the launch and the first loads overlap with them, so the time is "
+                "the larger of the two ({evidence})"
+            ).format(evidence=_overlap_evidence()),
         ),
-        (floor, "the prediction is the floor alone: the bytes were left out"),
+        (floor, _("the prediction is the floor alone: the bytes were left out")),
         (
             model_us(n, m, g, gbps, floor) * 1e-6,
-            "the prediction is in seconds: the answer is in µs (bytes / (GB/s x 1e3) is µs)",
+            _("the prediction is in seconds: the answer is in µs (bytes / (GB/s x 1e3) is µs)"),
         ),
         (
             model_us(n, m, g, gbps, floor) * 1e3,
-            "the prediction is in nanoseconds: the answer is in µs",
+            _("the prediction is in nanoseconds: the answer is in µs"),
         ),
     ]
 

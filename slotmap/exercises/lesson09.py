@@ -108,34 +108,44 @@ def _window_mistakes(case: WindowCase) -> list[tuple[int, str]]:
         return [
             (
                 window_size(tile, min(sizes)),
-                "a ring reads entry 0 of its row only: when "
-                "every group is circular, the window needs 1 entry",
+                _(
+                    "a ring reads entry 0 of its row only: when "
+                    "every group is circular, the window needs 1 entry"
+                ),
             )
         ]
     smallest = min(linear)
     found = [
         (
             next_power_of_2(cdiv(tile, smallest)),
-            f"the window has no +1: cdiv({tile}, {smallest}) blocks cover a tile that starts "
-            "on a block boundary, and a tile that starts mid-block touches one more",
+            _(
+                "the window has no +1: cdiv({tile}, {smallest}) blocks cover a tile that starts "
+                "on a block boundary, and a tile that starts mid-block touches one more"
+            ).format(tile=tile, smallest=smallest),
         ),
         (
             window_size(tile, min(sizes)),
-            "a circular group's block size was counted: a ring reads entry 0 of its row only, "
-            "so only the groups that are not circular size the window",
+            _(
+                "a circular group's block size was counted: a ring reads entry 0 of its row "
+                "only, so only the groups that are not circular size the window"
+            ),
         ),
         (
             window_size(tile, max(linear)),
-            f"the window fits the LARGEST block size ({max(linear)}): the group with blocks "
-            f"of {smallest} has a tile touch more blocks",
+            _(
+                "the window fits the LARGEST block size ({largest}): the group with blocks "
+                "of {smallest} has a tile touch more blocks"
+            ).format(largest=max(linear), smallest=smallest),
         ),
     ]
     if not rings[0]:
         found.append(
             (
                 window_size(tile, sizes[0]),
-                f"the window fits group 0's block size ({sizes[0]}) only: one launch serves every "
-                f"group, and the group with blocks of {smallest} needs more entries",
+                _(
+                    "the window fits group 0's block size ({size}) only: one launch serves "
+                    "every group, and the group with blocks of {smallest} needs more entries"
+                ).format(size=sizes[0], smallest=smallest),
             )
         )
     return found

@@ -27,6 +27,7 @@ import triton.language as tl
 from torch import Tensor
 
 from slotmap.backend import BACKEND
+from slotmap.i18n import _
 from slotmap.kernels.common import _block_and_offset, _fill_pad, _gather_from_window
 from slotmap.kernels.launch import (
     MAX_PARALLEL_PROGRAMS,
@@ -378,7 +379,7 @@ def use_lane_loads(lane_loads: bool | None, gather_as_float: bool | None) -> boo
     per-lane load is a scalar load there) and the interpreter (which runs the lessons) keep
     production's window gather."""
     if lane_loads and gather_as_float is not None:
-        raise ValueError("gather_as_float belongs to the window gather: not with lane_loads")
+        raise ValueError(_("gather_as_float belongs to the window gather: not with lane_loads"))
     if lane_loads is None:
         return BACKEND.policy == "cuda" and gather_as_float is None
     return bool(lane_loads)

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from slotmap.backend import BACKEND
+from slotmap.i18n import _
 from slotmap.kernels import c_launch
 from slotmap.layout import INT32_MAX, INT32_MIN, as_int
 
@@ -53,7 +54,11 @@ class LaunchKnobs:
         if self.tile_size is not None:
             check_tile(self.tile_size)
         if self.parallel_tiles is not None and self.parallel_tiles < 1:
-            raise ValueError(f"parallel_tiles must be >= 1, got {self.parallel_tiles}")
+            raise ValueError(
+                _("{name} must be >= 1, got {number}").format(
+                    name="parallel_tiles", number=self.parallel_tiles
+                )
+            )
         if self.num_warps is not None:
             warps_option(1, self.num_warps)  # refuses it on the NPU, or if not a power of two
         # Launchers key their plans by knobs on every call: hash once.
@@ -121,7 +126,11 @@ def launch_shape(
     if tile_size is not None:
         check_tile(tile_size)
     if parallel_tiles is not None and parallel_tiles < 1:
-        raise ValueError(f"parallel_tiles must be >= 1, got {parallel_tiles}")
+        raise ValueError(
+            _("{name} must be >= 1, got {number}").format(
+                name="parallel_tiles", number=parallel_tiles
+            )
+        )
     tile_size, parallel_tiles = request_grid(num_tokens, num_reqs, tile_size, parallel_tiles)
     return tile_size, parallel_tiles, warps_option(tile_size, num_warps)
 
@@ -149,10 +158,14 @@ def warps_option(tile_size: int, num_warps: int | None) -> dict:
     """Launch options: GPU (and interpreter, which ignores it) ``num_warps``; none on the NPU."""
     if POLICY == "npu":
         if num_warps is not None:
-            raise ValueError("num_warps has no meaning on the NPU backend")
+            raise ValueError(_("num_warps has no meaning on the NPU backend"))
         return {}
     if num_warps is not None and (num_warps < 1 or num_warps & (num_warps - 1)):
-        raise ValueError(f"num_warps must be a power of two, got {num_warps}")
+        raise ValueError(
+            _("{name} must be a power of two, got {number}").format(
+                name="num_warps", number=num_warps
+            )
+        )
     return {"num_warps": num_warps or min(max(tile_size // 128, 1), 8)}
 
 
@@ -161,25 +174,36 @@ def check_launch_device(tensor: Tensor) -> None:
     if BACKEND.interpreted:
         if tensor.device.type != "cpu":
             raise ValueError(
-                f"inputs are on {tensor.device}, but slotmap runs Triton's CPU interpreter: "
-                "move them to the cpu or choose another backend with SLOTMAP_BACKEND"
+                _(
+                    "inputs are on {device}, but slotmap runs Triton's CPU interpreter: "
+                    "move them to the cpu or choose another backend with SLOTMAP_BACKEND"
+                ).format(device=tensor.device)
             )
     elif tensor.device.type != BACKEND.device:
         raise ValueError(
-            f"inputs are on {tensor.device}, but slotmap's backend is {BACKEND.name}: "
-            f"move them to {BACKEND.device}"
+            _(
+                "inputs are on {device}, but slotmap's backend is {backend}: move them to {target}"
+            ).format(device=tensor.device, backend=BACKEND.name, target=BACKEND.device)
         )
 
 
 def check_int32_extent(name: str, tensor: Tensor) -> None:
     """Kernels index in int32: a tensor they index must have fewer than 2**31 elements."""
     if tensor.numel() > INT32_MAX:
-        raise ValueError(f"{name} has {tensor.numel()} elements: more than int32 indexing allows")
+        raise ValueError(
+            _("{name} has {count} elements: more than int32 indexing allows").format(
+                name=name, count=tensor.numel()
+            )
+        )
 
 
 def check_tile(tile_size: int) -> None:
     if tile_size < 1 or tile_size & (tile_size - 1):
-        raise ValueError(f"tile_size must be a power of two, got {tile_size}")
+        raise ValueError(
+            _("{name} must be a power of two, got {number}").format(
+                name="tile_size", number=tile_size
+            )
+        )
 
 
 def check_grid(grid: tuple[int, ...]) -> tuple[int, ...]:
@@ -187,7 +211,9 @@ def check_grid(grid: tuple[int, ...]) -> tuple[int, ...]:
     Returns the grid."""
     for n in grid if POLICY == "npu" else grid[1:]:
         if n > 65535:
-            raise ValueError(f"launch grid {grid} exceeds 65535 programs along an axis")
+            raise ValueError(
+                _("launch grid {grid} exceeds 65535 programs along an axis").format(grid=grid)
+            )
     return grid
 
 
@@ -195,13 +221,16 @@ def check_window_trace(window_trace: Tensor, num_reqs: int) -> None:
     """The trace is written in place: one contiguous int32 row per request."""
     if window_trace.dtype != torch.int32 or window_trace.dim() != 2:
         raise ValueError(
-            f"window_trace must be a 2-D int32 tensor, got {window_trace.dtype} "
-            f"with shape {tuple(window_trace.shape)}"
+            _("window_trace must be a 2-D int32 tensor, got {dtype} with shape {shape}").format(
+                dtype=window_trace.dtype, shape=tuple(window_trace.shape)
+            )
         )
     if window_trace.shape[0] != num_reqs or not window_trace.is_contiguous():
         raise ValueError(
-            f"window_trace must be contiguous with one row per request ({num_reqs}), "
-            f"got shape {tuple(window_trace.shape)}"
+            _(
+                "window_trace must be contiguous with one row per request ({num_reqs}), "
+                "got shape {shape}"
+            ).format(num_reqs=num_reqs, shape=tuple(window_trace.shape))
         )
     check_launch_device(window_trace)
 

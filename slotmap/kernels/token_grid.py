@@ -14,6 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from slotmap.i18n import _
 from slotmap.kernels.common import INT32_MAX_SENTINEL
 from slotmap.kernels.launch import POLICY, check_tile, warps_option
 from slotmap.layout import next_power_of_2
@@ -335,10 +336,12 @@ def use_token_grid(
             and num_tokens <= MAX_TOKEN_GRID_MEAN * max(num_reqs, 1)
         )
     if token_parallel and parallel_tiles is not None:
-        raise ValueError("parallel_tiles belongs to the request grid: not with token_parallel")
+        raise ValueError(_("parallel_tiles belongs to the request grid: not with token_parallel"))
     if token_parallel and num_reqs > MAX_TOKEN_GRID_REQS:
         raise ValueError(
-            f"token_parallel takes at most {MAX_TOKEN_GRID_REQS} requests, got {num_reqs}"
+            _("token_parallel takes at most {most} requests, got {num_reqs}").format(
+                most=MAX_TOKEN_GRID_REQS, num_reqs=num_reqs
+            )
         )
     return bool(token_parallel)
 

@@ -28,6 +28,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from slotmap.i18n import _
+
 # GB (10**9 bytes), each a measurement rounded up to 0.1 GB.
 LEARNER_FLOOR_GB = 0.6
 LEARNER_PEAK_GB = 1.2
@@ -65,22 +67,30 @@ class Limits:
     def line(self) -> str:
         """The pre-flight's line."""
         if self.off:
-            return f"limits       OFF: {self.off}; learners share the machine's memory and cores"
-        return (
-            f"limits       OK: each learner's server is the systemd unit jupyter-<name> with "
-            f"MemoryMax={self.memory} and CPUQuota={self.cpu_quota}"
-        )
+            return _(
+                "limits       OFF: {why}; learners share the machine's memory and cores"
+            ).format(why=self.off)
+        return _(
+            "limits       OK: each learner's server is the systemd unit jupyter-<name> with "
+            "MemoryMax={memory} and CPUQuota={cpu}"
+        ).format(memory=self.memory, cpu=self.cpu_quota)
 
 
 def _memory(text: str) -> str:
     match = _SIZE.fullmatch(text.strip().upper())
     if not match:
-        raise ValueError(f"{MEMORY_VARIABLE}={text!r}: not a size like 3G or 2500M")
+        raise ValueError(
+            _("{setting}: not a size like 3G or 2500M").format(
+                setting=f"{MEMORY_VARIABLE}={text!r}"
+            )
+        )
     memory = match.group(1) + match.group(2)
     if Limits(memory, DEFAULT_CPU).memory_bytes < LEARNER_FLOOR_GB * 1e9:
         raise ValueError(
-            f"{MEMORY_VARIABLE}={text!r}: below {LEARNER_FLOOR_GB:.1f} GB, what a learner's "
-            "server and their first lessons' kernels take"
+            _(
+                "{setting}: below {floor} GB, what a learner's server and their first "
+                "lessons' kernels take"
+            ).format(setting=f"{MEMORY_VARIABLE}={text!r}", floor=f"{LEARNER_FLOOR_GB:.1f}")
         )
     return memory
 
@@ -91,7 +101,11 @@ def _cpu(text: str) -> float:
     except ValueError:
         cores = math.nan
     if not math.isfinite(cores) or cores < 0.01:
-        raise ValueError(f"{CPU_VARIABLE}={text!r}: not a number of cores like 2 or 0.5")
+        raise ValueError(
+            _("{setting}: not a number of cores like 2 or 0.5").format(
+                setting=f"{CPU_VARIABLE}={text!r}"
+            )
+        )
     return cores
 
 
@@ -102,21 +116,29 @@ def read(environ: Mapping[str, str], systemd: Path = SYSTEMD) -> Limits:
     cpu = _cpu(environ.get(CPU_VARIABLE) or str(DEFAULT_CPU))
     spawner = environ.get(SPAWNER_VARIABLE, "")
     if spawner not in ("", "local", "systemd"):
-        raise ValueError(f"{SPAWNER_VARIABLE}={spawner!r}: not systemd, local or unset")
+        raise ValueError(
+            _("{setting}: not systemd, local or unset").format(
+                setting=f"{SPAWNER_VARIABLE}={spawner!r}"
+            )
+        )
     off = ""
     if spawner == "local":
         off = f"{SPAWNER_VARIABLE}=local"
     elif environ.get("SLOTMAP_HUB_HOMES"):
-        off = "$SLOTMAP_HUB_HOMES runs every learner as the hub's own user"
+        off = _("$SLOTMAP_HUB_HOMES runs every learner as the hub's own user")
     elif not systemd.is_dir():
-        off = f"systemd is not this machine's init ({systemd} is missing)"
+        off = _("systemd is not this machine's init ({path} is missing)").format(path=systemd)
     elif find_spec("systemdspawner") is None:
         raise ValueError(
-            "systemd is this machine's init but jupyterhub-systemdspawner is not installed: "
-            f"pip install -e '.[workshop]', or {SPAWNER_VARIABLE}=local to run without limits"
+            _(
+                "systemd is this machine's init but jupyterhub-systemdspawner is not installed: "
+                "pip install -e '.[workshop]', or {setting} to run without limits"
+            ).format(setting=f"{SPAWNER_VARIABLE}=local")
         )
     if off and spawner == "systemd":
-        raise ValueError(f"{SPAWNER_VARIABLE}=systemd, but {off}")
+        raise ValueError(
+            _("{setting}, but {why}").format(setting=f"{SPAWNER_VARIABLE}=systemd", why=off)
+        )
     return Limits(memory, cpu, off)
 
 
@@ -127,7 +149,7 @@ def configure(c: Any, environ: Mapping[str, str], systemd: Path = SYSTEMD) -> Li
     limits = read(environ, systemd)
     log = logging.getLogger("JupyterHub")
     if limits.off:
-        log.warning("Per-learner memory and CPU limits are OFF: %s", limits.off)
+        log.warning(_("Per-learner memory and CPU limits are OFF: {why}").format(why=limits.off))
         return limits
     c.JupyterHub.spawner_class = "systemd"
     # Set on the systemd spawner only: a local one would advertise limits it does not hold.
@@ -140,9 +162,8 @@ def configure(c: Any, environ: Mapping[str, str], systemd: Path = SYSTEMD) -> Li
     c.SystemdSpawner.disable_user_sudo = True  # NoNewPrivileges: no sudo, no setuid
     c.SystemdSpawner.default_shell = "/bin/bash"  # the shell the learner's account has
     log.info(
-        "Per-learner limits: systemd units %s with MemoryMax=%s, CPUQuota=%s",
-        UNIT,
-        limits.memory,
-        limits.cpu_quota,
+        _(
+            "Per-learner limits: systemd units {unit} with MemoryMax={memory}, CPUQuota={cpu}"
+        ).format(unit=UNIT, memory=limits.memory, cpu=limits.cpu_quota)
     )
     return limits

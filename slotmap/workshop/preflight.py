@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from slotmap.i18n import _
 from slotmap.workshop import limits
 from slotmap.workshop.limits import LEARNER_FLOOR_GB, LEARNER_PEAK_GB
 
@@ -33,11 +34,11 @@ LEARNERS_PER_CORE = 8
 def cpu_line(learners: int, cores: int) -> str:
     """Advice on the cores (an extrapolation, so it never fails the pre-flight)."""
     fits = LEARNERS_PER_CORE * cores
-    verdict = "OK" if learners <= fits else "SLOW: expect widget redraws over 1 s at p95"
-    return (
-        f"cpu          {cores} cores hold about {fits} learners with widget redraws under 1 s "
-        f"(an extrapolation: benchmarks/results/workshop-load.md): {verdict}"
-    )
+    verdict = _("OK") if learners <= fits else _("SLOW: expect widget redraws over 1 s at p95")
+    return _(
+        "cpu          {cores} cores hold about {fits} learners with widget redraws under 1 s "
+        "(an extrapolation: benchmarks/results/workshop-load.md): {verdict}"
+    ).format(cores=cores, fits=fits, verdict=verdict)
 
 
 @dataclass
@@ -60,19 +61,26 @@ class Memory:
         return self.available_gb >= self.floor_gb
 
     def line(self) -> str:
-        head = (
-            f"memory       {self.available_gb:.1f} GB available; {self.learners} learners need "
-            f"{self.floor_gb:.1f} GB at first ({LEARNER_FLOOR_GB} GB a learner) and "
-            f"{self.peak_gb:.1f} GB at the track's peak ({LEARNER_PEAK_GB} GB a learner, "
+        head = _(
+            "memory       {available} GB available; {learners} learners need "
+            "{floor} GB at first ({floor_each} GB a learner) and "
+            "{peak} GB at the track's peak ({peak_each} GB a learner, "
             "idle kernels culled; measured: benchmarks/results/workshop-track-memory.md)"
+        ).format(
+            available=f"{self.available_gb:.1f}",
+            learners=self.learners,
+            floor=f"{self.floor_gb:.1f}",
+            floor_each=LEARNER_FLOOR_GB,
+            peak=f"{self.peak_gb:.1f}",
+            peak_each=LEARNER_PEAK_GB,
         )
         if self.available_gb >= self.peak_gb:
-            return head + ": OK"
+            return head + _(": OK")
         if self.ok:
             fits = int(self.available_gb // LEARNER_PEAK_GB)
-            return head + f": TIGHT, only {fits} fit at the peak"
+            return head + _(": TIGHT, only {fits} fit at the peak").format(fits=fits)
         fits = int(self.available_gb // LEARNER_FLOOR_GB)
-        return head + f": NOT ENOUGH, room for {fits} learners"
+        return head + _(": NOT ENOUGH, room for {fits} learners").format(fits=fits)
 
 
 def available_gb() -> float:
@@ -97,7 +105,7 @@ def hub_pieces() -> list[str]:
     if proxy_executable() is None:
         missing.append("configurable-http-proxy (make hub)")
     if os.geteuid() != 0 and not os.environ.get("SLOTMAP_HUB_HOMES"):
-        missing.append("root: the hub creates each learner's system user (run it as root)")
+        missing.append(_("root: the hub creates each learner's system user (run it as root)"))
     return missing
 
 
@@ -113,7 +121,9 @@ def closed_to_others(executable: str | Path) -> str:
         for path in (place, *place.parents):
             mode = path.stat().st_mode
             if not mode & 0o001:
-                return f"{real}: {path} (mode {mode & 0o777:o}) is closed to other users"
+                return _("{real}: {path} (mode {mode}) is closed to other users").format(
+                    real=real, path=path, mode=f"{mode & 0o777:o}"
+                )
     return ""
 
 
@@ -121,11 +131,13 @@ def python_line() -> tuple[bool, str]:
     """Whether every learner can run this environment's Python, as a line."""
     closed = closed_to_others(sys.executable)
     if not closed:
-        return True, f"python       OK: every user can run {os.path.realpath(sys.executable)}"
-    return False, (
-        f"python       FAIL: learners cannot run it ({closed}); rebuild the environment on "
+        return True, _("python       OK: every user can run {python}").format(
+            python=os.path.realpath(sys.executable)
+        )
+    return False, _(
+        "python       FAIL: learners cannot run it ({why}); rebuild the environment on "
         "a Python they can: rm -rf .venv && make hub PYTHON=/usr/bin/python3.11"
-    )
+    ).format(why=closed)
 
 
 def limits_line(environ: Mapping[str, str] = os.environ, systemd: Path = limits.SYSTEMD):
@@ -133,7 +145,7 @@ def limits_line(environ: Mapping[str, str] = os.environ, systemd: Path = limits.
     try:
         return True, limits.read(environ, systemd).line()
     except ValueError as error:
-        return False, f"limits       FAIL: {error}"
+        return False, _("limits       FAIL: {error}").format(error=error)
 
 
 def trial_learner(timeout: float = 400) -> str:
@@ -153,15 +165,15 @@ def trial_learner(timeout: float = 400) -> str:
     password, admin_password = os.urandom(8).hex(), os.urandom(24).hex()
     with tempfile.TemporaryDirectory(prefix="slotmap-preflight-") as base:
         hub = drive.LocalHub(base, password, admin_password)
-        step = "start the hub"
+        step = _("start the hub")
         try:
             hub.start(CHECKOUT / "workshop" / "jupyterhub_config.py")
-            step = f"log in as the test learner {name}"
+            step = _("log in as the test learner {name}").format(name=name)
             token = drive.api_token(hub.url, drive.login(hub.url, name, password), name)
-            step = "start the test learner's server"
+            step = _("start the test learner's server")
             drive.start_server(hub.url, token, name, timeout=timeout)
             server = f"{hub.url}/user/{name}"
-            step = "run lesson 01's first code cell"
+            step = _("run lesson 01's first code cell")
             lesson = "notebooks/01_paged_kv_cache.ipynb"
             kernel = drive.Kernel(server, token, lesson)
             try:
@@ -170,13 +182,13 @@ def trial_learner(timeout: float = 400) -> str:
                     return f"{step}: {error}"
             finally:
                 kernel.close()
-            step = "run exercise 01's checks"
+            step = _("run exercise 01's checks")
             checks, error = drive.run_exercise(server, token, drive.solved_cells(CHECKOUT))
             if error:
                 return f"{step}: {error}"
             if not checks or not all(checks.values()):
-                return f"{step}: {checks or 'no check ran'}"
-            step = "see the pass on the dashboard"
+                return _("{step}: {checks}").format(step=step, checks=checks or _("no check ran"))
+            step = _("see the pass on the dashboard")
             session = drive.login(hub.url, "instructor", admin_password)
             instructor = drive.api_token(hub.url, session, "instructor")
             table = requests.get(
@@ -187,8 +199,10 @@ def trial_learner(timeout: float = 400) -> str:
             rows = {row["learner"]: row["cells"] for row in table["learners"]}
             seen = {e: c["state"] for e, c in rows.get(name, {}).items() if c["state"] != "none"}
             if seen != {exercise: "pass" for exercise in checks}:
-                return f"{step}: the dashboard shows {seen or 'nothing'} for {name}"
-            step = "stop the test learner's server"
+                return _("{step}: the dashboard shows {seen} for {name}").format(
+                    step=step, seen=seen or _("nothing"), name=name
+                )
+            step = _("stop the test learner's server")
             drive.hub_api(hub.url, token, "DELETE", f"/users/{name}/server")
             drive.wait_stopped(hub.url, token, name)
         except Exception as error:  # noqa: BLE001 - the pre-flight reports what failed
@@ -198,35 +212,38 @@ def trial_learner(timeout: float = 400) -> str:
             hub.remove_learners()
             left = hub.leftovers()
         if left:
-            return f"processes left after the hub stopped: {left}"
+            return _("processes left after the hub stopped: {left}").format(left=left)
         return ""
 
 
 def preflight(learners: int) -> int:
     """Print the checks; 0 when all pass."""
-    print(f"learners     {learners}")
+    print(_("learners     {learners}").format(learners=learners))
     doctor = subprocess.run(
         [sys.executable, "-m", "slotmap", "doctor"], capture_output=True, text=True, timeout=600
     )
-    last = (doctor.stdout.strip().splitlines() or ["(no output)"])[-1]
-    print(f"doctor       {'PASS' if doctor.returncode == 0 else 'FAIL'}: {last}")
+    last = (doctor.stdout.strip().splitlines() or [_("(no output)")])[-1]
+    verdict = _("PASS") if doctor.returncode == 0 else _("FAIL")
+    print(_("doctor       {verdict}: {last}").format(verdict=verdict, last=last))
     if doctor.returncode:
         print(doctor.stdout[-3000:] + doctor.stderr[-2000:])
     python_ok, line = python_line()
     print(line)
     missing = hub_pieces()
-    print("hub          " + ("; ".join(f"MISSING {m}" for m in missing) or "installed"))
+    pieces = _("; ").join(_("MISSING {piece}").format(piece=m) for m in missing)
+    print(_("hub          {pieces}").format(pieces=pieces or _("installed")))
     memory = Memory(learners, available_gb())
     print(memory.line())
     print(cpu_line(learners, os.cpu_count() or 1))
     limits_ok, line = limits_line()
     print(line)
-    trial = "not run: fix the lines above first"
+    trial = _("not run: fix the lines above first")
     if python_ok and not missing:
-        print("test learner (log in, spawn, lesson 01, a check, the dashboard, remove) ...")
+        print(_("test learner (log in, spawn, lesson 01, a check, the dashboard, remove) ..."))
         trial = trial_learner()
-    print(f"test learner {'PASS' if not trial else 'FAIL: ' + trial}")
+    verdict = _("FAIL: {why}").format(why=trial) if trial else _("PASS")
+    print(_("test learner {verdict}").format(verdict=verdict))
     ok = doctor.returncode == 0 and python_ok and not missing and memory.ok and not trial
     ok = ok and limits_ok
-    print(f"preflight: {'ready' if ok else 'NOT ready'}")
+    print(_("preflight: ready") if ok else _("preflight: NOT ready"))
     return 0 if ok else 1
