@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from slotmap.backend import BACKEND, ENV_VAR, QUIET_VAR
+from slotmap.i18n import _
 
 # Process-group backend for each slotmap backend.
 COMMUNICATION = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
@@ -74,6 +75,11 @@ class RankContext:
 
 class RankFailed(RuntimeError):
     """A rank raised, died or missed the deadline; the message carries its traceback."""
+
+
+class UnimportableRankFunction(ValueError):
+    """``fn`` is defined where a spawned rank cannot import it (a notebook, a function): told
+    apart by its class, since its message is in the course's language."""
 
 
 def _unimportable(fn: Callable[..., Any]) -> bool:
@@ -142,7 +148,7 @@ def kill_descendants(pid: int, rounds: int = 200) -> None:
     """SIGKILL every process under ``pid`` until none is left (a fork refills the tree while it
     is killed). ``pid`` must be a subreaper for the orphans of killed processes to stay in the
     tree. Children of this process are reaped."""
-    for _ in range(rounds):
+    for _round in range(rounds):
         todo, found = _children(pid), []
         while todo:
             child = todo.pop()
@@ -329,10 +335,10 @@ KNOCK_ON = (
 
 
 def _stuck_message(rank: int) -> str:
-    return (
-        f"rank {rank} did not finish: still running after the others failed (if they timed "
+    return _(
+        "rank {rank} did not finish: still running after the others failed (if they timed "
         "out in a collective, this rank never joined it)"
-    )
+    ).format(rank=rank)
 
 
 def _failure_message(failures: dict[int, str], stuck: Sequence[int] = ()) -> str:
@@ -435,13 +441,17 @@ def run_ranks(
     rank that never joins a collective is named while the others' timeouts come last.
     """
     if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+        raise ValueError(
+            _("world_size must be >= 1, got {world_size}").format(world_size=world_size)
+        )
     if collective_timeout_s is None:
         collective_timeout_s = timeout_s / 2
     if not 0 < collective_timeout_s < timeout_s:
         raise ValueError(
-            f"collective_timeout_s={collective_timeout_s} must be in (0, timeout_s={timeout_s}): "
-            "a collective that outlasts the deadline cannot say which rank it waited for"
+            _(
+                "collective_timeout_s={collective} must be in (0, timeout_s={timeout}): "
+                "a collective that outlasts the deadline cannot say which rank it waited for"
+            ).format(collective=collective_timeout_s, timeout=timeout_s)
         )
     if BACKEND.name != "cpu":
         available = (
@@ -450,13 +460,17 @@ def run_ranks(
         if available < world_size:
             # Two ranks on one GPU would deadlock NCCL: say so instead of hanging.
             raise ValueError(
-                f"world_size={world_size} needs {world_size} {BACKEND.name} devices, "
-                f"{available} visible; run on the CPU (SLOTMAP_BACKEND=cpu) to use gloo"
+                _(
+                    "world_size={world_size} needs {world_size} {backend} devices, "
+                    "{available} visible; run on the CPU (SLOTMAP_BACKEND=cpu) to use gloo"
+                ).format(world_size=world_size, backend=BACKEND.name, available=available)
             )
     if _unimportable(fn):
-        raise ValueError(
-            f"{getattr(fn, '__qualname__', fn)!r} is defined in a notebook or inside a function: "
-            "a spawned rank cannot import it. Put it in a module."
+        raise UnimportableRankFunction(
+            _(
+                "{name} is defined in a notebook or inside a function: "
+                "a spawned rank cannot import it. Put it in a module."
+            ).format(name=repr(getattr(fn, "__qualname__", fn)))
         )
     # Not torch.distributed.elastic's start_processes: a function entrypoint shares the
     # caller's process group and is signalled alone (its children are orphaned), and a binary
@@ -501,18 +515,24 @@ def run_ranks(
                     if rank in values or rank in failures:
                         continue
                     if process.exitcode not in (None, 0):
-                        failures[rank] = f"rank {rank} died with exit code {process.exitcode}"
+                        failures[rank] = _("rank {rank} died with exit code {code}").format(
+                            rank=rank, code=process.exitcode
+                        )
                     elif (
                         process.exitcode == 0
                         and now - quiet_since.setdefault(rank, now) > QUIET_GRACE_S
                     ):
-                        failures[rank] = f"rank {rank} exited without reporting a result"
+                        failures[rank] = _("rank {rank} exited without reporting a result").format(
+                            rank=rank
+                        )
                 if failures:
                     settle = min(settle, now + SETTLE_S)
                 if now > deadline and not failures:
                     missing = sorted(set(range(world_size)) - set(values))
                     raise RankFailed(
-                        f"ranks {missing} did not finish within {timeout_s:.0f} s"
+                        _("ranks {missing} did not finish within {seconds:.0f} s").format(
+                            missing=missing, seconds=timeout_s
+                        )
                     ) from None
                 continue
             if ok:

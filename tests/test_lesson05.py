@@ -492,6 +492,23 @@ def test_a_rank_fn_defined_in_the_notebook_is_sent_to_a_module():
     assert "%%writefile" in found.hint
 
 
+@needs_two_ranks
+def test_a_rank_fn_defined_in_the_notebook_is_sent_to_a_module_in_chinese_too():
+    """The judge tells run_ranks' refusal apart by its class: its words are translated."""
+    from slotmap import i18n
+
+    def rank_fn(ctx, batch):
+        return []
+
+    i18n.use("zh")
+    try:
+        found = failure("05.rank_fn", rank_fn)
+    finally:
+        i18n.use("en")
+    assert "请把它放进一个模块" in found.invariant, found.invariant
+    assert "%%writefile" in found.hint
+
+
 def test_a_rank_fn_from_a_notebook_cell_after_a_kernel_ran_is_sent_to_a_module(monkeypatch):
     # After a notebook kernel ran under the interpreter, __main__ carries interpreter.py's
     # __file__ and looks like a script: the ranks started, died on "Can't get attribute

@@ -788,7 +788,7 @@ def _defined_in_a_notebook(fn: Callable[..., Any]) -> bool:
 def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
     from slotmap import cp
     from slotmap.backend import BACKEND
-    from slotmap.distributed import RankFailed, run_ranks
+    from slotmap.distributed import RankFailed, UnimportableRankFunction, run_ranks
 
     if _defined_in_a_notebook(fn):
         raise Wrong(
@@ -813,9 +813,7 @@ def judge_rank_fn(fn: Callable[..., Any], batch: CPBatch) -> None:
         )
     try:
         returned = run_ranks(fn, world, batch, timeout_s=120)
-    except ValueError as error:
-        if "Put it in a module" not in str(error):
-            raise
+    except UnimportableRankFunction as error:
         raise Wrong(
             _("run_ranks cannot start {getattr!r}: {error}").format(
                 getattr=getattr(fn, "__name__", fn), error=error
