@@ -262,7 +262,10 @@ def test_preflight_cpu_advice():
     assert "SLOW" in cpu_line(30, 2) and "about 16 learners" in cpu_line(30, 2)
 
 
-def test_preflight_fails_when_the_doctor_does(monkeypatch, capsys):
+def _a_ready_machine(monkeypatch, doctor_says: str = "doctor: all good\n", trial: str = ""):
+    """preflight on a machine where everything but what a test changes is ready: the hub's
+    pieces installed, 100 GB free, a Python learners can run, the doctor and the test learner
+    as given. Returns the preflight module."""
     import subprocess
 
     from slotmap.workshop import preflight
@@ -270,7 +273,16 @@ def test_preflight_fails_when_the_doctor_does(monkeypatch, capsys):
     monkeypatch.setattr(preflight, "hub_pieces", lambda: [])
     monkeypatch.setattr(preflight, "available_gb", lambda: 100.0)
     monkeypatch.setattr(preflight, "python_line", lambda: (True, "python       OK"))
-    monkeypatch.setattr(preflight, "trial_learner", lambda: "")
+    done = subprocess.CompletedProcess([], 0, doctor_says, "")
+    monkeypatch.setattr(preflight.subprocess, "run", lambda *a, **k: done)
+    monkeypatch.setattr(preflight, "trial_learner", lambda: trial)
+    return preflight
+
+
+def test_preflight_fails_when_the_doctor_does(monkeypatch, capsys):
+    import subprocess
+
+    preflight = _a_ready_machine(monkeypatch)
     outcomes = iter([(0, "doctor: all good\n"), (1, "doctor: the canary FAILED\n")])
 
     def doctor(command, **kwargs):
@@ -287,17 +299,9 @@ def test_preflight_fails_when_the_doctor_does(monkeypatch, capsys):
 
 
 def test_preflight_speaks_chinese_under_slotmap_lang_zh(monkeypatch, capsys):
-    import subprocess
-
     from slotmap import i18n
-    from slotmap.workshop import preflight
 
-    monkeypatch.setattr(preflight, "hub_pieces", lambda: [])
-    monkeypatch.setattr(preflight, "available_gb", lambda: 100.0)
-    monkeypatch.setattr(preflight, "python_line", lambda: (True, "python       OK"))
-    done = subprocess.CompletedProcess([], 0, "doctor：一切正常\n", "")
-    monkeypatch.setattr(preflight.subprocess, "run", lambda *a, **k: done)
-    monkeypatch.setattr(preflight, "trial_learner", lambda: "")
+    preflight = _a_ready_machine(monkeypatch, "doctor：一切正常\n")
     i18n.use("zh")
     try:
         code = preflight.preflight(10)
@@ -327,17 +331,8 @@ def test_preflight_speaks_chinese_under_slotmap_lang_zh(monkeypatch, capsys):
 
 
 def test_preflight_is_ready_only_when_the_test_learner_got_through(monkeypatch, capsys):
-    import subprocess
-
-    from slotmap.workshop import preflight
-
-    monkeypatch.setattr(preflight, "hub_pieces", lambda: [])
-    monkeypatch.setattr(preflight, "available_gb", lambda: 100.0)
-    monkeypatch.setattr(preflight, "python_line", lambda: (True, "python       OK"))
-    done = subprocess.CompletedProcess([], 0, "doctor: all good\n", "")
-    monkeypatch.setattr(preflight.subprocess, "run", lambda *a, **k: done)
     failed = "start the test learner's server: 500 Permission denied: .venv/bin/python"
-    monkeypatch.setattr(preflight, "trial_learner", lambda: failed)
+    preflight = _a_ready_machine(monkeypatch, trial=failed)
     assert preflight.preflight(10) == 1
     out = capsys.readouterr().out
     assert f"test learner FAIL: {failed}" in out and "preflight: NOT ready" in out
