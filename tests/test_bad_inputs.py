@@ -23,6 +23,7 @@ from conftest import (
     qsl_of,
     tensor,
 )
+from english_left import KEPT, english_words
 
 import slotmap
 
@@ -684,8 +685,6 @@ def first_impl(bad: Bad, impls: dict[str, Callable[..., Any]]) -> str:
 def test_in_chinese_a_bad_input_is_named_in_chinese(bad: Bad, impls: dict) -> None:
     """The same refusal, in the catalog's Chinese: no English word left but identifiers and
     the words the glossary keeps, and every number of the English message."""
-    from test_viz_i18n import KEPT, english_words
-
     args, options = bad.build()
     impl = impls[first_impl(bad, impls)]
     with pytest.raises(ValueError, match=bad.match) as english:
