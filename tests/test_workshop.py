@@ -764,6 +764,33 @@ def test_make_hub_refuses_an_environment_learners_cannot_run(tmp_path):
     assert not (venv / ".workshop-hub.stamp").exists()
 
 
+def test_make_hub_refuses_a_closed_python_before_installing_anything(tmp_path):
+    """The refusal comes first on a new environment too: `make hub PYTHON=<pyenv under
+    /root>` must not spend minutes installing torch and the course into an environment it
+    then refuses (found by benchmarks/fresh_vm_walkthrough.py)."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or not shutil.which("make"):
+        pytest.skip("the refusal is root's (only root runs a room of system users)")
+    closed = tmp_path / "root-like"
+    closed.mkdir(mode=0o700)
+    venv = closed / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--copies", str(venv)], check=True
+    )
+    made = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "hub", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode != 0
+    assert f"{closed} (mode 700) is closed to other users" in made.stderr
+    assert "pip install" not in made.stdout + made.stderr  # nothing was installed first
+    assert not list(venv.glob(".slotmap-*.stamp"))
+
+
 def _chinese_course(folder: Path) -> Path:
     """A small course in both languages: exercise 01 and lesson 01, and their Chinese."""
     course = _course(folder, {"01_a.ipynb": "exercise 1"}, {"01_a.ipynb": "lesson 1"})
