@@ -791,6 +791,36 @@ def test_make_hub_refuses_a_closed_python_before_installing_anything(tmp_path):
     assert not list(venv.glob(".slotmap-*.stamp"))
 
 
+def _walkthrough():
+    """benchmarks/fresh_vm_walkthrough.py as a module (a script, not a package)."""
+    import importlib.util
+
+    path = ROOT / "benchmarks" / "fresh_vm_walkthrough.py"
+    spec = importlib.util.spec_from_file_location("fresh_vm_walkthrough", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_fresh_vm_walkthrough_types_the_readmes_own_lines():
+    """The walkthrough (run as root with the network, never in CI) runs the README's block as
+    written: every step an instructor types is found in it, in order, and only the clone's
+    source and the foreground hub are changed."""
+    walk = _walkthrough()
+    block = walk.readme_block((ROOT / "workshop" / "README.md").read_text(encoding="utf-8"))
+    wanted = ["apt-get install", "git clone", "make hub", "SLOTMAP_HUB_PASSWORD=", "openssl rand"]
+    wanted += ["workshop preflight", "jupyterhub -f workshop/jupyterhub_config.py"]
+    found = [next(i for i, line in enumerate(block) if w in line) for w in wanted]
+    assert found == sorted(found), block
+    assert "python3.11-venv" in block[found[0]]
+    typed = [walk.typed(line) for line in block]
+    assert [t for t, line in zip(typed, block, strict=True) if t != line] == [
+        typed[found[1]],
+        typed[found[-1]],
+    ]
+    assert walk.CLONE_SOURCE in typed[found[1]] and typed[found[-1]].endswith("echo hub-pid $!")
+
+
 def _chinese_course(folder: Path) -> Path:
     """A small course in both languages: exercise 01 and lesson 01, and their Chinese."""
     course = _course(folder, {"01_a.ipynb": "exercise 1"}, {"01_a.ipynb": "lesson 1"})
