@@ -22,7 +22,13 @@ as root, ``make hub`` must refuse it at once, with the fix, before the README's 
 builds on Debian's ``/usr/bin/python3.11``.
 
 The chroot shares the host's network, so the hub's ports are free ones on 127.0.0.1 (set in the
-shell's environment before the README's lines). ``--caches DIR`` bind-mounts DIR/pip and
+shell's environment before the README's lines). Where the network reaches PyPI and npm only
+through a TLS-intercepting proxy, ``--ca FILE`` puts its CA certificate where Debian's
+ca-certificates package (installed by the README's apt line) adds it to the system's bundle, and
+points pip and node at that bundle (``PIP_CERT``, ``NODE_EXTRA_CA_CERTS``); where PyTorch's CPU
+index is out of reach, ``--torch-wheel WHEEL`` serves that one wheel as a one-file index in the
+chroot and types ``make hub CPU_TORCH_INDEX=file:///srv/torch-cpu/simple``: the README's own
+path behind a package mirror. ``--caches DIR`` bind-mounts DIR/pip and
 DIR/npm as root's pip and npm caches; ``--cold`` empties them first. Everything is undone at the
 end, whatever happened: the chroot's processes are killed (by pid, found by their root), every
 mount under the chroot is unmounted and the chroot is deleted (with its users: learners are
@@ -44,6 +50,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -69,10 +76,13 @@ def readme_block(text: str) -> list[str]:
     return [line for line in block.group(1).splitlines() if line.strip()]
 
 
-def typed(line: str) -> str:
-    """A README line as the walkthrough types it: the clone's source filled in, and the hub
-    (the README's foreground command) started in the background with its log in a file."""
+def typed(line: str, make_args: str = "") -> str:
+    """A README line as the walkthrough types it: the clone's source filled in, the hub (the
+    README's foreground command) started in the background with its log in a file, and
+    ``make_args`` (e.g. the README's ``CPU_TORCH_INDEX=<mirror>``) after ``make hub``."""
     line = line.replace("<this repository>", CLONE_SOURCE)
+    if make_args and re.match(r"make hub\b", line):
+        return line.replace("make hub", f"make hub {make_args}", 1)
     if re.match(r"\.venv/bin/jupyterhub\b", line):
         command = line.split("#", 1)[0].strip()
         return f"setsid {command} > /var/log/slotmap-hub.log 2>&1 < /dev/null & echo hub-pid $!"
@@ -222,7 +232,9 @@ def host_users() -> str:
     return subprocess.run(["getent", "passwd"], capture_output=True, text=True).stdout
 
 
-def walk(run: str, caches: Path | None, cold: bool) -> dict[str, object]:
+def walk(
+    run: str, caches: Path | None, cold: bool, cas: list[Path], torch_wheel: Path | None
+) -> dict[str, object]:
     root = Path(f"/var/tmp/freshvm-{run}")
     if root.exists() or mounts_under(root):
         raise SystemExit(f"{root} exists: a run left it (tear it down first)")
@@ -299,6 +311,20 @@ def walk(run: str, caches: Path | None, cold: bool) -> dict[str, object]:
             [],
             False,
         )
+        make_args, network = "", []
+        for ca in cas:  # ca-certificates, installed by the README's apt line, bundles them
+            (root / "usr/local/share/ca-certificates").mkdir(parents=True, exist_ok=True)
+            shutil.copy(ca, root / "usr/local/share/ca-certificates" / f"{ca.stem}.crt")
+            network.append(f"CA certificate {ca.name} (this network's TLS proxy)")
+        if torch_wheel:
+            index = root / "srv/torch-cpu/simple/torch"
+            index.mkdir(parents=True)
+            shutil.copy(torch_wheel, index / torch_wheel.name)
+            quoted = urllib.parse.quote(torch_wheel.name)
+            (index / "index.html").write_text(f'<a href="{quoted}">{torch_wheel.name}</a>\n')
+            make_args = "CPU_TORCH_INDEX=file:///srv/torch-cpu/simple"
+            network.append(f"{torch_wheel.name} as a one-wheel index: make hub {make_args}")
+        result["network"] = network
         path = PATH
         if run == "root-python":
             started = time.monotonic()
@@ -330,11 +356,14 @@ def walk(run: str, caches: Path | None, cold: bool) -> dict[str, object]:
         result["ports"] = ports
         env = {"HOME": "/root", "PATH": path, "LANG": "C.UTF-8", "TERM": "dumb", "USER": "root"}
         env["DEBIAN_FRONTEND"] = "noninteractive"  # no terminal to answer a prompt
+        if cas:  # pip reads its own certifi, node its own store: both told of the system's
+            bundle = "/etc/ssl/certs/ca-certificates.crt"
+            env.update(PIP_CERT=bundle, NODE_EXTRA_CA_CERTS=bundle)
         shell = Shell(root, {**env, **ports}, log)
-        lines = [typed(line) for line in readme_block(README.read_text())]
+        lines = [typed(line, make_args) for line in readme_block(README.read_text())]
         for line in lines:
             if run == "root-python" and line.startswith("make hub"):
-                for extra in ("make hub PYTHON=python3.11", "rm -rf .venv"):
+                for extra in (f"make hub PYTHON=python3.11 {make_args}".strip(), "rm -rf .venv"):
                     rc, out, seconds = shell.run(extra, timeout=600)
                     step(f"not the README's: {extra}", extra, seconds, rc, out, False)
                     if extra.startswith("make") and rc == 0:
@@ -486,7 +515,12 @@ def markdown(data: dict[str, dict]) -> str:
             "",
             f"Commit {result.get('commit', '?')}, {result['started']} to "
             f"{result.get('ended', '?')};"
-            f" {m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB. Caches: {result['caches']}.",
+            f" {m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB. Caches: {result['caches']}."
+            + (
+                " This machine's network: " + "; ".join(result["network"]) + "."
+                if result.get("network")
+                else ""
+            ),
             "",
             "| step | command | seconds | since debootstrap began (s) | load | exit |",
             "| --- | --- | ---: | ---: | ---: | ---: |",
@@ -494,7 +528,7 @@ def markdown(data: dict[str, dict]) -> str:
         for s in result["steps"]:
             command = str(s["command"]).replace("|", "\\|")
             since = "" if s["since_start"] is None else s["since_start"]
-            name = s["step"] + ("" if s["readme"] else " *")
+            name = str(s["step"]).replace("|", "\\|") + ("" if s["readme"] else " *")
             out.append(
                 f"| {name} | `{command}` | {s['seconds']} | {since} | {s['load']} | {s['rc']} |"
                 if command
@@ -531,6 +565,8 @@ def main() -> int:
         p = sub.add_parser(name)
         p.add_argument("--caches", type=Path, default=None, help="bind-mount DIR/pip, DIR/npm")
         p.add_argument("--cold", action="store_true", help="empty the caches first")
+        p.add_argument("--ca", type=Path, action="append", default=[], help="a TLS proxy's CA")
+        p.add_argument("--torch-wheel", type=Path, help="the CPU torch pin, served as an index")
     p = sub.add_parser("learner", help="(inside the chroot) one learner's first check")
     p.add_argument("--hub", required=True)
     p.add_argument("--password", required=True)
@@ -539,7 +575,7 @@ def main() -> int:
         return learner(args.hub, args.password)
     if os.geteuid() != 0:
         raise SystemExit("run it as root: it builds a chroot and mounts into it")
-    result = walk(args.what, args.caches, args.cold)
+    result = walk(args.what, args.caches, args.cold, args.ca, args.torch_wheel)
     return 0 if "to_first_check_s" in result and not result.get("left_behind") else 1
 
 
