@@ -461,6 +461,11 @@ def walk(
     except Exception as error:  # noqa: BLE001 - recorded, then everything is torn down
         result["error"] = f"{type(error).__name__}: {error}"
     finally:
+        hub_log = root / "var/log/slotmap-hub.log"
+        if hub_log.exists():  # kept for a failure's reasons: the chroot goes
+            shutil.copy(hub_log, f"/var/tmp/freshvm-{run}-hub.log")
+            if result.get("error"):
+                result["hub_log_tail"] = hub_log.read_text(errors="replace")[-3000:]
         if shell:
             shell.close()
         result["left_behind"] = tear_down(root)
@@ -527,9 +532,25 @@ def save(result: dict[str, object]) -> None:
     (RESULTS / "fresh-vm-walkthrough.md").write_text(markdown(data))
 
 
+# What the runs recorded below cannot say about themselves (written after them).
+NOTES = [
+    "The two runs below ran at the same time (started 20 s apart, each with its own chroot and",
+    "empty pip and npm caches), so each shared the 2 cores with the other as well. Two earlier",
+    "attempts stopped at `make hub` on this machine's network, not on the README: its TLS proxy",
+    "(pip: CERTIFICATE_VERIFY_FAILED; hence `--ca`) and no route to download.pytorch.org",
+    "(hence a stand-in mirror of PyTorch's CPU index; a first one that served only the torch",
+    'wheel failed with "No matching distribution found for filelock": a mirror must serve',
+    "torch's dependencies too, which workshop/README.md now says). In those attempts, with",
+    "other jobs' load at 10 to 14, `debootstrap` took 126 and 186 s and the npm line 410 and",
+    "306 s.",
+    "",
+]
+
 TITLES = {
     "usr": "(a) Python from Debian's /usr/bin/python3.11",
     "root-python": "(b) a CPython under /root (mode 0700) first on PATH",
+    "usr-cold": "(a), first run, every cache empty: stopped at the learner's spawn",
+    "root-python-cold": "(b), first run, every cache empty: stopped at the pre-flight",
 }
 
 
@@ -548,6 +569,7 @@ def markdown(data: dict[str, dict]) -> str:
         "is the machine's 1-minute load average at the step's end: the machine's 2 cores were",
         "shared with other people's test runs, so every number is slower than an idle machine's.",
         "",
+        *NOTES,
     ]
     for run, result in data.items():
         m = result["machine"]
