@@ -534,15 +534,23 @@ def save(result: dict[str, object]) -> None:
 
 # What the runs recorded below cannot say about themselves (written after them).
 NOTES = [
-    "The two runs below ran at the same time (started 20 s apart, each with its own chroot and",
-    "empty pip and npm caches), so each shared the 2 cores with the other as well. Two earlier",
-    "attempts stopped at `make hub` on this machine's network, not on the README: its TLS proxy",
-    "(pip: CERTIFICATE_VERIFY_FAILED; hence `--ca`) and no route to download.pytorch.org",
-    "(hence a stand-in mirror of PyTorch's CPU index; a first one that served only the torch",
-    'wheel failed with "No matching distribution found for filelock": a mirror must serve',
-    "torch's dependencies too, which workshop/README.md now says). In those attempts, with",
-    "other jobs' load at 10 to 14, `debootstrap` took 126 and 186 s and the npm line 410 and",
-    "306 s.",
+    'Four runs, each in a new chroot. The first two ("first run", last below) started 20 s',
+    "apart with empty pip and npm caches. Run (a) stopped after its pre-flight had passed: the",
+    "learner's server, started through the hub's REST API, answered 500 (Internal Server",
+    "Error); the hub's log went with the chroot (the script keeps it since). Run (b) stopped in",
+    "its pre-flight: the test learner's kernel websocket got a 503 from the proxy (\"socket hang",
+    "up\") while the other run's pre-flight ran beside it. Neither happened again and neither",
+    "is explained. The two runs first below started 70 s apart with the pip and npm caches the",
+    "first runs had filled (what `make hub` downloads; apt and debootstrap downloaded",
+    "everything every time); both went from `debootstrap` to the first learner's first check.",
+    "",
+    "Before those, two attempts stopped at `make hub` on this machine's network, not on the",
+    "README: its TLS proxy (pip: CERTIFICATE_VERIFY_FAILED; hence `--ca`) and no route to",
+    "download.pytorch.org (hence a stand-in mirror of PyTorch's CPU index; a first one that",
+    'served only the torch wheel failed with "No matching distribution found for filelock":',
+    "a mirror must serve torch's dependencies too, which workshop/README.md now says). In those",
+    "attempts, with other jobs' load at 10 to 14, `debootstrap` took 126 and 186 s and the npm",
+    "line 410 and 306 s.",
     "",
 ]
 
@@ -571,7 +579,9 @@ def markdown(data: dict[str, dict]) -> str:
         "",
         *NOTES,
     ]
-    for run, result in data.items():
+    order = [run for run in TITLES if run in data] + [run for run in data if run not in TITLES]
+    for run in order:
+        result = data[run]
         m = result["machine"]
         out += [
             f"## {TITLES.get(run, run)}",

@@ -821,6 +821,27 @@ def test_the_fresh_vm_walkthrough_types_the_readmes_own_lines():
     assert walk.CLONE_SOURCE in typed[found[1]] and typed[found[-1]].endswith("echo hub-pid $!")
 
 
+def test_the_readmes_fresh_vm_timings_are_the_committed_walkthroughs():
+    """workshop/README.md's minutes from a fresh machine are the ones the walkthrough wrote
+    (benchmarks/results/fresh-vm-walkthrough.json), rounded as the README writes them."""
+    results = json.loads(
+        (ROOT / "benchmarks" / "results" / "fresh-vm-walkthrough.json").read_text("utf-8")
+    )
+    readme = " ".join((ROOT / "workshop" / "README.md").read_text(encoding="utf-8").split())
+
+    def minutes(run: str, command: str) -> str:
+        seconds = next(s["seconds"] for s in results[run]["steps"] if command in s["command"])
+        return f"{seconds / 60:.1f}"
+
+    total = f"{results['usr']['to_first_check_s'] / 60:.1f}"
+    assert f"{total} minutes from an empty disk to the first learner's first check" in readme
+    warm, cold = minutes("usr", "make hub"), minutes("usr-cold", "make hub")
+    assert f"(`make hub` {warm} minutes; {cold} with them empty)" in readme
+    npm, preflight = minutes("usr", "nodejs npm"), minutes("usr", "workshop preflight")
+    assert f"`nodejs` and `npm` alone took {npm} minutes, the pre-flight {preflight}." in readme
+    assert results["root-python"]["to_first_check_s"]  # (b) reached the first check too
+
+
 def _chinese_course(folder: Path) -> Path:
     """A small course in both languages: exercise 01 and lesson 01, and their Chinese."""
     course = _course(folder, {"01_a.ipynb": "exercise 1"}, {"01_a.ipynb": "lesson 1"})
