@@ -271,7 +271,12 @@ def host_users() -> str:
 
 
 def walk(
-    run: str, caches: Path | None, cold: bool, cas: list[Path], torch_wheel: Path | None
+    run: str,
+    caches: Path | None,
+    cold: bool,
+    cas: list[Path],
+    torch_wheel: Path | None,
+    label: str = "",
 ) -> dict[str, object]:
     root = Path(f"/var/tmp/freshvm-{run}")
     if root.exists() or mounts_under(root):
@@ -283,7 +288,7 @@ def walk(
     users_before = host_users()
     steps: list[dict[str, object]] = []
     result: dict[str, object] = {
-        "run": run,
+        "run": label or run,
         "machine": machine(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "caches": (
@@ -557,6 +562,7 @@ NOTES = [
 TITLES = {
     "usr": "(a) Python from Debian's /usr/bin/python3.11",
     "root-python": "(b) a CPython under /root (mode 0700) first on PATH",
+    "usr-cold-alone": "(a) again, alone, with pip's and npm's caches empty",
     "usr-cold": "(a), first run, every cache empty: stopped at the learner's spawn",
     "root-python-cold": "(b), first run, every cache empty: stopped at the pre-flight",
 }
@@ -642,6 +648,9 @@ def main() -> int:
         p.add_argument("--cold", action="store_true", help="empty the caches first")
         p.add_argument("--ca", type=Path, action="append", default=[], help="a TLS proxy's CA")
         p.add_argument("--torch-wheel", type=Path, help="the CPU torch pin, served as an index")
+        p.add_argument(
+            "--label", default="", help="the run's key in the results (default: its name)"
+        )
     p = sub.add_parser("learner", help="(inside the chroot) one learner's first check")
     p.add_argument("--hub", required=True)
     p.add_argument("--password", required=True)
@@ -650,7 +659,7 @@ def main() -> int:
         return learner(args.hub, args.password)
     if os.geteuid() != 0:
         raise SystemExit("run it as root: it builds a chroot and mounts into it")
-    result = walk(args.what, args.caches, args.cold, args.ca, args.torch_wheel)
+    result = walk(args.what, args.caches, args.cold, args.ca, args.torch_wheel, args.label)
     return 0 if "to_first_check_s" in result and not result.get("left_behind") else 1
 
 
