@@ -166,8 +166,16 @@ HUB_PROXY := workshop/hub-proxy
 # The oldest node every package of the lockfile runs on (configurable-http-proxy 5.1.0 and its
 # dependencies: Debian 12's node 18 is enough; 5.2 and later need node 20, 5.3's commander 22).
 NODE_MIN := 18
-.PHONY: hub hub-node
-hub: $(HUB_STAMP)  # make test sets it up with the environments
+.PHONY: hub hub-node hub-python
+# hub-python first: the refusal below comes before any install (torch and the rest take minutes).
+hub: hub-python $(HUB_STAMP)  # make test sets it up with the environments
+
+# As root (a room of system users), refuse an environment learners cannot run: pyenv or conda
+# under a 0700 /root would make every learner's first login fail with "Permission denied".
+hub-python: | $(VENV_PY)
+	@closed="$$($(VENV_PY) $(EVERYONE_RUNS))"; if [ "$$(id -u)" = 0 ] && [ -n "$$closed" ]; then \
+	  echo "error: learners cannot run $(VENV)'s Python ($$closed); rebuild it on one they can:" \
+	    "rm -rf $(VENV) && make hub PYTHON=/usr/bin/python3.11" >&2; exit 1; fi
 
 # Node and npm for the proxy: say what to install when they are missing or too old.
 hub-node:
@@ -187,9 +195,7 @@ hub-node:
 	fi
 
 $(HUB_STAMP): pyproject.toml $(STAMP) $(HUB_PROXY)/package.json $(HUB_PROXY)/package-lock.json
-	@closed="$$($(VENV_PY) $(EVERYONE_RUNS))"; if [ "$$(id -u)" = 0 ] && [ -n "$$closed" ]; then \
-	  echo "error: learners cannot run $(VENV)'s Python ($$closed); rebuild it on one they can:" \
-	    "rm -rf $(VENV) && make hub PYTHON=/usr/bin/python3.11" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory hub-python
 	$(VENV_PY) -m pip install $(PIP_INSTALL_ARGS) -e ".[workshop]"
 	@if ! command -v npm >/dev/null 2>&1 && [ -z "$$CI" ]; then \
 	  $(MAKE) --no-print-directory hub-node; \

@@ -841,6 +841,87 @@ def test_make_hub_refuses_an_environment_learners_cannot_run(tmp_path):
     assert not (venv / ".workshop-hub.stamp").exists()
 
 
+def test_make_hub_refuses_a_closed_python_before_installing_anything(tmp_path):
+    """The refusal comes first on a new environment too: `make hub PYTHON=<pyenv under
+    /root>` must not spend minutes installing torch and the course into an environment it
+    then refuses (found by benchmarks/fresh_vm_walkthrough.py)."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or not shutil.which("make"):
+        pytest.skip("the refusal is root's (only root runs a room of system users)")
+    closed = tmp_path / "root-like"
+    closed.mkdir(mode=0o700)
+    venv = closed / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--copies", str(venv)], check=True
+    )
+    made = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "hub", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode != 0
+    assert f"{closed} (mode 700) is closed to other users" in made.stderr
+    assert "pip install" not in made.stdout + made.stderr  # nothing was installed first
+    assert not list(venv.glob(".slotmap-*.stamp"))
+
+
+def _walkthrough():
+    """benchmarks/fresh_vm_walkthrough.py as a module (a script, not a package)."""
+    import importlib.util
+
+    path = ROOT / "benchmarks" / "fresh_vm_walkthrough.py"
+    spec = importlib.util.spec_from_file_location("fresh_vm_walkthrough", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_fresh_vm_walkthrough_types_the_readmes_own_lines():
+    """The walkthrough (run as root with the network, never in CI) runs the README's block as
+    written: every step an instructor types is found in it, in order, and only the clone's
+    source and the foreground hub are changed."""
+    walk = _walkthrough()
+    block = walk.readme_block((ROOT / "workshop" / "README.md").read_text(encoding="utf-8"))
+    wanted = ["apt-get install", "git clone", "make hub", "SLOTMAP_HUB_PASSWORD=", "openssl rand"]
+    wanted += ["workshop preflight", "jupyterhub -f workshop/jupyterhub_config.py"]
+    found = [next(i for i, line in enumerate(block) if w in line) for w in wanted]
+    assert found == sorted(found), block
+    assert "python3.11-venv" in block[found[0]]
+    typed = [walk.typed(line) for line in block]
+    assert [t for t, line in zip(typed, block, strict=True) if t != line] == [
+        typed[found[1]],
+        typed[found[-1]],
+    ]
+    assert walk.CLONE_SOURCE in typed[found[1]] and typed[found[-1]].endswith("echo hub-pid $!")
+
+
+def test_the_readmes_fresh_vm_timings_are_the_committed_walkthroughs():
+    """workshop/README.md's minutes from a fresh machine are the ones the walkthrough wrote
+    (benchmarks/results/fresh-vm-walkthrough.json), rounded as the README writes them."""
+    results = json.loads(
+        (ROOT / "benchmarks" / "results" / "fresh-vm-walkthrough.json").read_text("utf-8")
+    )
+    readme = " ".join((ROOT / "workshop" / "README.md").read_text(encoding="utf-8").split())
+
+    def minutes(run: str, command: str) -> str:
+        seconds = next(s["seconds"] for s in results[run]["steps"] if command in s["command"])
+        return f"{seconds / 60:.1f}"
+
+    alone = f"{results['usr-cold-alone']['to_first_check_s'] / 60:.1f}"
+    assert f"{alone} minutes from an empty disk to the first learner's first check" in readme
+    npm = minutes("usr-cold-alone", "nodejs npm")
+    hub, preflight = minutes("usr-cold-alone", "make hub"), minutes("usr-cold-alone", "preflight")
+    assert f"(`nodejs` and `npm` {npm} minutes, `make hub` {hub}, the pre-flight {preflight})" in (
+        readme
+    )
+    shared = f"{results['usr']['to_first_check_s'] / 60:.1f}"
+    assert f"{shared} minutes when two walkthroughs and other people's tests shared" in readme
+    assert results["root-python"]["to_first_check_s"]  # (b) reached the first check too
+
+
 def _chinese_course(folder: Path) -> Path:
     """A small course in both languages: exercise 01 and lesson 01, and their Chinese."""
     course = _course(folder, {"01_a.ipynb": "exercise 1"}, {"01_a.ipynb": "lesson 1"})
