@@ -21,7 +21,8 @@ DOCS = ROOT / "docs"
 OUTSIDE = tuple(name + ".md" for name in ("SPEC", "PERF", "STYLE", "COURSE")) + ("SPEC" + " §",)
 CITATION = re.compile(r"docs/([\w-]+\.md) §(\d+)")
 MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
-RESULTS_PATH = re.compile(r"benchmarks/results/[^\s`'\")\]]*")
+# A path ends at a space, a quote, a bracket or the full-width punctuation of Chinese prose.
+RESULTS_PATH = re.compile(r"benchmarks/results/[^\s`'\")\]）。，：；]*")
 
 
 @cache

@@ -366,5 +366,5 @@ def test_without_lang_the_room_speaks_the_services_language(tmp_path, service_la
     table, rows = _stuck_room(tmp_path / "en", "en")
     assert table["learners"][0]["unreadable"] == "1 record skipped"
     assert "<h1>The room</h1>" in render(table, "3h", rows, lang="en")
-    with pytest.raises(ValueError, match="the course speaks en"):
+    with pytest.raises(ValueError, match="课程只支持 en"):  # refused in the service's language
         render(table, lang="fr")

@@ -55,7 +55,11 @@ def test_under_systemd_each_learner_is_a_unit_with_its_limits(tmp_path, monkeypa
     user = SimpleNamespace(name=name, id=7, url=f"/user/{name}/", escaped_name=name, server=None)
     spawner = systemdspawner.SystemdSpawner(user=user, hub=Hub(), config=config)
     assert spawner.cmd == [sys.executable, "-m", "slotmap", "workshop", "learner-server"]
-    assert spawner.environment == {"SLOTMAP_COURSE_SOURCE": str(ROOT)}
+    records = "http://127.0.0.1:8002/services/workshop-dashboard/api/records"  # the dashboard's
+    assert spawner.environment == {
+        "SLOTMAP_COURSE_SOURCE": str(ROOT),
+        "SLOTMAP_RECORDS_URL": records,
+    }
     assert spawner.pre_spawn_hook.__name__ == "_create_learner"  # makes the learner's account
     assert "--MappingKernelManager.cull_connected=True" in spawner.args
     assert spawner.unit_name == f"jupyter-{name}"
@@ -78,6 +82,7 @@ def test_under_systemd_each_learner_is_a_unit_with_its_limits(tmp_path, monkeypa
     assert run[-len(command) - len(spawner.args) :] == command + spawner.args
     unit_environment = (tmp_path / "run" / f"jupyter-{name}" / f"jupyter-{name}.env").read_text()
     assert f"SLOTMAP_COURSE_SOURCE={ROOT}\n" in unit_environment
+    assert f"SLOTMAP_RECORDS_URL={records}\n" in unit_environment
 
 
 def test_without_systemd_the_servers_stay_local_and_say_why(tmp_path, monkeypatch, caplog):
