@@ -814,10 +814,8 @@ def test_a_learners_lab_asks_nothing_about_news_and_keeps_their_own_choice(tmp_p
     assert json.loads((tmp_path / LAB_NOTIFICATIONS).read_text()) == {"fetchNews": "true"}
 
 
-def test_make_hub_refuses_an_environment_learners_cannot_run(tmp_path):
-    """A Python under a folder only root enters (pyenv or conda in a 0700 /root): as root,
-    `make hub` stops with the reason and the fix instead of building a hub whose every
-    learner's first login fails."""
+def _closed_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """(a folder only root enters, as a 0700 /root is; a venv in it), for root's test only."""
     import shutil
     import subprocess
 
@@ -829,12 +827,27 @@ def test_make_hub_refuses_an_environment_learners_cannot_run(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", "--copies", str(venv)], check=True
     )
-    (venv / ".slotmap-cpu.stamp").touch()  # set up already: only the hub's part is left
-    made = subprocess.run(
+    return closed, venv
+
+
+def _make_hub(venv: Path):  # noqa: ANN202
+    import subprocess
+
+    return subprocess.run(
         ["make", "--no-print-directory", "-C", str(ROOT), "hub", f"VENV={venv}"],
         capture_output=True,
         text=True,
+        timeout=60,
     )
+
+
+def test_make_hub_refuses_an_environment_learners_cannot_run(tmp_path):
+    """A Python under a folder only root enters (pyenv or conda in a 0700 /root): as root,
+    `make hub` stops with the reason and the fix instead of building a hub whose every
+    learner's first login fails."""
+    closed, venv = _closed_venv(tmp_path)
+    (venv / ".slotmap-cpu.stamp").touch()  # set up already: only the hub's part is left
+    made = _make_hub(venv)
     assert made.returncode != 0
     assert f"{closed} (mode 700) is closed to other users" in made.stderr
     assert f"rm -rf {venv} && make hub PYTHON=/usr/bin/python3.11" in made.stderr
@@ -845,23 +858,8 @@ def test_make_hub_refuses_a_closed_python_before_installing_anything(tmp_path):
     """The refusal comes first on a new environment too: `make hub PYTHON=<pyenv under
     /root>` must not spend minutes installing torch and the course into an environment it
     then refuses (found by benchmarks/fresh_vm_walkthrough.py)."""
-    import shutil
-    import subprocess
-
-    if os.geteuid() != 0 or not shutil.which("make"):
-        pytest.skip("the refusal is root's (only root runs a room of system users)")
-    closed = tmp_path / "root-like"
-    closed.mkdir(mode=0o700)
-    venv = closed / "venv"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", "--copies", str(venv)], check=True
-    )
-    made = subprocess.run(
-        ["make", "--no-print-directory", "-C", str(ROOT), "hub", f"VENV={venv}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    closed, venv = _closed_venv(tmp_path)
+    made = _make_hub(venv)
     assert made.returncode != 0
     assert f"{closed} (mode 700) is closed to other users" in made.stderr
     assert "pip install" not in made.stdout + made.stderr  # nothing was installed first
