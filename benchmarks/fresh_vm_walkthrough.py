@@ -539,7 +539,7 @@ def save(result: dict[str, object]) -> None:
 
 # What the runs recorded below cannot say about themselves (written after them).
 NOTES = [
-    "Five runs, each in a new chroot. The first section below, run (a) alone on an",
+    "Seven runs, each in a new chroot. The first section below, run (a) alone on an",
     "otherwise almost idle machine (load under 4) with pip's and npm's caches empty, is",
     "the headline; the next two started 70 s apart, with the pip and npm caches that the",
     "two first runs had filled (what `make hub` downloads; apt and debootstrap downloaded",
@@ -552,7 +552,10 @@ NOTES = [
     "chroot (the script keeps it since). Run (b) stopped in its pre-flight: the test",
     'learner\'s kernel websocket got a 503 from the proxy ("socket hang up") while the',
     "other run's pre-flight ran beside it. Neither happened again in three runs and",
-    "neither is explained.",
+    "neither is explained. To look for them, (a) and (b) ran once more as those two had,",
+    "started 20 s apart with every cache empty, the script keeping the hub's log (the",
+    "sections before the first runs'): both reached the first learner's first check, in",
+    "230 and 231 s, their pre-flights' test learners passing too.",
     "",
     "Before those, two attempts stopped at `make hub` on this machine's network, not on",
     "the README: its TLS proxy (pip: CERTIFICATE_VERIFY_FAILED; hence `--ca`) and no",
@@ -568,6 +571,8 @@ TITLES = {
     "usr-cold-alone": "(a) Python from Debian's /usr/bin/python3.11, every cache empty, alone",
     "usr": "(a) Python from Debian's /usr/bin/python3.11, pip and npm caches warm, cores shared",
     "root-python": "(b) a CPython under /root (0700) first on PATH, caches warm, cores shared",
+    "repro-a": "(a) again, every cache empty, started 20 s before (b), as the first runs were",
+    "repro-b": "(b) again, every cache empty, started 20 s after (a), as the first runs were",
     "usr-cold": "(a), first run, every cache empty: stopped at the learner's spawn",
     "root-python-cold": "(b), first run, every cache empty: stopped at the pre-flight",
 }
