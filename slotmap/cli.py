@@ -25,11 +25,10 @@ import importlib.metadata
 import os
 import sys
 import time
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from slotmap.i18n import LANG_VAR, N_, _, tr
+from slotmap.i18n import LANG_VAR, N_, _, columns, tr
 from slotmap.lab import (
     COURSE_MARKER,
     course_root,
@@ -355,8 +354,7 @@ def doctor(_args: argparse.Namespace) -> int:
 
 def _pad(text: str, width: int) -> str:
     """``text`` padded to ``width`` terminal columns: a CJK character takes two."""
-    columns = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-    return text + " " * (width - columns)
+    return text + " " * (width - columns(text))
 
 
 NO_AUTH_FLAG = "--unsafe-no-auth"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import gettext
 import os
+import unicodedata
 from pathlib import Path
 
 DOMAIN = "slotmap"
@@ -122,3 +123,8 @@ def tr(message: str, lang: str | None = None) -> str:
         return message  # gettext("") is the catalog's header
     catalog = _catalog if lang is None else _translations(normalize(lang))
     return catalog.gettext(message)
+
+
+def columns(text: str) -> int:
+    """Columns ``text`` takes in a terminal or a monospaced font: a CJK character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)

@@ -20,7 +20,8 @@ from slotmap.exercises.build import (
     copy_to_workspace,
     exercise_notebook,
 )
-from slotmap.exercises.grade import Grade, _width, table
+from slotmap.exercises.grade import Grade, table
+from slotmap.i18n import columns
 
 ROOT = Path(__file__).resolve().parents[1]
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -103,8 +104,8 @@ def test_the_grade_summary_in_chinese_and_in_english(speak):
     assert chinese[4] == "bob.ipynb：01.slot_of 被跳过，不算通过：no GPU here"
     # The columns line up on the screen: a Chinese character takes two columns.
     for header, cell in (("01.slot_mapping", "未通过"), ("通过", "1/2")):
-        column = _width(chinese[0][: chinese[0].index(header)])
-        assert _width(chinese[2][: chinese[2].index(cell)]) == column
+        column = columns(chinese[0][: chinese[0].index(header)])
+        assert columns(chinese[2][: chinese[2].index(cell)]) == column
     speak("en")
     english = table(grades, width=200).splitlines()
     assert english[0].split() == ["notebook", "01.slot_mapping", "01.slot_of", "passed"]

@@ -26,7 +26,6 @@ import html
 import importlib
 import re
 import traceback
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import strategies as st
 
-from slotmap.i18n import N_, _, language, ngettext, tr
+from slotmap.i18n import N_, _, columns, language, ngettext, tr
 
 CHECK_MIME = "application/vnd.slotmap.check+json"
 
@@ -222,7 +221,7 @@ def _show(result: CheckResult, record: dict[str, Any] | None = None) -> None:
     lines = []
     for line in text.splitlines():
         label = re.match(r"\s*(?:[a-z]+:|[\u4e00-\u9fff]+\uff1a)\s+", line)
-        indent = _width(label.group()) if label else 4
+        indent = columns(label.group()) if label else 4
         lines.append(
             f'<span style="display: block; padding-left: {indent}ch; '
             f'text-indent: -{indent}ch">{html.escape(line)}</span>'
@@ -236,11 +235,6 @@ def _show(result: CheckResult, record: dict[str, Any] | None = None) -> None:
         {"text/plain": text, "text/html": markup, CHECK_MIME: record or result.record()},
         raw=True,
     )
-
-
-def _width(text: str) -> int:
-    """Columns ``text`` takes in a monospaced font: a CJK character takes two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _is_library_frame(filename: str) -> bool:

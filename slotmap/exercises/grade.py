@@ -31,7 +31,6 @@ import sys
 import tempfile
 import threading
 import time
-import unicodedata
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from typing import Any
 from slotmap.exercises import sandbox
 from slotmap.exercises.build import ROOT, SOLUTIONS
 from slotmap.exercises.core import CHECK_MIME
-from slotmap.i18n import N_, _, tr
+from slotmap.i18n import N_, _, columns, tr
 
 CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d\.[\w.-]+)["']""")
 PACKAGE = Path(__file__).resolve().parents[1]  # the slotmap package the kernels check with
@@ -587,16 +586,11 @@ def result_label(result: str) -> str:
     return _cell(result)
 
 
-def _width(text: str) -> int:
-    """Columns ``text`` takes in a terminal: a CJK character takes two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
 def _columns(rows: list[list[str]]) -> list[str]:
     """Rows as left-aligned columns, a rule under the first."""
-    widths = [max(_width(r[i]) for r in rows) for i in range(len(rows[0]))]
+    widths = [max(columns(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
-        "  ".join(c + " " * (w - _width(c)) for c, w in zip(r, widths, strict=True)).rstrip()
+        "  ".join(c + " " * (w - columns(c)) for c, w in zip(r, widths, strict=True)).rstrip()
         for r in rows
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -643,7 +637,7 @@ def table(grades: list[Grade], width: int | None = None) -> str:
             + [[g.notebook, passed, _summary(g)]]
         ]
     )
-    lines = next((t for t in (wide, tall) if max(_width(line) for line in t) <= width), long)
+    lines = next((t for t in (wide, tall) if max(columns(line) for line in t) <= width), long)
     for grade in grades:
         for name, result in grade.results.items():
             if _verdict(result) == "SKIP":
