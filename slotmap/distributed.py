@@ -2,13 +2,15 @@
 
 Context parallelism splits a request's KV cache across ranks, and the course shows that with
 real processes, not a loop that pretends. ``run_ranks(fn, world_size, *args)`` starts
-``world_size`` fresh Python processes (the ``spawn`` start method, so each one imports torch,
-Triton and slotmap itself and picks the same backend as the caller), joins them in a process
-group (gloo on the CPU, nccl on NVIDIA GPUs with one GPU per rank, hccl on Ascend NPUs), calls
-``fn(ctx, *args)`` on every rank and returns the ranks' results in rank order.
+``world_size`` processes that have run none of the caller's code and pick the same backend
+as the caller (on the CPU they fork from the standard library's fork server, which imported
+torch and Triton once and stays while the caller lives; on GPUs and NPUs they are spawned,
+each importing torch itself), joins them in a process group (gloo on the CPU, nccl on
+NVIDIA GPUs with one GPU per rank, hccl on Ascend NPUs), calls ``fn(ctx, *args)`` on every
+rank and returns the ranks' results in rank order.
 
-``fn`` must be importable by name (defined in a module, not in a notebook cell): a spawned
-process cannot see a notebook's globals. Results travel back through ``torch.save``, so tensors
+``fn`` must be importable by name (defined in a module, not in a notebook cell): a rank
+cannot see a notebook's globals. Results travel back through ``torch.save``, so tensors
 come back on the CPU whatever device they were computed on.
 
 Bounded and clean: every run has a deadline, the first rank that fails stops the others, and
@@ -33,6 +35,7 @@ import datetime
 import io
 import math
 import multiprocessing as mp
+import multiprocessing.forkserver as forkserver_module
 import os
 import queue as queue_module
 import signal
@@ -49,6 +52,10 @@ import torch
 
 from slotmap.backend import BACKEND, ENV_VAR, QUIET_VAR
 from slotmap.i18n import _
+
+# What the fork server the CPU's ranks start from imports once (``_rank_context``).
+RANK_PRELOAD = ["torch", "triton"]
+_server: tuple[int | None, dict[str, str]] | None = None  # the server's pid and environment
 
 # Process-group backend for each slotmap backend.
 COMMUNICATION = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
@@ -374,6 +381,26 @@ def _main_file_not_borrowed() -> Iterator[None]:
             main.__file__ = interpreter.__file__
 
 
+def _rank_context() -> Any:
+    """How ranks start. On the CPU they fork from the standard library's fork server, which
+    imported torch and Triton once (``RANK_PRELOAD``), instead of each importing them. Its
+    ranks inherit its environment, not the caller's, so a server started by another
+    environment (or by someone else) is stopped and started again in this one. GPUs and NPUs
+    keep ``spawn``: a forked rank must not share a device runtime the server's torch loaded."""
+    global _server
+    if BACKEND.name != "cpu":
+        return mp.get_context("spawn")
+    server = forkserver_module._forkserver
+    environment = dict(os.environ)
+    if server._forkserver_pid is not None and _server != (server._forkserver_pid, environment):
+        server._stop()
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(RANK_PRELOAD)
+    server.ensure_running()
+    _server = (server._forkserver_pid, environment)
+    return context
+
+
 @contextlib.contextmanager
 def _environment(values: dict[str, str]) -> Iterator[None]:
     """Set environment variables while children are spawned (they copy it), then restore."""
@@ -395,6 +422,8 @@ def _signal_session(process: Any, signum: int) -> None:
     with contextlib.suppress(OSError):  # empty, or the rank has not made it yet
         os.killpg(process.pid, signum)
     with contextlib.suppress(OSError):
+        if process.exitcode is not None:  # reaped: by the fork server as soon as it exits
+            return
         if signum == signal.SIGKILL:
             process.kill()
         else:
@@ -475,8 +504,7 @@ def run_ranks(
     # Not torch.distributed.elastic's start_processes: a function entrypoint shares the
     # caller's process group and is signalled alone (its children are orphaned), and a binary
     # entrypoint takes only strings (no fn, no tensors back).
-    context = mp.get_context("spawn")
-    results = context.Queue()
+    results = None
     port = free_port()
     processes = []
     jail = _Jail()
@@ -485,6 +513,8 @@ def run_ranks(
     environment = {ENV_VAR: BACKEND.name, QUIET_VAR: "1", **MULTICAST_OFF}
     try:
         with _environment(environment), _main_file_not_borrowed():
+            context = _rank_context()
+            results = context.Queue()
             for rank in range(world_size):
                 process = context.Process(
                     target=_rank_main,
@@ -548,4 +578,5 @@ def run_ranks(
         return [values[rank] for rank in range(world_size)]
     finally:
         _stop(processes, jail)
-        results.close()
+        if results is not None:
+            results.close()

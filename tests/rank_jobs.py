@@ -146,3 +146,8 @@ def interrupted_run(folder: str) -> None:
         raised = "KeyboardInterrupt"
     left = [p.name for p in multiprocessing.active_children() if p.name.startswith("slotmap-rank")]
     print(json.dumps({"raised": raised, "ranks_left": left}))
+
+
+def where_i_started(ctx: RankContext, name: str) -> dict:
+    """This rank's parent and its view of the environment variable ``name``."""
+    return {"parent": os.getppid(), "value": os.environ.get(name)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import rank_jobs
 
+from slotmap.backend import BACKEND
 from slotmap.cp import max_ranks
 from slotmap.distributed import RankFailed, run_ranks
 from slotmap.workshop.drive import descendants
@@ -169,6 +171,37 @@ def test_a_rank_stuck_outside_a_collective_is_named_not_the_ranks_that_timed_out
     assert all(f"rank {rank}:\n" in message for rank in waited), message
     assert message.count("did not finish") == 1, message
     assert survivors(children, WORLD) == []
+
+
+def loaded_libraries(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.skipif(BACKEND.name != "cpu", reason="the CPU's ranks fork from a server")
+def test_the_cpus_ranks_fork_from_a_server_that_imported_torch_once():
+    first = run_ranks(rank_jobs.where_i_started, 2, "SLOTMAP_UNSET", timeout_s=90)
+    second = run_ranks(rank_jobs.where_i_started, 2, "SLOTMAP_UNSET", timeout_s=90)
+    servers = {r["parent"] for r in first + second}
+    assert len(servers) == 1 and os.getpid() not in servers, servers
+    assert "libtorch" in loaded_libraries(servers.pop())
+
+
+@pytest.mark.skipif(BACKEND.name != "cpu", reason="the CPU's ranks fork from a server")
+def test_ranks_see_the_environment_of_the_call_not_the_servers(monkeypatch):
+    run_ranks(rank_jobs.where_i_started, 2, "SLOTMAP_RANK_MARK", timeout_s=90)
+    monkeypatch.setenv("SLOTMAP_RANK_MARK", "set after the server started")
+    results = run_ranks(rank_jobs.where_i_started, 2, "SLOTMAP_RANK_MARK", timeout_s=90)
+    assert [r["value"] for r in results] == ["set after the server started"] * 2
+    monkeypatch.delenv("SLOTMAP_RANK_MARK")
+    results = run_ranks(rank_jobs.where_i_started, 2, "SLOTMAP_RANK_MARK", timeout_s=90)
+    assert [r["value"] for r in results] == [None, None]
+
+
+def test_accelerators_ranks_are_spawned(monkeypatch):
+    from slotmap import distributed
+
+    monkeypatch.setattr(distributed, "BACKEND", dataclasses.replace(BACKEND, name="cuda"))
+    assert distributed._rank_context().get_start_method() == "spawn"
 
 
 def test_a_collective_timeout_must_come_before_the_deadline():
