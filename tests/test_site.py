@@ -210,6 +210,40 @@ def test_docs_and_the_api_reference_are_pages(site):
         assert (site / lang / "_static" / "mathjax" / "tex-chtml.js").is_file()
 
 
+def api_docstrings():
+    """(name, docstring) of every module the API reference documents, and of their public
+    classes, functions, methods and properties, as autodoc renders them."""
+    import importlib
+    import inspect
+
+    for name in site_build.API_MODULES:
+        module = importlib.import_module(name)
+        yield name, inspect.getdoc(module)
+        for member, value in vars(module).items():
+            if member.startswith("_") or getattr(value, "__module__", None) != name:
+                continue
+            yield f"{name}.{member}", inspect.getdoc(value)
+            for attribute, inner in vars(value).items() if inspect.isclass(value) else ():
+                if not attribute.startswith("_") and (
+                    inspect.isfunction(inner) or isinstance(inner, property)
+                ):
+                    yield f"{name}.{member}.{attribute}", inspect.getdoc(inner)
+
+
+def test_every_api_docstring_is_valid_restructuredtext():
+    # A docutils error renders the API page wrong, and Sphinx only warns about it.
+    core = pytest.importorskip("docutils.core")
+    import io
+
+    broken = {}
+    for name, doc in api_docstrings():
+        warnings = io.StringIO()
+        core.publish_doctree(doc or "", settings_overrides={"warning_stream": warnings})
+        if warnings.getvalue():
+            broken[name] = warnings.getvalue()
+    assert not broken, broken
+
+
 def test_the_chinese_semantics_and_performance_pages_are_the_chinese_documents(site):
     for name in ("semantics", "performance"):
         english = (ROOT / "docs" / f"{name}.md").read_text(encoding="utf-8")

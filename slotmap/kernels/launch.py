@@ -113,6 +113,7 @@ def launch_shape(
     * NPU: production's launch, TILE_BLOCK_SIZE 1024 and grid ``(num_reqs + 1,)`` (a grid
       should not exceed the AI-core count); no ``num_warps`` (Ascend has no warps).
     * GPU (measured on the H200, docs/performance.md):
+
       - tile: 1024, except a batch of one- or two-token requests on average (decode), which
         gets a 64-lane tile on one warp: a 1024-lane tile there costs 4 idle warps a request;
       - parallel tiles: a request of ``mean`` tokens is spread over ``cdiv(mean, tile)``
@@ -120,6 +121,7 @@ def launch_shape(
         prefills of a skewed batch (whose mean says nothing about them) walk half as many
         tiles (a few programs walking many tiles each leave the GPU's bandwidth idle);
       - warps: one per 128 lanes (1 to 8), four positions a thread (two 16-byte loads).
+
     * CPU interpreter: the NPU's tile (the lessons' TILE_BLOCK_SIZE), the GPU's parallel
       tiles, so that the CPU suite runs the GPU's grid.
     """
