@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
+
+from slotmap import jupyter_main
 
 COURSE_MARKER = ".slotmap-course"
 CHECKOUT = Path(__file__).resolve().parents[1]  # where slotmap runs from (an editable install)
@@ -122,9 +123,7 @@ def lab_command(
     (the operator's own single-user lab; a workshop learner's server passes False)."""
     root = course_root()
     command = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
+        *jupyter_main.command("jupyterlab"),
         f"--ServerApp.root_dir={root}",
         f"--ServerApp.ip={ip}",
         f"--LabApp.default_url=/lab/tree/{lessons}",

@@ -297,12 +297,34 @@ def test_grade_progress_speaks_the_course_language():
         i18n.use("en")
 
 
+def test_jupyter_programs_run_as_main_without_building_an_unused_grammar(tmp_path):
+    # The lab's and the hub learners' servers start through slotmap.jupyter_main: reading a
+    # notebook there must not import rfc3987-syntax, whose grammar cost each one 1 to 2 s.
+    lesson = ROOT / "notebooks" / "01_paged_kv_cache.ipynb"
+    (tmp_path / "probe.py").write_text(
+        "import sys\n"
+        "import nbformat\n"
+        f"nbformat.validate(nbformat.read({str(lesson)!r}, 4))\n"
+        "loaded = sorted(m for m in ('lark', 'rfc3987_syntax') if sys.modules.get(m))\n"
+        "print(__name__, sys.argv[1:], loaded)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "slotmap.jupyter_main", "probe", "--flag", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[0] == "__main__ ['--flag', 'x'] []"
+
+
 def test_lab_command_opens_the_course(tmp_path, monkeypatch):
     from slotmap.lab import lab_command
 
     monkeypatch.chdir(tmp_path)  # not a course folder: falls back to the checkout
     command = lab_command(port=8123, no_browser=True, token="abc")
-    assert command[:3] == [sys.executable, "-m", "jupyterlab"]
+    assert command[:4] == [sys.executable, "-m", "slotmap.jupyter_main", "jupyterlab"]
     assert f"--ServerApp.root_dir={ROOT}" in command
     assert "--LabApp.default_url=/lab/tree/notebooks" in command
     assert "--ServerApp.ip=127.0.0.1" in command and "--ServerApp.port=8123" in command

@@ -419,7 +419,8 @@ def test_a_learners_server_is_jupyterhub_singleuser_with_the_labs_options(tmp_pa
     course.mkdir()
     (course / ".slotmap-course").write_text("")
     command = learner_server_command(course, ["--debug"])
-    assert command[1:3] == ["-m", "jupyterhub.singleuser"] and command[-1] == "--debug"
+    assert command[1:4] == ["-m", "slotmap.jupyter_main", "jupyterhub.singleuser"]
+    assert command[-1] == "--debug" and command.count("jupyterlab") == 0
     assert f"--ServerApp.root_dir={course.resolve()}" in command
     assert "--ContentsManager.pre_save_hook=slotmap.lab.keep_course_notebooks_clean" in command
     # The hub says where the server listens: not the lab's loopback default.

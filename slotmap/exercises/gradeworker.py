@@ -95,14 +95,6 @@ def _output_size(output: dict[str, Any]) -> int:
     return size + len(json.dumps(output.get("traceback", [])))
 
 
-def leave_unused_parsers_unimported() -> None:
-    """Keep nbformat's jsonschema from importing rfc3987-syntax, which builds a Lark grammar on
-    import (about 1 s of CPU in every worker, a third of its start) for the "iri" string
-    format, which no notebook schema uses: an import of a ``None`` module raises ImportError,
-    which jsonschema takes as the format's checker being absent."""
-    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
-
-
 def main() -> int:
     """Run the job read from stdin; results go to the file descriptor named on the command line."""
     os.setsid() if os.getpgrp() != os.getpid() else None
@@ -127,6 +119,8 @@ def main() -> int:
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+
+    from slotmap.jupyter_main import leave_unused_parsers_unimported
 
     leave_unused_parsers_unimported()
     import nbformat

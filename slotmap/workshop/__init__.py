@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 from slotmap.exercises.build import (
@@ -117,6 +116,7 @@ def learner_server_command(course: Path, extra: list[str], lang: str = "en") -> 
     """``jupyterhub-singleuser`` on ``course`` with ``slotmap lab``'s server options in
     ``lang`` (JupyterLab's menus in it; never ``--allow-root``: a learner's server never runs
     as root)."""
+    from slotmap import jupyter_main
     from slotmap.lab import lab_command, lessons_folder
 
     cwd = Path.cwd()
@@ -126,8 +126,9 @@ def learner_server_command(course: Path, extra: list[str], lang: str = "en") -> 
     finally:
         os.chdir(cwd)
     # The hub says where to listen ($JUPYTERHUB_SERVICE_URL): drop the lab's own address.
-    options = [option for option in lab[3:] if not option.startswith("--ServerApp.ip=")]
-    return [sys.executable, "-m", "jupyterhub.singleuser", *options, *extra]
+    options = lab[len(jupyter_main.command("jupyterlab")) :]
+    options = [option for option in options if not option.startswith("--ServerApp.ip=")]
+    return [*jupyter_main.command("jupyterhub.singleuser"), *options, *extra]
 
 
 # JupyterLab asks every new user "get notified about official Jupyter news?" unless this
