@@ -526,17 +526,23 @@ def test_a_fork_bomb_is_stopped_by_the_process_limit_and_killed(public):
     assert [pid for pid, (_, uid) in table.items() if uid == sandbox.sandbox_uid(0)] == []
 
 
-def test_an_output_flood_is_cut_at_the_cap(tmp_path):
+def test_an_output_flood_is_cut_at_the_cap_and_said_in_the_graders_language(tmp_path):
+    from slotmap import i18n
+
     flood = "for _ in range(100):\n    print('x' * 1_000_000)"  # 100 MB
-    grades = grade(
-        tmp_path,
-        {
-            "a_flood_01_x.ipynb": submission(cell("code", flood, "flood"), answer=GOOD),
-            "b_01_x.ipynb": submission(answer=GOOD),
-        },
-        max_output=2_000_000,
-    )
-    assert "output" in grades["a_flood_01_x.ipynb"].error
+    i18n.use("zh")  # the worker says why it stopped the kernel in the grader's language
+    try:
+        grades = grade(
+            tmp_path,
+            {
+                "a_flood_01_x.ipynb": submission(cell("code", flood, "flood"), answer=GOOD),
+                "b_01_x.ipynb": submission(answer=GOOD),
+            },
+            max_output=2_000_000,
+        )
+    finally:
+        i18n.use("en")
+    assert grades["a_flood_01_x.ipynb"].error == "输出超过 2000000 个字符：内核已被停止"
     assert grades["a_flood_01_x.ipynb"].results == {"01.slot_of": "missing"}
     assert grades["b_01_x.ipynb"].results == {"01.slot_of": "PASS"}
 

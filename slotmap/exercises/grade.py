@@ -40,7 +40,7 @@ from typing import Any
 from slotmap.exercises import sandbox
 from slotmap.exercises.build import ROOT, SOLUTIONS
 from slotmap.exercises.core import CHECK_MIME
-from slotmap.i18n import N_, _, columns, tr
+from slotmap.i18n import N_, _, columns, language, tr
 
 CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d\.[\w.-]+)["']""")
 PACKAGE = Path(__file__).resolve().parents[1]  # the slotmap package the kernels check with
@@ -408,6 +408,7 @@ class Grader:
             "connection_file": str(home / "runtime" / "kernel.json"),
             "kernel_name": self._kernel_name(slot),
             "env": kernel_env,
+            "lang": language(),
         }
         worker_env = dict(
             env,

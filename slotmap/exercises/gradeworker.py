@@ -106,7 +106,11 @@ def main() -> int:
     set_subreaper()
     undumpable()  # a kernel of this user cannot trace the judge or read its memory
     sys.path.insert(0, job["snapshot"])
+    from slotmap import i18n
     from slotmap.exercises.gradecheck import Judge
+    from slotmap.i18n import _
+
+    i18n.use(job["lang"])  # the grader's, which its report and the judge's messages speak
 
     checks = {int(i): ids for i, ids in job["checks"].items()}
     judge = Judge(job["judge"], timeout=job["timeout"] + 60)
@@ -128,6 +132,9 @@ def main() -> int:
 
     notebook = nbformat.from_dict(job["notebook"])
     deadline = time.monotonic() + job["notebook_timeout"]
+    over_budget = _("over the notebook's budget of {seconds} s").format(
+        seconds=job["notebook_timeout"]
+    )
     timed_out: list[int] = []
     cwd = job["cwd"]
     uid = job.get("uid")
@@ -143,7 +150,7 @@ def main() -> int:
         # The notebook's budget bounds every cell, so N cells cannot take N x the cell limit.
         left = deadline - time.monotonic()
         if left <= 0:
-            raise OverBudget(f"over the notebook's budget of {job['notebook_timeout']} s")
+            raise OverBudget(over_budget)
         return max(1, min(job["timeout"], int(left) + 1))
 
     def start(cell, cell_index, **_) -> None:  # noqa: ANN001
@@ -199,17 +206,18 @@ def main() -> int:
         first = str(exc).strip().splitlines()
         error = f"{type(exc).__name__}: {first[0] if first else ''}"
         if type(exc).__name__ == "CellTimeoutError" and time.monotonic() >= deadline - 1:
-            error = f"over the notebook's budget of {job['notebook_timeout']} s"
+            error = over_budget
     finally:
         kill_descendants(os.getpid())
     if client.flooded:
-        error = f"more than {job['max_output']} characters of output: the kernel was stopped"
-    if timed_out and not error:
-        cells = ", ".join(str(i) for i in timed_out)
-        error = (
-            f"cell {cells} ran over the limit of {job['timeout']} s a cell and was "
-            "interrupted; the later cells ran"
+        error = _("more than {count} characters of output: the kernel was stopped").format(
+            count=job["max_output"]
         )
+    if timed_out and not error:
+        error = _(
+            "cell {cells} ran over the limit of {seconds} s a cell and was interrupted; "
+            "the later cells ran"
+        ).format(cells=", ".join(str(i) for i in timed_out), seconds=job["timeout"])
     results.write(json.dumps({"done": True, "error": error}) + "\n")
     results.close()
     return 0
