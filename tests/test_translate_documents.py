@@ -122,6 +122,16 @@ def test_a_document_splits_into_blocks_that_put_it_back_together_exactly():
         assert all(b.text in text for b in blocks(text))
 
 
+def test_a_table_right_under_a_comment_is_a_table_to_translate():
+    # A comment is one line: the table under it (docs/semantics.md's mapper refusals, made
+    # for a test to find) was once taken as part of the comment and left in English.
+    text = "\n".join(
+        ["<!-- refusals -->", "| case | refused when |", "| --- | --- |", "| `x` | never |"]
+        + ["<!-- /refusals -->"]
+    )
+    assert [b.kind for b in blocks(text)] == ["html", "table", "html"]
+
+
 def test_update_gives_every_prose_block_an_entry_and_code_none(course):
     catalog = read_catalog(po_path("README.md", root=course))
     assert sorted(m.context for m in catalog if m.id) == sorted(

@@ -115,6 +115,8 @@ def blocks(text: str, built_name: str = "", lang: str = CHINESE) -> list[Block]:
         if kind != "heading":
             indent = len(line) - len(line.lstrip())
             while index < len(lines) and lines[index].strip():
+                if kind == "html" and lines[index - 1].rstrip().endswith("-->"):
+                    break  # a comment ends on its line: a table right under it is a table
                 following = lines[index]
                 if HEADING.match(following) or FENCE.match(following):
                     break
