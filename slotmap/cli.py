@@ -27,6 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from slotmap.i18n import LANG_VAR, N_, _, columns, tr
 from slotmap.lab import (
@@ -621,97 +622,131 @@ def grade(args: argparse.Namespace) -> int:
     return 0
 
 
+class _UsageFormatter(argparse.HelpFormatter):
+    def add_usage(self, usage, actions, groups, prefix=None) -> None:  # noqa: ANN001
+        super().add_usage(
+            usage, actions, groups, prefix=_("usage: ") if prefix is None else prefix
+        )
+
+
+class CourseParser(argparse.ArgumentParser):
+    """argparse in the course's language: its help option, section titles and usage line too
+    (argparse's own error messages stay in English: Python ships no catalog for them)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _UsageFormatter)
+        super().__init__(*args, **{**kwargs, "add_help": False})
+        self._positionals.title = _("positional arguments")
+        self._optionals.title = _("options")
+        self.add_argument("-h", "--help", action="help", help=_("show this help and exit"))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="slotmap", description=__doc__.split("\n")[0])
+    parser = CourseParser(
+        prog="slotmap",
+        description=_("The slotmap command: the course, its checks, its grader and its workshop."),
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("doctor", help="report the backend and versions, run a canary launch")
-    lab_parser = sub.add_parser("lab", help="open the course in JupyterLab")
+    sub.add_parser("doctor", help=_("report the backend and versions, run a canary launch"))
+    lab_parser = sub.add_parser("lab", help=_("open the course in JupyterLab"))
     lab_parser.add_argument("--port", type=int, default=None)
     lab_parser.add_argument("--ip", default="127.0.0.1")
     lab_parser.add_argument("--token", default=None)
     lab_parser.add_argument(
         NO_AUTH_FLAG,
         action="store_true",
-        help="allow --token '' (no authentication: anyone who can reach the port runs code)",
+        help=_("allow --token '' (no authentication: anyone who can reach the port runs code)"),
     )
     lab_parser.add_argument("--no-browser", action="store_true")
-    lab_parser.add_argument("--dry-run", action="store_true", help="print the command only")
+    lab_parser.add_argument("--dry-run", action="store_true", help=_("print the command only"))
     lab_parser.add_argument(
         "--lang",
         default=None,
-        help="the course's language, en or zh (default: $SLOTMAP_LANG, else zh for a zh locale, "
-        "else en): the lessons, the exercises and JupyterLab's own menus",
+        help=_(
+            "the course's language, en or zh (default: $SLOTMAP_LANG, else zh for a zh locale, "
+            "else en): the lessons, the exercises and JupyterLab's own menus"
+        ),
     )
     lab_parser.add_argument("jupyter_args", nargs=argparse.REMAINDER)
-    exercises_parser = sub.add_parser("exercises", help="build exercises/, copy to my_work/")
+    exercises_parser = sub.add_parser("exercises", help=_("build exercises/, copy to my_work/"))
     exercises_parser.add_argument("action", choices=("build", "copy"))
     exercises_parser.add_argument(
-        "--check", action="store_true", help="build: only report drift (exit 1 if any)"
+        "--check", action="store_true", help=_("build: only report drift (exit 1 if any)")
     )
     exercises_parser.add_argument(
         "--workspace",
         default=None,
-        help="copy: the learner's my_work/ (default: $SLOTMAP_WORKSPACE, else my_work/ of the "
-        "course copy you are in, else ~/slotmap-course/my_work)",
+        help=_(
+            "copy: the learner's my_work/ (default: $SLOTMAP_WORKSPACE, else my_work/ of the "
+            "course copy you are in, else ~/slotmap-course/my_work)"
+        ),
     )
     translate_parser = sub.add_parser(
-        "translate", help="the course in another language (translations/, slotmap/locale/)"
+        "translate", help=_("the course in another language (translations/, slotmap/locale/)")
     )
     translate_parser.add_argument(
         "action",
         choices=("update", "build", "messages"),
-        help="update: bring translations/ up to the English notebooks; build: write the "
-        "translated notebooks that are complete; messages: extract, update and compile the "
-        "runtime messages' catalog",
+        help=_(
+            "update: bring translations/ up to the English notebooks; build: write the "
+            "translated notebooks that are complete; messages: extract, update and compile the "
+            "runtime messages' catalog"
+        ),
     )
     translate_parser.add_argument(
-        "--check", action="store_true", help="build, messages: only report drift (exit 1 if any)"
+        "--check",
+        action="store_true",
+        help=_("build, messages: only report drift (exit 1 if any)"),
     )
-    translate_parser.add_argument("--lang", default="zh", help="the translation's language (zh)")
-    grade_parser = sub.add_parser("grade", help="grade a folder of learner notebooks")
+    translate_parser.add_argument(
+        "--lang", default="zh", help=_("the translation's language (zh)")
+    )
+    grade_parser = sub.add_parser("grade", help=_("grade a folder of learner notebooks"))
     grade_parser.add_argument("folder")
-    grade_parser.add_argument("--timeout", type=int, default=300, help="seconds per cell")
+    grade_parser.add_argument("--timeout", type=int, default=300, help=_("seconds per cell"))
     grade_parser.add_argument(
-        "--notebook-timeout", type=int, default=1800, help="seconds per notebook, all cells"
+        "--notebook-timeout", type=int, default=1800, help=_("seconds per notebook, all cells")
     )
     grade_parser.add_argument(
         "--max-output",
         type=int,
         default=20_000_000,
-        help="characters of output a notebook may print; past it, it is stopped",
+        help=_("characters of output a notebook may print; past it, it is stopped"),
     )
-    grade_parser.add_argument("--jobs", "-j", type=int, default=1, help="notebooks at once")
-    grade_parser.add_argument("--json", default=None, help="also write the results here")
+    grade_parser.add_argument("--jobs", "-j", type=int, default=1, help=_("notebooks at once"))
+    grade_parser.add_argument("--json", default=None, help=_("also write the results here"))
     grade_parser.add_argument(
         "--solutions",
         default=str(course_root() / "solutions"),
-        help="where the solution of each notebook (same file name) says what it must check",
+        help=_("where the solution of each notebook (same file name) says what it must check"),
     )
-    workshop_parser = sub.add_parser("workshop", help="the course on JupyterHub (workshop/)")
+    workshop_parser = sub.add_parser("workshop", help=_("the course on JupyterHub (workshop/)"))
     workshop_parser.add_argument(
         "action",
         choices=("dashboard", "learner-server", "proxy", "preflight", "collect", "confirm"),
-        help="dashboard: the instructor's live view (a hub service); learner-server: what the "
-        "hub starts per learner; proxy: the hub's proxy run apart (slotmap-proxy.service); "
-        "preflight: check this machine before the room arrives; "
-        "collect: copy the learners' notebooks (as root); "
-        "confirm: check the room's passes against slotmap grade's",
+        help=_(
+            "dashboard: the instructor's live view (a hub service); learner-server: what the "
+            "hub starts per learner; proxy: the hub's proxy run apart (slotmap-proxy.service); "
+            "preflight: check this machine before the room arrives; "
+            "collect: copy the learners' notebooks (as root); "
+            "confirm: check the room's passes against slotmap grade's"
+        ),
     )
-    workshop_parser.add_argument("--into", help="collect: a folder only root reads")
-    workshop_parser.add_argument("--state", help="collect: the hub's state folder")
-    workshop_parser.add_argument("--collected", help="confirm: the folder collect filled")
-    workshop_parser.add_argument("--learners", type=int, default=30, help="preflight: how many")
-    workshop_parser.add_argument("--room", help="confirm: the dashboard's api/progress JSON")
-    workshop_parser.add_argument("--grades", help="confirm: slotmap grade --json's file")
-    bench_parser = sub.add_parser("bench", help="time the kernels against the floor")
+    workshop_parser.add_argument("--into", help=_("collect: a folder only root reads"))
+    workshop_parser.add_argument("--state", help=_("collect: the hub's state folder"))
+    workshop_parser.add_argument("--collected", help=_("confirm: the folder collect filled"))
+    workshop_parser.add_argument("--learners", type=int, default=30, help=_("preflight: how many"))
+    workshop_parser.add_argument("--room", help=_("confirm: the dashboard's api/progress JSON"))
+    workshop_parser.add_argument("--grades", help=_("confirm: slotmap grade --json's file"))
+    bench_parser = sub.add_parser("bench", help=_("time the kernels against the floor"))
     ascend_parser = sub.add_parser(
-        "ascend", help="compile every recorded NPU launch with triton-ascend (no NPU needed)"
+        "ascend", help=_("compile every recorded NPU launch with triton-ascend (no NPU needed)")
     )
     ascend_parser.add_argument(
-        "--record", action="store_true", help="first record the launches again (course's env)"
+        "--record", action="store_true", help=_("first record the launches again (course's env)")
     )
     ascend_parser.add_argument(
-        "--write", action="store_true", help="write benchmarks/results/ascend-ir.{md,json}"
+        "--write", action="store_true", help=_("write benchmarks/results/ascend-ir.{md,json}")
     )
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # lazy: slotmap.bench imports torch and the kernels
@@ -720,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.add_arguments(bench_parser)
     args, unknown = parser.parse_known_args(argv)
     if unknown and args.command not in ("lab", "workshop"):
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        parser.error(_("unrecognized arguments: {arguments}").format(arguments=" ".join(unknown)))
     if args.command == "lab":
         # Options slotmap does not know go to JupyterLab (after an optional "--").
         args.jupyter_args = [a for a in args.jupyter_args + unknown if a != "--"]

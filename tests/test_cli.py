@@ -700,3 +700,33 @@ def test_exercises_copy_says_in_one_line_that_my_work_is_a_file(tmp_path, monkey
     err = capsys.readouterr().err
     assert err.startswith(f"slotmap exercises: {workspace} is a file, not a folder")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "names"),
+    [
+        (["lab"], {"slotmap", "lab", "en", "zh", "locale"}),
+        (["grade"], {"slotmap", "grade", "folder"}),
+    ],
+)
+def test_a_commands_help_speaks_the_course_language(command, names, capsys):
+    # What is left in English is code: the command, its flags, metavars, paths and variables.
+    import re
+
+    from english_left import KEPT, english_words
+
+    from slotmap import cli, i18n
+
+    i18n.use("zh")
+    try:
+        with pytest.raises(SystemExit):
+            cli.main([*command, "--help"])
+    finally:
+        i18n.use("en")
+    shown = capsys.readouterr().out
+    assert shown.startswith(f"用法：slotmap {command[0]}") and "选项:" in shown
+    prose = re.sub(r"--?[\w-]+|\b[A-Z][A-Z_]+\b|\$\w+|\S*/\S*", " ", shown)
+    assert set(english_words(prose, KEPT)) <= names, english_words(prose, KEPT)
+    with pytest.raises(SystemExit):
+        cli.main([*command, "--help"])
+    assert capsys.readouterr().out.startswith(f"usage: slotmap {command[0]}")
