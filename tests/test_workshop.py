@@ -453,6 +453,21 @@ def test_the_name_rules_and_reserved_names(tmp_path):
     assert accounts.uid_min(tmp_path / "missing") == 1000
 
 
+def test_the_login_pages_refusals_speak_the_hubs_language():
+    from slotmap import i18n
+    from slotmap.workshop import accounts
+
+    i18n.use("zh")
+    try:
+        broken = accounts.name_problem("zhang_wei")
+        reserved = accounts.name_problem("root")
+        rules = i18n.tr(accounts.NAME_RULES)
+    finally:
+        i18n.use("en")
+    assert broken == f"“zhang_wei”在这里不是合法的用户名：{rules}。"
+    assert "请输入 zhangwei" in rules and "保留名" in reserved
+
+
 def _system_user(name: str) -> int:
     import subprocess
 

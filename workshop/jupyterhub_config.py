@@ -44,6 +44,7 @@ from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
 from jupyterhub.handlers.login import LoginHandler
 
 from slotmap.exercises.progress import RECORDS_URL_VARIABLE
+from slotmap.i18n import tr
 from slotmap.workshop import accounts, language, limits, proxy, records, state_folder
 
 c = get_config()  # noqa: F821 - JupyterHub's config loader defines it
@@ -148,7 +149,7 @@ c.Authenticator.admin_users = ADMINS
 c.Authenticator.allow_all = True  # anyone with the room's password gets their own server
 # A learner's name becomes a system user's (accounts.NAME_RULES); the page says the rules.
 c.Authenticator.username_pattern = accounts.NAME_PATTERN
-c.JupyterHub.template_vars = {"announcement_login": accounts.NAME_RULES.capitalize() + "."}
+c.JupyterHub.template_vars = {"announcement_login": tr(accounts.NAME_RULES).capitalize() + "."}
 
 # Each learner's server: their course copy synced first, then jupyterhub-singleuser on it.
 c.Spawner.cmd = [PYTHON, "-m", "slotmap", "workshop", "learner-server"]

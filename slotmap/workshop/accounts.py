@@ -27,8 +27,10 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+from slotmap.i18n import N_, _, tr
+
 NAME_PATTERN = r"^[a-z][a-z0-9]{0,30}$"
-NAME_RULES = (
+NAME_RULES = N_(
     "a user name is 1 to 31 lower-case letters (a-z) and digits, starting with a letter; "
     "what you type is lower-cased (Ada becomes ada); no _ - . or spaces (zhang_wei: type "
     "zhangwei)"
@@ -84,11 +86,13 @@ def name_problem(typed: str) -> str:
     """Why ``typed`` can never be a learner's name (public rules: the name alone), or ""."""
     name = typed.strip().lower()
     if not re.fullmatch(NAME_PATTERN, name):
-        return f"'{typed}' is not a user name here: {NAME_RULES}."
-    if name in RESERVED:
-        return (
-            f"'{name}' is reserved on this machine (a system or hub account): pick another name."
+        return _("'{typed}' is not a user name here: {rules}.").format(
+            typed=typed, rules=tr(NAME_RULES)
         )
+    if name in RESERVED:
+        return _(
+            "'{name}' is reserved on this machine (a system or hub account): pick another name."
+        ).format(name=name)
     return ""
 
 
@@ -100,22 +104,26 @@ def account_problem(name: str, registry: Registry, admins: Iterable[str] = ()) -
     except KeyError:
         account = None
     if account is not None and account.pw_uid == 0:
-        return f"'{name}' is root on this machine: pick another name."
+        return _("'{name}' is root on this machine: pick another name.").format(name=name)
     if name in set(admins):
         if account is not None and account.pw_uid < uid_min():
-            return f"'{name}' is a system account of this machine, not an instructor's."
+            return _("'{name}' is a system account of this machine, not an instructor's.").format(
+                name=name
+            )
         return ""
     if account is None:
         try:
             grp.getgrnam(name)
         except KeyError:
             return ""  # new: the hub creates it before the first spawn
-        return f"'{name}' is a group of this machine, not a learner's: pick another name."
+        return _(
+            "'{name}' is a group of this machine, not a learner's: pick another name."
+        ).format(name=name)
     if registry.created().get(name) != account.pw_uid:
-        return (
-            f"'{name}' is an account of this machine, not one this workshop created for a "
+        return _(
+            "'{name}' is an account of this machine, not one this workshop created for a "
             "learner: pick another name."
-        )
+        ).format(name=name)
     return ""
 
 
