@@ -153,11 +153,11 @@ def main() -> int:
             raise OverBudget(over_budget)
         return max(1, min(job["timeout"], int(left) + 1))
 
-    def start(cell, cell_index, **_) -> None:  # noqa: ANN001
+    def start(cell, cell_index, **unused) -> None:  # noqa: ANN001
         if cell_index in checks:
             judge.open(cell_index, checks[cell_index])
 
-    def report(cell, cell_index, execute_reply=None, **_) -> None:  # noqa: ANN001
+    def report(cell, cell_index, execute_reply=None, **unused) -> None:  # noqa: ANN001
         content = (execute_reply or {}).get("content", {})
         if content.get("ename") == TIMED_OUT["ename"]:
             timed_out.append(cell_index)
