@@ -100,11 +100,25 @@ def _unimportable(fn: Callable[..., Any]) -> bool:
     return module == "__main__" and not getattr(main, "__file__", None)
 
 
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on right now."""
+def _rendezvous_store(timeout_s: float) -> Any:
+    """The run's rendezvous store, served by the caller on a loopback port it holds from the
+    moment the kernel picks it. A port only found free, for rank 0 to bind later, could be
+    taken in between by another run's store, whose ranks would then pair with this run's; and
+    a store left to bind its own port listens on every interface."""
+    import torch.distributed as dist
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        sock.listen()
+        port = sock.getsockname()[1]
+        return dist.TCPStore(
+            "127.0.0.1",
+            port,
+            is_master=True,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            wait_for_workers=False,
+            master_listen_fd=os.dup(sock.fileno()),  # the store closes its copy
+        )
 
 
 def rank_device(rank: int, backend: str) -> torch.device:
@@ -296,12 +310,13 @@ def _rank_body(
         elif backend == "npu":
             torch.npu.set_device(device)  # type: ignore[attr-defined]
         communication = COMMUNICATION[backend]
+        timeout = datetime.timedelta(seconds=collective_timeout_s)
         dist.init_process_group(
             communication,
-            init_method=f"tcp://127.0.0.1:{port}",
+            store=dist.TCPStore("127.0.0.1", port, timeout=timeout),
             rank=rank,
             world_size=world_size,
-            timeout=datetime.timedelta(seconds=collective_timeout_s),
+            timeout=timeout,
             **({"device_id": device} if backend != "cpu" else {}),
         )
     except BaseException:  # noqa: BLE001 - the parent must hear about every failure
@@ -505,8 +520,9 @@ def run_ranks(
     # caller's process group and is signalled alone (its children are orphaned), and a binary
     # entrypoint takes only strings (no fn, no tensors back).
     results = None
-    port = free_port()
     processes = []
+    store = _rendezvous_store(timeout_s)
+    port = store.port
     jail = _Jail()
     cgroup = None if jail.path is None else str(jail.path)
     # The ranks use the caller's backend and do not each announce it.
@@ -578,5 +594,6 @@ def run_ranks(
         return [values[rank] for rank in range(world_size)]
     finally:
         _stop(processes, jail)
+        del store  # the store's server stops with it
         if results is not None:
             results.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -151,3 +152,25 @@ def interrupted_run(folder: str) -> None:
 def where_i_started(ctx: RankContext, name: str) -> dict:
     """This rank's parent and its view of the environment variable ``name``."""
     return {"parent": os.getppid(), "value": os.environ.get(name)}
+
+
+def who_serves_the_rendezvous(ctx: RankContext) -> dict:
+    """The port of this run's rendezvous store, the address it listens on and who listens."""
+    store = dist.distributed_c10d._get_default_store()
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    dist.barrier()  # every rank has joined before anyone looks
+    listeners = {}  # socket inode -> local address, from the kernel's tables (hex)
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            address, port = fields[1].split(":")
+            if int(port, 16) == store.port and fields[3] == "0A":  # 0A: listening
+                listeners[fields[9]] = address
+    servers = set()
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):
+            if os.readlink(fd).removeprefix("socket:[").removesuffix("]") in listeners:
+                servers.add(int(fd.parts[2]))
+    addresses = sorted(set(listeners.values()))
+    return {"port": store.port, "servers": sorted(servers), "address": ",".join(addresses)}

@@ -186,6 +186,15 @@ def test_the_cpus_ranks_fork_from_a_server_that_imported_torch_once():
     assert "libtorch" in loaded_libraries(servers.pop())
 
 
+def test_the_caller_serves_the_rendezvous_on_a_loopback_port_it_holds_from_the_start():
+    # Were rank 0 to bind a port the caller had only found free, another run's store could
+    # take it first and the two runs' ranks would pair across them (seen once in CI).
+    reports = run_ranks(rank_jobs.who_serves_the_rendezvous, 2, timeout_s=90)
+    assert len({r["port"] for r in reports}) == 1, reports
+    assert [r["servers"] for r in reports] == [[os.getpid()]] * 2, reports
+    assert reports[0]["address"] == "0100007F", "the store listens on the loopback interface only"
+
+
 @pytest.mark.skipif(BACKEND.name != "cpu", reason="the CPU's ranks fork from a server")
 def test_ranks_see_the_environment_of_the_call_not_the_servers(monkeypatch):
     run_ranks(rank_jobs.where_i_started, 2, "SLOTMAP_RANK_MARK", timeout_s=90)
