@@ -626,6 +626,38 @@ def test_each_lesson_header_states_its_run_time_and_its_exercises_time():
     assert all(3 <= each <= 12 for each in minutes_an_exercise().values()), minutes_an_exercise()
 
 
+# What benchmarks/lesson_times.py measured; a header says it in either language.
+LESSON_TIMES = ROOT / "benchmarks" / "results" / "lesson-times.json"
+STATED_RUN_TIME = re.compile(r"runs top to bottom in about (\d+) s|从头到尾运行约 (\d+) 秒")
+
+
+def stated_run_times() -> dict[str, int]:
+    """Every notebook whose header says how long it runs, English and Chinese: path -> s."""
+    stated = {}
+    for folder in ("notebooks", "solutions", "exercises"):
+        for path in sorted((ROOT / folder).rglob("[0-9][0-9]_*.ipynb")):
+            found = STATED_RUN_TIME.search(lesson_cells(path)[0][2])
+            if found:
+                stated[str(path.relative_to(ROOT))] = int(found.group(1) or found.group(2))
+    return stated
+
+
+def test_every_header_states_the_run_time_measured_for_it():
+    """A header's run time is the faster run benchmarks/lesson_times.py recorded for that
+    notebook, in both languages; and every notebook measured says it in both."""
+    measured = json.loads(LESSON_TIMES.read_text(encoding="utf-8"))["notebooks"]
+    stated = stated_run_times()
+    wrong = {
+        path: (seconds, measured.get(Path(path).stem, {}).get("seconds"))
+        for path, seconds in stated.items()
+        if seconds != measured.get(Path(path).stem, {}).get("seconds")
+    }
+    assert wrong == {}, f"stated, measured: {wrong}"
+    for stem in measured:
+        languages = {"zh_CN" in path for path in stated if Path(path).stem == stem}
+        assert languages == {False, True}, f"{stem} does not state its run time in both languages"
+
+
 def test_the_capstone_states_its_run_time_and_its_exercises_time():
     """The capstone has no lesson: its own header says how long it runs and how long its
     exercises take, held to the lessons' 3 to 12 minutes an exercise."""
