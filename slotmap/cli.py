@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slotmap.i18n import LANG_VAR, N_, _, columns, tr
+from slotmap.i18n import LANG_VAR, N_, _, columns, language, tr
 from slotmap.lab import (
     COURSE_MARKER,
     course_root,
@@ -465,19 +465,16 @@ def exercises(args: argparse.Namespace) -> int:
     from slotmap.exercises import build
 
     if args.action == "copy":
-        workspace = Path(args.workspace) if args.workspace else None
+        workspace = Path(args.workspace) if args.workspace else build.learner_workspace()
+        messages = []
         try:
-            # No --workspace: copy_to_workspace's own default decides (learner_workspace).
-            messages = (
-                build.copy_to_workspace(workspace=workspace)
-                if workspace
-                else build.copy_to_workspace()
-            )
+            # The copies `slotmap lab` makes in the course's language: the language's own too.
+            for folder, copies in exercise_copies(build.EXERCISES, workspace, language()):
+                messages += build.copy_to_workspace(folder, copies)
         except build.WorkspaceError as error:
             print(f"slotmap exercises: {error}", file=sys.stderr)
             return 2
-        where = workspace or build.learner_workspace()
-        print("\n".join(messages) or _("{where}: nothing new to copy").format(where=where))
+        print("\n".join(messages) or _("{where}: nothing new to copy").format(where=workspace))
         return 0
     if args.check:
         problems = build.stale_exercises()

@@ -695,11 +695,31 @@ def test_exercises_copy_says_in_one_line_that_my_work_is_a_file(tmp_path, monkey
 
     workspace = tmp_path / "my_work"
     workspace.write_text("not a folder")
-    monkeypatch.setattr(build.copy_to_workspace, "__defaults__", (build.EXERCISES, workspace))
+    monkeypatch.setattr(build, "learner_workspace", lambda: workspace)
     assert main(["exercises", "copy"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"slotmap exercises: {workspace} is a file, not a folder")
     assert err.count("\n") == 1
+
+
+def test_exercises_copy_in_chinese_makes_the_chinese_copies_lab_makes(tmp_path, capsys):
+    """A learner who deletes a copy and runs `slotmap exercises copy` again, as its banner
+    says, gets it back in the language they take the course in, where `slotmap lab` put it."""
+    from slotmap import i18n
+    from slotmap.cli import main
+    from slotmap.exercises.build import EXERCISES
+
+    i18n.use("zh")
+    try:
+        assert main(["exercises", "copy", "--workspace", str(tmp_path)]) == 0
+    finally:
+        i18n.use("en")
+    names = sorted(p.name for p in EXERCISES.glob("[0-9][0-9]_*.ipynb"))
+    assert sorted(p.name for p in (tmp_path / "zh_CN").glob("*.ipynb")) == names
+    assert sorted(p.name for p in tmp_path.glob("*.ipynb")) == names
+    copy = json.loads((tmp_path / "zh_CN" / names[0]).read_text(encoding="utf-8"))
+    assert copy["metadata"]["slotmap"]["language"] == "zh_CN"
+    assert "zh_CN" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
