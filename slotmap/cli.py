@@ -23,11 +23,12 @@ import argparse
 import functools
 import importlib.metadata
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from slotmap.i18n import LANG_VAR, N_, _, columns, language, tr
 from slotmap.lab import (
@@ -569,6 +570,16 @@ def grade(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         print(_("slotmap grade: {folder} is not a folder").format(folder=folder), file=sys.stderr)
         return 2
+    solutions = Path(args.solutions)
+    if not any(solutions.glob("[0-9][0-9]_*.ipynb")):
+        # Without them every notebook would fail, for a reason that is not the learner's.
+        print(
+            _("slotmap grade: no solutions in {solutions} (--solutions)").format(
+                solutions=solutions
+            ),
+            file=sys.stderr,
+        )
+        return 2
     total = sum(1 for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     if not total:
         print(
@@ -606,9 +617,7 @@ def grade(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGHUP)
     }
     try:
-        grades = grade_folder(
-            folder, solutions=Path(args.solutions), options=options, on_grade=finished
-        )
+        grades = grade_folder(folder, solutions=solutions, options=options, on_grade=finished)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -619,6 +628,42 @@ def grade(args: argparse.Namespace) -> int:
     return 0
 
 
+# argparse's own error messages, as Python 3.10 to 3.13 write them, each read back into its
+# parts and said again in the course's language (Python ships no catalog for argparse).
+ARGPARSE_ERRORS = [
+    (r"argument (?P<argument>.+?): (?P<message>.+)", N_("argument {argument}: {message}")),
+    (
+        r"the following arguments are required: (?P<arguments>.+)",
+        N_("the following arguments are required: {arguments}"),
+    ),
+    (
+        r"invalid choice: (?P<value>.+) \(choose from (?P<choices>.+)\)",
+        N_("invalid choice: {value} (choose from {choices})"),
+    ),
+    (r"invalid (?P<type>\w+) value: (?P<value>.+)", N_("invalid {type} value: {value}")),
+    (r"expected one argument", N_("expected one argument")),
+    (r"expected at most one argument", N_("expected at most one argument")),
+    (r"expected at least one argument", N_("expected at least one argument")),
+    (
+        r"ambiguous option: (?P<option>.+?) could match (?P<matches>.+)",
+        N_("ambiguous option: {option} could match {matches}"),
+    ),
+    (r"unrecognized arguments: (?P<arguments>.+)", N_("unrecognized arguments: {arguments}")),
+]
+
+
+def argparse_message(message: str) -> str:
+    """One of argparse's error messages in the course's language; one it does not know, as is."""
+    for pattern, template in ARGPARSE_ERRORS:
+        found = re.fullmatch(pattern, message, re.S)
+        if found:
+            parts = found.groupdict()
+            if "message" in parts:
+                parts["message"] = argparse_message(parts["message"])
+            return tr(template).format(**parts)
+    return message
+
+
 class _UsageFormatter(argparse.HelpFormatter):
     def add_usage(self, usage, actions, groups, prefix=None) -> None:  # noqa: ANN001
         super().add_usage(
@@ -627,8 +672,8 @@ class _UsageFormatter(argparse.HelpFormatter):
 
 
 class CourseParser(argparse.ArgumentParser):
-    """argparse in the course's language: its help option, section titles and usage line too
-    (argparse's own error messages stay in English: Python ships no catalog for them)."""
+    """argparse in the course's language: its help option, section titles, usage line and
+    error messages too."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _UsageFormatter)
@@ -636,6 +681,19 @@ class CourseParser(argparse.ArgumentParser):
         self._positionals.title = _("positional arguments")
         self._optionals.title = _("options")
         self.add_argument("-h", "--help", action="help", help=_("show this help and exit"))
+
+    def format_help(self) -> str:
+        # argparse ends each section's title with its own half-width colon.
+        text = super().format_help()
+        for group in self._action_groups:
+            heading = _("{heading}:").format(heading=group.title)
+            text = text.replace(f"\n{group.title}:\n", f"\n{heading}\n")
+        return text
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        said = argparse_message(message)
+        self.exit(2, _("{prog}: error: {message}").format(prog=self.prog, message=said) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -646,15 +704,23 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help=_("report the backend and versions, run a canary launch"))
     lab_parser = sub.add_parser("lab", help=_("open the course in JupyterLab"))
-    lab_parser.add_argument("--port", type=int, default=None)
-    lab_parser.add_argument("--ip", default="127.0.0.1")
-    lab_parser.add_argument("--token", default=None)
+    lab_parser.add_argument(
+        "--port", type=int, default=None, help=_("JupyterLab's port (default: JupyterLab's)")
+    )
+    lab_parser.add_argument(
+        "--ip",
+        default="127.0.0.1",
+        help=_("the address JupyterLab listens on (default: this machine only)"),
+    )
+    lab_parser.add_argument(
+        "--token", default=None, help=_("JupyterLab's token (default: one JupyterLab makes)")
+    )
     lab_parser.add_argument(
         NO_AUTH_FLAG,
         action="store_true",
         help=_("allow --token '' (no authentication: anyone who can reach the port runs code)"),
     )
-    lab_parser.add_argument("--no-browser", action="store_true")
+    lab_parser.add_argument("--no-browser", action="store_true", help=_("open no browser"))
     lab_parser.add_argument("--dry-run", action="store_true", help=_("print the command only"))
     lab_parser.add_argument(
         "--lang",
@@ -664,7 +730,9 @@ def main(argv: list[str] | None = None) -> int:
             "else en): the lessons, the exercises and JupyterLab's own menus"
         ),
     )
-    lab_parser.add_argument("jupyter_args", nargs=argparse.REMAINDER)
+    lab_parser.add_argument(
+        "jupyter_args", nargs=argparse.REMAINDER, help=_("more options, passed on to JupyterLab")
+    )
     exercises_parser = sub.add_parser("exercises", help=_("build exercises/, copy to my_work/"))
     exercises_parser.add_argument("action", choices=("build", "copy"))
     exercises_parser.add_argument(
@@ -699,7 +767,9 @@ def main(argv: list[str] | None = None) -> int:
         "--lang", default="zh", help=_("the translation's language (zh)")
     )
     grade_parser = sub.add_parser("grade", help=_("grade a folder of learner notebooks"))
-    grade_parser.add_argument("folder")
+    grade_parser.add_argument(
+        "folder", help=_("the learners' notebooks: every .ipynb in it and its subfolders")
+    )
     grade_parser.add_argument("--timeout", type=int, default=300, help=_("seconds per cell"))
     grade_parser.add_argument(
         "--notebook-timeout", type=int, default=1800, help=_("seconds per notebook, all cells")

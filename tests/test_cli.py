@@ -726,7 +726,7 @@ def test_exercises_copy_in_chinese_makes_the_chinese_copies_lab_makes(tmp_path, 
     ("command", "names"),
     [
         (["lab"], {"slotmap", "lab", "en", "zh", "locale"}),
-        (["grade"], {"slotmap", "grade", "folder"}),
+        (["grade"], {"slotmap", "grade", "folder", "ipynb"}),
     ],
 )
 def test_a_commands_help_speaks_the_course_language(command, names, capsys):
@@ -744,9 +744,56 @@ def test_a_commands_help_speaks_the_course_language(command, names, capsys):
     finally:
         i18n.use("en")
     shown = capsys.readouterr().out
-    assert shown.startswith(f"用法：slotmap {command[0]}") and "选项:" in shown
+    assert shown.startswith(f"用法：slotmap {command[0]}") and "\n选项：\n" in shown
     prose = re.sub(r"--?[\w-]+|\b[A-Z][A-Z_]+\b|\$\w+|\S*/\S*", " ", shown)
     assert set(english_words(prose, KEPT)) <= names, english_words(prose, KEPT)
     with pytest.raises(SystemExit):
         cli.main([*command, "--help"])
     assert capsys.readouterr().out.startswith(f"usage: slotmap {command[0]}")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],  # the following arguments are required
+        ["exercises", "cpy"],  # invalid choice
+        ["grade", "my_work", "--jobs", "x"],  # invalid int value
+        ["lab", "--port"],  # expected one argument
+        ["grade", "my_work", "--verbose"],  # unrecognized arguments
+    ],
+)
+def test_argparse_s_own_errors_speak_the_course_language(argv, capsys):
+    import re
+
+    from english_left import KEPT, english_words
+
+    from slotmap import cli, i18n
+
+    i18n.use("zh")
+    try:
+        with pytest.raises(SystemExit) as exited:
+            cli.main(argv)
+    finally:
+        i18n.use("en")
+    assert exited.value.code == 2
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said.startswith("slotmap") and "错误：" in said, said
+    # Left in English: the command, the words typed, the names of its arguments and types.
+    prose = re.sub(
+        r"'[^']*'|--?[\w-]+|\b(slotmap|grade|lab|exercises|command|action|int)\b", " ", said
+    )
+    assert english_words(prose, KEPT) == [], said
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert ": error: " in capsys.readouterr().err
+
+
+def test_grade_refuses_a_solutions_folder_without_solutions(tmp_path, capsys):
+    from slotmap import cli
+
+    (tmp_path / "learner").mkdir()
+    notebook = ROOT / "exercises" / "01_paged_kv_cache.ipynb"
+    (tmp_path / "learner" / notebook.name).write_bytes(notebook.read_bytes())
+    argv = ["grade", str(tmp_path / "learner"), "--solutions", str(tmp_path / "nope")]
+    assert cli.main(argv) == 2
+    assert f"no solutions in {tmp_path / 'nope'}" in capsys.readouterr().err
