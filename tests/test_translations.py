@@ -247,6 +247,30 @@ def test_a_code_span_or_math_that_wraps_onto_the_next_line_is_kept_whole():
     assert carried_over("a ` b\n\nc `d` e")[0] == ["`d`"]
 
 
+def test_a_course_notebook_may_be_named_in_the_translations_own_folder():
+    english = "Do `exercises/01_x.ipynb` (your copy: `my_work/01_x.ipynb`)."
+    chinese = "做 `exercises/zh_CN/01_x.ipynb`（你的副本：`my_work/zh_CN/01_x.ipynb`）。"
+    assert carry_over_problems("here", english, chinese) == []
+    moved = "做 `exercises/zh_CN/02_y.ipynb`（你的副本：`my_work/zh_CN/01_x.ipynb`）。"
+    assert carry_over_problems("here", english, moved) != []
+
+
+def test_the_chinese_lessons_send_the_learner_to_the_chinese_exercises_and_copies():
+    """A Chinese lesson's exercise is the Chinese one, and the learner's copy of it is the one
+    `slotmap lab --lang zh` made, in my_work/zh_CN/."""
+    import re
+
+    named = [
+        (where, path)
+        for where, _, chinese in notebooks.translated_texts()
+        if where.startswith("notebooks/")
+        for path in re.findall(r"`((?:exercises|my_work)/[^`]*\.ipynb)`", chinese)
+    ]
+    assert named, "no lesson names its exercise"
+    english = [(where, path) for where, path in named if "/zh_CN/" not in path]
+    assert english == []
+
+
 def test_the_repository_translations_are_current_and_keep_what_they_must():
     """The check CI runs: every translation current, every notebook listed complete built
     from it (the list says which are complete: none yet is honest), nothing dropped."""

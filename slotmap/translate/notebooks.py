@@ -332,10 +332,15 @@ def carried_over(english: str) -> tuple[list[str], set[str]]:
     return kept, set(NUMBER.findall(KEPT.sub(" ", english)))
 
 
+# A course folder's notebook in the translation's own language: `exercises/zh_CN/01_x.ipynb`
+# translates `exercises/01_x.ipynb` (the learner's copies are in `my_work/zh_CN/`).
+OWN_FOLDER = re.compile(r"\b(exercises|my_work|notebooks|solutions)/[a-z]{2}_[A-Z]{2}/")
+
+
 def carry_over_problems(where: str, english: str, chinese: str) -> list[str]:
     """What the translation dropped or changed of what it must keep."""
     kept, numbers = carried_over(english)
-    kept_zh, numbers_zh = carried_over(chinese)
+    kept_zh, numbers_zh = carried_over(OWN_FOLDER.sub(r"\1/", chinese))
     problems = []
     if sorted(kept) != sorted(kept_zh):
         lost = sorted(set(kept) - set(kept_zh)) or sorted(set(kept_zh) - set(kept))
