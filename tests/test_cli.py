@@ -271,11 +271,11 @@ def test_doctor_canary_fails_on_a_wrong_kernel(monkeypatch, capsys):
         i18n.use("en")
     out = capsys.readouterr().out
     assert f"后端         {slotmap.BACKEND.name}，设备 {slotmap.DEVICE!r}\n" in out
-    assert "金丝雀检查   生产算子与参考实现对拍：\n" in out
+    assert "试启动检查   生产算子与参考实现对拍：\n" in out
     assert re.search(r"^  未通过  direct 算子 +[0-9.]+ ms  在 0 处不一致$", out, re.M), out
     assert re.search(r"^  通过  窗口算子 +[0-9.]+ ms  完全一致$", out, re.M), out
     assert "控件         匹配：ipywidgets 8.1.9，jupyterlab_widgets 3.0.17，" in out
-    assert out.rstrip().endswith("doctor：金丝雀检查未通过")
+    assert out.rstrip().endswith("doctor：试启动检查未通过")
 
 
 def test_grade_progress_speaks_the_course_language():

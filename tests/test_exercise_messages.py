@@ -76,6 +76,15 @@ def test_a_wrong_answer_is_explained_in_english(speak, exercise_id):
     assert "\n  broken:   " in report and not CJK.search(report), report
 
 
+def test_an_input_the_learner_built_is_described_in_chinese(speak):
+    from english_left import KEPT, english_words
+
+    speak("zh")
+    report = failure_report("03.break_window")
+    (shown,) = [line for line in report.splitlines() if line.startswith("  输入：")]
+    assert english_words(shown, KEPT) == [], report
+
+
 def test_a_pass_and_a_stub_read_in_chinese(speak):
     speak("zh")
     passed = run_check(get_exercise("01.slot_of"), lambda p, row, b: row[p // b] * b + p % b)

@@ -548,7 +548,7 @@ register(
     Exercise(
         id="03.break_window",
         title=N_("an input that breaks the window precondition"),
-        cases=lambda: [(_break_case_name(), "the SlotCase you built")],
+        cases=lambda: [(_break_case_name(), _("the SlotCase you built"))],
         strategy=None,
         judge=judge_break_window,
         # A message is a literal: its 8 is TILE (a test keeps them equal).
