@@ -571,7 +571,7 @@ def grade(args: argparse.Namespace) -> int:
         print(_("slotmap grade: {folder} is not a folder").format(folder=folder), file=sys.stderr)
         return 2
     solutions = Path(args.solutions)
-    if not any(solutions.glob("[0-9][0-9]_*.ipynb")):
+    if not any(solutions.glob("*.ipynb")):
         # Without them every notebook would fail, for a reason that is not the learner's.
         print(
             _("slotmap grade: no solutions in {solutions} (--solutions)").format(

@@ -146,7 +146,9 @@ def test_a_chinese_exercise_notebook_has_its_banner_and_stubs_in_chinese(speak, 
     assert "".join(mine["cells"][0]["source"]) == i18n.tr(MY_BANNER, "zh").format(
         name=f"zh_CN/{solution.name}"
     )
-    assert "".join(mine["cells"][0]["source"]).startswith(f"> `exercises/zh_CN/{solution.name}`")
+    assert "".join(mine["cells"][0]["source"]).startswith(
+        f"> 这是 `exercises/zh_CN/{solution.name}`"
+    )
 
 
 def test_an_english_exercise_notebook_stays_english_under_chinese(speak):
