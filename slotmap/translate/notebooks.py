@@ -339,7 +339,7 @@ OWN_FOLDER = re.compile(r"\b(exercises|my_work|notebooks|solutions)/[a-z]{2}_[A-
 
 def carry_over_problems(where: str, english: str, chinese: str) -> list[str]:
     """What the translation dropped or changed of what it must keep."""
-    kept, numbers = carried_over(english)
+    kept, numbers = carried_over(OWN_FOLDER.sub(r"\1/", english))
     kept_zh, numbers_zh = carried_over(OWN_FOLDER.sub(r"\1/", chinese))
     problems = []
     if sorted(kept) != sorted(kept_zh):
