@@ -16,7 +16,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import time
 from pathlib import Path
@@ -34,38 +33,17 @@ def notebooks() -> list[Path]:
 
 
 def machine() -> str:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    return f"{os.cpu_count()} cores, {cpu}"
+    from fresh_vm_walkthrough import machine as described  # a script beside this one
+
+    found = described()
+    return f"{found['cores']} cores, {found['cpu']}"
 
 
-def versions() -> dict[str, str]:
-    import torch
-    import triton
+def versions() -> dict[str, str | None]:
+    from slotmap.cli import versions as installed
 
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-    }
-
-
-def skipped(notebook) -> set[str]:  # noqa: ANN001
-    """The checks that said this machine cannot run them (a timing off an NVIDIA GPU)."""
-    from slotmap.exercises.core import CHECK_MIME
-
-    return {
-        record["exercise"]
-        for cell in notebook.cells
-        for output in cell.get("outputs", [])
-        if (record := output.get("data", {}).get(CHECK_MIME)) and record.get("skipped")
-    }
+    found = installed()
+    return {name: found[name] for name in ("python", "torch", "triton")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ["SLOTMAP_BACKEND"] = "cpu"
-    from slotmap.exercises.grade import check_records, execute_notebook
+    from slotmap.exercises.grade import check_records, execute_notebook, skipped_checks
 
     # Importing slotmap set it for this process; a learner's kernel starts without it.
     os.environ.pop("TRITON_INTERPRET", None)
@@ -89,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             failed = [
                 name
                 for name, passed in check_records(notebook).items()
-                if not passed and name not in skipped(notebook)
+                if not passed and name not in skipped_checks(notebook)
             ]
             if failed:
                 raise SystemExit(f"{path.name}: checks failed: {failed}")

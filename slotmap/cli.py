@@ -822,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.add_arguments(bench_parser)
     args, unknown = parser.parse_known_args(argv)
     if unknown and args.command not in ("lab", "workshop"):
-        parser.error(_("unrecognized arguments: {arguments}").format(arguments=" ".join(unknown)))
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # argparse's, translated
     if args.command == "lab":
         # Options slotmap does not know go to JupyterLab (after an optional "--").
         args.jupyter_args = [a for a in args.jupyter_args + unknown if a != "--"]

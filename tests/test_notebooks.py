@@ -20,7 +20,12 @@ pytest.importorskip("nbclient")
 from test_lesson_prose import answered_before_asked  # noqa: E402
 
 from slotmap.exercises.core import CHECK_MIME  # noqa: E402
-from slotmap.exercises.grade import check_records, execute_notebook, expected_exercises  # noqa: E402
+from slotmap.exercises.grade import (  # noqa: E402
+    check_records,
+    execute_notebook,
+    expected_exercises,
+    skipped_checks,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # Seconds a cell may take. A whole notebook takes at most about 17 s (lesson 08's live bench
@@ -136,16 +141,6 @@ def test_lesson_runs_top_to_bottom(path, monkeypatch):
     assert frozen_figures(notebook) == []
     failed = [e for e, passed in check_records(notebook).items() if not passed]
     assert failed == [], f"checks failed in the lesson: {failed}"
-
-
-def skipped_checks(notebook) -> dict[str, str]:
-    """exercise id -> why, for the checks that this machine could not run (SKIP)."""
-    return {
-        record["exercise"]: record["skipped"]
-        for cell in notebook.cells
-        for output in cell.get("outputs", [])
-        if (record := output.get("data", {}).get(CHECK_MIME)) and record.get("skipped")
-    }
 
 
 def skipped_here() -> set[str]:

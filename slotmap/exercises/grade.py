@@ -139,6 +139,18 @@ def check_records(notebook) -> dict[str, bool]:  # noqa: ANN001
     return results
 
 
+def skipped_checks(notebook) -> dict[str, str]:  # noqa: ANN001
+    """exercise id -> why, for the checks an executed notebook says this machine could not run
+    (a timing off an NVIDIA GPU, ranks without two devices). Trusts the notebook, as
+    ``check_records`` does."""
+    return {
+        record["exercise"]: record["skipped"]
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+        if (record := output.get("data", {}).get(CHECK_MIME)) and record.get("skipped")
+    }
+
+
 def clear_outputs(notebook: dict) -> dict:
     """Every saved output removed, and ``outputs`` dropped from cells that are not code: a cell
     the kernel never runs (skipped, blank, markdown) must not bring a result of its own."""
@@ -732,6 +744,7 @@ __all__ = [
     "GradeOptions",
     "Grader",
     "check_records",
+    "skipped_checks",
     "clear_outputs",
     "execute_notebook",
     "expected_exercises",
